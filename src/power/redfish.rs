@@ -1,0 +1,1 @@
+//! Redfish power source (placeholder until implemented).
