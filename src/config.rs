@@ -55,6 +55,8 @@ pub struct KubernetesConfig {
     /// `None`: the standard lookup ($KUBECONFIG, then ~/.kube/config).
     pub kubeconfig: Option<PathBuf>,
     pub context: Option<String>,
+    /// Label selector limiting the watched Nodes (a cluster spanning datacenters).
+    pub node_selector: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -196,6 +198,7 @@ struct RawConfig {
 struct RawKubernetes {
     kubeconfig: Option<PathBuf>,
     context: Option<String>,
+    node_selector: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -336,6 +339,19 @@ impl RawConfig {
             )
         })?;
 
+        let node_selector = match self.kubernetes.node_selector.as_deref().map(str::trim) {
+            None | Some("") => None,
+            Some(sel) => {
+                if sel.contains(['\n', '\r']) {
+                    return Err(err(
+                        "kubernetes.node_selector",
+                        "must be a single-line label selector such as \"topology.kubernetes.io/zone=dc1\"".into(),
+                    ));
+                }
+                Some(sel.to_string())
+            }
+        };
+
         let mut bmc = Vec::with_capacity(self.bmc.len());
         for (index, raw) in self.bmc.into_iter().enumerate() {
             bmc.push(raw.validate(index, path)?);
@@ -347,6 +363,7 @@ impl RawConfig {
             kubernetes: KubernetesConfig {
                 kubeconfig: self.kubernetes.kubeconfig,
                 context: self.kubernetes.context,
+                node_selector,
             },
             policy,
             max_concurrent_reads: p.max_concurrent_reads,

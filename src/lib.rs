@@ -2,8 +2,19 @@
 //!
 //! Proves through the machine's BMC (or cloud API) that a NotReady node is really powered off,
 //! and only then tells Kubernetes, so that its ReadWriteOnce volumes are released.
+//!
+//! - [`decision`]: the pure core — why a node is or is not fenced.
+//! - [`power`]: power sources (Redfish), one file each, behind one trait.
+//! - [`cluster`]: every Kubernetes read and write.
+//! - [`daemon`]: the loop that ties them together; [`http`] and [`cli`] face the operator.
 
+pub mod cli;
+pub mod cluster;
 pub mod config;
+pub mod daemon;
 pub mod decision;
+pub mod http;
+pub mod metrics;
 pub mod power;
+pub mod report;
 pub mod secret;

@@ -117,3 +117,15 @@ pub trait PowerSource: Send + Sync {
     /// Read the power state once.
     fn read(&self) -> BoxFuture<'_, PowerState>;
 }
+
+/// Builds the power source a `[[bmc]]` entry describes for one node.
+pub fn source_for(
+    entry: &crate::config::BmcEntry,
+    node: &str,
+) -> Result<std::sync::Arc<dyn PowerSource>, String> {
+    match entry.protocol {
+        crate::config::Protocol::Redfish => Ok(std::sync::Arc::new(redfish::RedfishSource::new(
+            entry, node,
+        )?)),
+    }
+}

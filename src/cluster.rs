@@ -1,0 +1,634 @@
+//! All Kubernetes I/O: connecting, reading node facts, writing taints, deleting nodes, Events.
+//!
+//! Writes follow what upstream controllers do with `spec.taints`, an atomic list: a fresh GET,
+//! the full list with every other taint kept, a merge patch carrying `metadata.resourceVersion`
+//! (so a concurrent writer makes it fail with 409 instead of being overwritten), and a bounded
+//! retry on 409.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use backon::{ExponentialBuilder, Retryable};
+use jiff::Timestamp;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Event, EventSource, Node, ObjectReference, Taint};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+
+use crate::config::KubernetesConfig;
+use crate::decision::{FenceAction, FenceRecord, NodeFacts, Readiness};
+
+pub const OUT_OF_SERVICE_KEY: &str = "node.kubernetes.io/out-of-service";
+pub const OUT_OF_SERVICE_VALUE: &str = "nodeshutdown";
+pub const OUT_OF_SERVICE_EFFECT: &str = "NoExecute";
+
+/// When oobfence fenced the node (RFC 3339).
+pub const ANNOTATION_FENCED_AT: &str = "oobfence.io/fenced-at";
+/// The node's bootID at fence time; it must change before the fence is lifted.
+pub const ANNOTATION_FENCED_BOOT_ID: &str = "oobfence.io/fenced-boot-id";
+/// What oobfence did (`taint`).
+pub const ANNOTATION_ACTION: &str = "oobfence.io/action";
+/// Which oobfence instance (datacenter) did it.
+pub const ANNOTATION_FENCED_BY: &str = "oobfence.io/fenced-by";
+/// The rule and evidence summary behind the fence.
+pub const ANNOTATION_REASON: &str = "oobfence.io/reason";
+
+pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
+
+/// Event reasons, stable for alerting and `kubectl get events --field-selector reason=...`.
+pub mod reasons {
+    pub const FENCED: &str = "OobfenceFenced";
+    pub const NODE_DELETED: &str = "OobfenceNodeDeleted";
+    pub const UNFENCED: &str = "OobfenceUnfenced";
+    pub const BLOCKED: &str = "OobfenceBlocked";
+    pub const WOULD_FENCE: &str = "OobfenceWouldFence";
+    pub const WOULD_UNFENCE: &str = "OobfenceWouldUnfence";
+    pub const FENCE_FAILED: &str = "OobfenceFenceFailed";
+    pub const RECORD_CLEARED: &str = "OobfenceRecordCleared";
+}
+
+/// API calls other than watches must finish within this.
+const CALL_TIMEOUT: Duration = Duration::from_secs(20);
+/// Attempts for a write that keeps hitting 409 Conflict.
+const CONFLICT_ATTEMPTS: usize = 5;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    #[error("cannot load kubeconfig {path}: {source}")]
+    Kubeconfig {
+        path: String,
+        #[source]
+        source: kube::config::KubeconfigError,
+    },
+    #[error(
+        "cannot find a kubeconfig ($KUBECONFIG, ~/.kube/config) and [kubernetes] kubeconfig is not set: {0}"
+    )]
+    Infer(#[source] kube::config::InferConfigError),
+    #[error("Kubernetes client: {0}")]
+    Client(#[source] kube::Error),
+    #[error("Kubernetes API: {0}")]
+    Api(#[from] kube::Error),
+    #[error("Kubernetes API call timed out after {0:?}")]
+    Timeout(Duration),
+    /// The node was deleted and re-created under the same name since the decision.
+    #[error("node {name} now has uid {found}, not the {expected} the decision was about")]
+    NodeReplaced {
+        name: String,
+        expected: String,
+        found: String,
+    },
+    /// The fresh read no longer supports the write (node Ready again, taint already there...).
+    #[error("{0}")]
+    Precondition(String),
+}
+
+impl ClusterError {
+    fn is_conflict(&self) -> bool {
+        matches!(self, ClusterError::Api(kube::Error::Api(s)) if s.is_conflict())
+    }
+}
+
+/// Builds a client from `[kubernetes]`.
+pub async fn connect(cfg: &KubernetesConfig) -> Result<Client, ClusterError> {
+    let options = KubeConfigOptions {
+        context: cfg.context.clone(),
+        ..Default::default()
+    };
+    let config = match &cfg.kubeconfig {
+        Some(path) => {
+            let kc = Kubeconfig::read_from(path).map_err(|source| ClusterError::Kubeconfig {
+                path: path.display().to_string(),
+                source,
+            })?;
+            kube::Config::from_custom_kubeconfig(kc, &options)
+                .await
+                .map_err(|source| ClusterError::Kubeconfig {
+                    path: path.display().to_string(),
+                    source,
+                })?
+        }
+        None if cfg.context.is_some() => {
+            kube::Config::from_kubeconfig(&options)
+                .await
+                .map_err(|source| ClusterError::Kubeconfig {
+                    path: "$KUBECONFIG or ~/.kube/config".into(),
+                    source,
+                })?
+        }
+        None => kube::Config::infer().await.map_err(ClusterError::Infer)?,
+    };
+    Client::try_from(config).map_err(ClusterError::Client)
+}
+
+async fn bounded<T>(fut: impl Future<Output = Result<T, kube::Error>>) -> Result<T, ClusterError> {
+    match tokio::time::timeout(CALL_TIMEOUT, fut).await {
+        Ok(r) => r.map_err(ClusterError::Api),
+        Err(_) => Err(ClusterError::Timeout(CALL_TIMEOUT)),
+    }
+}
+
+fn time_of(t: &Time) -> Timestamp {
+    t.0
+}
+
+/// True for an out-of-service taint, whoever placed it.
+pub fn is_out_of_service(t: &Taint) -> bool {
+    t.key == OUT_OF_SERVICE_KEY
+}
+
+/// oobfence's record on this node, if its annotations are there.
+pub fn fence_record(node: &Node) -> Option<FenceRecord> {
+    let ann = node.metadata.annotations.as_ref()?;
+    let at: Timestamp = ann.get(ANNOTATION_FENCED_AT)?.parse().ok()?;
+    let boot_id = ann
+        .get(ANNOTATION_FENCED_BOOT_ID)
+        .cloned()
+        .unwrap_or_default();
+    let taint_present = taints(node).iter().any(is_out_of_service);
+    Some(FenceRecord {
+        at,
+        boot_id,
+        taint_present,
+    })
+}
+
+fn taints(node: &Node) -> &[Taint] {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_deref())
+        .unwrap_or(&[])
+}
+
+pub fn boot_id(node: &Node) -> String {
+    node.status
+        .as_ref()
+        .and_then(|s| s.node_info.as_ref())
+        .map(|i| i.boot_id.clone())
+        .unwrap_or_default()
+}
+
+pub fn readiness(node: &Node) -> Readiness {
+    let ready = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"));
+    match ready {
+        None => Readiness::NoCondition,
+        Some(c) if c.status == "True" => Readiness::Ready,
+        Some(c) => Readiness::NotReady {
+            // A condition without a transition time is treated as having just changed: the
+            // grace period then starts now instead of being skipped.
+            since: c
+                .last_transition_time
+                .as_ref()
+                .map(time_of)
+                .unwrap_or_else(Timestamp::now),
+        },
+    }
+}
+
+pub fn lease_renewed(lease: &Lease) -> Option<Timestamp> {
+    lease
+        .spec
+        .as_ref()?
+        .renew_time
+        .as_ref()
+        .map(|t: &MicroTime| t.0)
+}
+
+/// The core's view of a node. `has_power_source` comes from the config, never the node.
+pub fn node_facts(node: &Node, lease: Option<&Lease>, has_power_source: bool) -> NodeFacts {
+    let fence = fence_record(node);
+    let foreign_out_of_service = fence.is_none() && taints(node).iter().any(is_out_of_service);
+    NodeFacts {
+        readiness: readiness(node),
+        lease_renewed: lease.and_then(lease_renewed),
+        boot_id: boot_id(node),
+        being_deleted: node.metadata.deletion_timestamp.is_some(),
+        fence,
+        foreign_out_of_service,
+        has_power_source,
+    }
+}
+
+/// What was written, for Events and the journal.
+#[derive(Debug, Clone)]
+pub struct FenceWrite {
+    pub boot_id: String,
+    pub at: Timestamp,
+    /// JSON of the node's labels and annotations before a delete, kept as a backup.
+    pub backup: Option<String>,
+    /// How many read-modify-write rounds it took (more than 1 after a 409 Conflict).
+    pub attempts: usize,
+}
+
+/// Writes to the cluster on behalf of one oobfence instance.
+#[derive(Clone)]
+pub struct Cluster {
+    client: Client,
+    datacenter: String,
+}
+
+impl Cluster {
+    pub fn new(client: Client, datacenter: &str) -> Self {
+        Cluster {
+            client,
+            datacenter: datacenter.to_string(),
+        }
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    fn nodes(&self) -> Api<Node> {
+        Api::all(self.client.clone())
+    }
+
+    /// A fresh read of the node, checked to be the same object the decision was about and still
+    /// not Ready: the cache the decision used may be a moment old.
+    async fn fresh_not_ready(&self, name: &str, uid: &str) -> Result<Node, ClusterError> {
+        let node = bounded(self.nodes().get(name)).await?;
+        let found = node.uid().unwrap_or_default();
+        if found != uid {
+            return Err(ClusterError::NodeReplaced {
+                name: name.into(),
+                expected: uid.into(),
+                found,
+            });
+        }
+        if readiness(&node) == Readiness::Ready {
+            return Err(ClusterError::Precondition(format!(
+                "node {name} is Ready again on a fresh read; not fencing"
+            )));
+        }
+        Ok(node)
+    }
+
+    /// Retries `op` on 409 Conflict, a few times with jittered backoff; other errors return.
+    async fn on_conflict_retry<T, F, Fut>(&self, op: F) -> Result<T, ClusterError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, ClusterError>>,
+    {
+        op.retry(
+            ExponentialBuilder::default()
+                .with_min_delay(Duration::from_millis(50))
+                .with_max_delay(Duration::from_secs(1))
+                .with_max_times(CONFLICT_ATTEMPTS - 1)
+                .with_jitter(),
+        )
+        .sleep(tokio::time::sleep)
+        .when(ClusterError::is_conflict)
+        .await
+    }
+
+    /// Adds the out-of-service taint and oobfence's annotations in one preconditioned patch.
+    pub async fn apply_fence_taint(
+        &self,
+        name: &str,
+        uid: &str,
+        reason: &str,
+    ) -> Result<FenceWrite, ClusterError> {
+        let attempts = AtomicUsize::new(0);
+        self.on_conflict_retry(|| async {
+            let attempt = attempts.fetch_add(1, Ordering::Relaxed) + 1;
+            let node = self.fresh_not_ready(name, uid).await?;
+            if taints(&node).iter().any(is_out_of_service) {
+                return Err(ClusterError::Precondition(format!(
+                    "node {name} already has an out-of-service taint; not adding another"
+                )));
+            }
+            let now = Timestamp::now();
+            let mut list: Vec<Taint> = taints(&node).to_vec();
+            list.push(Taint {
+                key: OUT_OF_SERVICE_KEY.into(),
+                value: Some(OUT_OF_SERVICE_VALUE.into()),
+                effect: OUT_OF_SERVICE_EFFECT.into(),
+                time_added: Some(Time(now)),
+            });
+            let boot = boot_id(&node);
+            let patch = json!({
+                "metadata": {
+                    "resourceVersion": node.resource_version(),
+                    "annotations": {
+                        ANNOTATION_FENCED_AT: now.to_string(),
+                        ANNOTATION_FENCED_BOOT_ID: boot,
+                        ANNOTATION_ACTION: FenceAction::Taint.to_string(),
+                        ANNOTATION_FENCED_BY: format!("oobfence/{}", self.datacenter),
+                        ANNOTATION_REASON: reason,
+                    }
+                },
+                "spec": { "taints": list }
+            });
+            bounded(
+                self.nodes()
+                    .patch(name, &PatchParams::default(), &Patch::Merge(&patch)),
+            )
+            .await?;
+            Ok(FenceWrite {
+                boot_id: boot,
+                at: now,
+                backup: None,
+                attempts: attempt,
+            })
+        })
+        .await
+    }
+
+    /// Removes oobfence's taint (only an out-of-service taint with oobfence's value on a node
+    /// carrying oobfence's record) and its annotations; every other taint stays.
+    pub async fn remove_fence_taint(&self, name: &str, uid: &str) -> Result<(), ClusterError> {
+        self.remove_record(name, uid, true).await
+    }
+
+    /// Drops oobfence's annotations (its taint is already gone).
+    pub async fn clear_fence_record(&self, name: &str, uid: &str) -> Result<(), ClusterError> {
+        self.remove_record(name, uid, false).await
+    }
+
+    async fn remove_record(
+        &self,
+        name: &str,
+        uid: &str,
+        untaint: bool,
+    ) -> Result<(), ClusterError> {
+        self.on_conflict_retry(|| async {
+            let node = bounded(self.nodes().get(name)).await?;
+            if node.uid().as_deref() != Some(uid) {
+                return Err(ClusterError::NodeReplaced {
+                    name: name.into(),
+                    expected: uid.into(),
+                    found: node.uid().unwrap_or_default(),
+                });
+            }
+            if fence_record(&node).is_none() {
+                return Err(ClusterError::Precondition(format!(
+                    "node {name} carries no oobfence record; its taints are not oobfence's to remove"
+                )));
+            }
+            let annotations: serde_json::Map<String, serde_json::Value> = [
+                ANNOTATION_FENCED_AT,
+                ANNOTATION_FENCED_BOOT_ID,
+                ANNOTATION_ACTION,
+                ANNOTATION_FENCED_BY,
+                ANNOTATION_REASON,
+            ]
+            .iter()
+            .map(|k| (k.to_string(), serde_json::Value::Null))
+            .collect();
+            let mut patch = json!({
+                "metadata": {
+                    "resourceVersion": node.resource_version(),
+                    "annotations": annotations,
+                }
+            });
+            if untaint {
+                let list: Vec<&Taint> = taints(&node)
+                    .iter()
+                    .filter(|t| {
+                        !(is_out_of_service(t) && t.value.as_deref() == Some(OUT_OF_SERVICE_VALUE))
+                    })
+                    .collect();
+                patch["spec"] = json!({ "taints": list });
+            }
+            bounded(
+                self.nodes()
+                    .patch(name, &PatchParams::default(), &Patch::Merge(&patch)),
+            )
+            .await?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Deletes the Node with uid and resourceVersion preconditions, so a node re-registered
+    /// under the same name is never deleted. Its labels and annotations are returned (and go
+    /// into an Event before the delete) so they can be restored by hand.
+    pub async fn delete_node(&self, name: &str, uid: &str) -> Result<FenceWrite, ClusterError> {
+        let attempts = AtomicUsize::new(0);
+        self.on_conflict_retry(|| async {
+            let attempt = attempts.fetch_add(1, Ordering::Relaxed) + 1;
+            let node = self.fresh_not_ready(name, uid).await?;
+            let backup = json!({
+                "labels": node.metadata.labels.clone().unwrap_or_default(),
+                "annotations": node.metadata.annotations.clone().unwrap_or_default(),
+                "taints": taints(&node),
+            })
+            .to_string();
+            self.event(
+                &node,
+                EventType::Normal,
+                reasons::NODE_DELETED,
+                &format!("deleting Node; its labels, annotations and taints were: {backup}"),
+            )
+            .await;
+            let dp = DeleteParams {
+                preconditions: Some(Preconditions {
+                    uid: Some(uid.into()),
+                    resource_version: node.resource_version(),
+                }),
+                ..Default::default()
+            };
+            bounded(self.nodes().delete(name, &dp)).await?;
+            Ok(FenceWrite {
+                boot_id: boot_id(&node),
+                at: Timestamp::now(),
+                backup: Some(backup),
+                attempts: attempt,
+            })
+        })
+        .await
+    }
+
+    /// Emits a core/v1 Event about a node. Failures are logged, never fatal: an Event is a
+    /// report, not part of the fence.
+    pub async fn event(&self, node: &Node, kind: EventType, reason: &str, message: &str) {
+        if let Err(e) = self.try_event(node, kind, reason, message).await {
+            tracing::warn!(node = %node.name_any(), reason, error = %e, "could not emit Event");
+        }
+    }
+
+    async fn try_event(
+        &self,
+        node: &Node,
+        kind: EventType,
+        reason: &str,
+        message: &str,
+    ) -> Result<(), ClusterError> {
+        let name = node.name_any();
+        let now = Timestamp::now();
+        // core/v1 Events: every server version accepts them for cluster-scoped objects in
+        // "default" (1.20 rejects events.k8s.io/v1 ones there). The uid is the node name, as
+        // the kubelet does, because that is what `kubectl describe node` looks up.
+        let ev = Event {
+            metadata: ObjectMeta {
+                generate_name: Some(format!("{name}.oobfence.")),
+                namespace: Some("default".into()),
+                ..Default::default()
+            },
+            involved_object: ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Node".into()),
+                name: Some(name.clone()),
+                uid: Some(name.clone()),
+                ..Default::default()
+            },
+            reason: Some(reason.into()),
+            message: Some(truncate(message, 4000)),
+            type_: Some(kind.as_str().into()),
+            first_timestamp: Some(Time(now)),
+            last_timestamp: Some(Time(now)),
+            count: Some(1),
+            source: Some(EventSource {
+                component: Some("oobfence".into()),
+                host: None,
+            }),
+            reporting_component: Some("oobfence".into()),
+            reporting_instance: Some(format!("oobfence-{}", self.datacenter)),
+            ..Default::default()
+        };
+        let api: Api<Event> = Api::namespaced(self.client.clone(), "default");
+        bounded(api.create(&PostParams::default(), &ev)).await?;
+        Ok(())
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventType {
+    Normal,
+    Warning,
+}
+
+impl EventType {
+    fn as_str(self) -> &'static str {
+        match self {
+            EventType::Normal => "Normal",
+            EventType::Warning => "Warning",
+        }
+    }
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}
+
+/// Leases by node name, from the kube-node-lease namespace.
+pub fn leases_by_node(leases: &[std::sync::Arc<Lease>]) -> BTreeMap<String, std::sync::Arc<Lease>> {
+    leases.iter().map(|l| (l.name_any(), l.clone())).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo};
+
+    fn node(ready: &str, taints: Vec<Taint>, annotations: &[(&str, &str)]) -> Node {
+        Node {
+            metadata: ObjectMeta {
+                name: Some("n1".into()),
+                annotations: Some(
+                    annotations
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                ),
+                ..Default::default()
+            },
+            spec: Some(NodeSpec {
+                taints: Some(taints),
+                ..Default::default()
+            }),
+            status: Some(NodeStatus {
+                conditions: Some(vec![NodeCondition {
+                    type_: "Ready".into(),
+                    status: ready.into(),
+                    last_transition_time: Some(Time("2026-01-01T00:00:00Z".parse().unwrap())),
+                    ..Default::default()
+                }]),
+                node_info: Some(NodeSystemInfo {
+                    boot_id: "b1".into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+        }
+    }
+
+    fn oos() -> Taint {
+        Taint {
+            key: OUT_OF_SERVICE_KEY.into(),
+            value: Some(OUT_OF_SERVICE_VALUE.into()),
+            effect: OUT_OF_SERVICE_EFFECT.into(),
+            time_added: None,
+        }
+    }
+
+    #[test]
+    fn facts_from_a_node() {
+        let f = node_facts(&node("Unknown", vec![], &[]), None, true);
+        assert_eq!(
+            f.readiness,
+            Readiness::NotReady {
+                since: "2026-01-01T00:00:00Z".parse().unwrap()
+            }
+        );
+        assert_eq!(f.boot_id, "b1");
+        assert!(f.fence.is_none() && !f.foreign_out_of_service);
+        assert_eq!(
+            node_facts(&node("True", vec![], &[]), None, true).readiness,
+            Readiness::Ready
+        );
+        assert!(matches!(
+            node_facts(&node("False", vec![], &[]), None, true).readiness,
+            Readiness::NotReady { .. }
+        ));
+    }
+
+    #[test]
+    fn an_out_of_service_taint_without_our_record_is_foreign() {
+        let f = node_facts(&node("Unknown", vec![oos()], &[]), None, true);
+        assert!(f.foreign_out_of_service);
+        assert!(f.fence.is_none());
+    }
+
+    #[test]
+    fn our_record_is_read_back() {
+        let ann = [
+            (ANNOTATION_FENCED_AT, "2026-01-01T00:05:00Z"),
+            (ANNOTATION_FENCED_BOOT_ID, "b0"),
+        ];
+        let f = node_facts(&node("Unknown", vec![oos()], &ann), None, true);
+        let r = f.fence.unwrap();
+        assert!(r.taint_present);
+        assert_eq!(r.boot_id, "b0");
+        assert!(!f.foreign_out_of_service);
+        let f = node_facts(&node("Unknown", vec![], &ann), None, true);
+        assert!(!f.fence.unwrap().taint_present);
+    }
+
+    #[test]
+    fn node_labels_or_annotations_cannot_supply_a_power_source() {
+        // The mapping comes only from the config: facts carry what the caller says.
+        let n = node("Unknown", vec![], &[("oobfence.io/bmc", "https://evil")]);
+        assert!(!node_facts(&n, None, false).has_power_source);
+    }
+
+    #[test]
+    fn truncate_keeps_char_boundaries() {
+        assert_eq!(truncate("abc", 5), "abc");
+        assert_eq!(truncate("ééé", 3), "é…");
+    }
+}

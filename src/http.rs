@@ -1,0 +1,103 @@
+//! The daemon's HTTP endpoints: `/metrics`, `/healthz`, `/readyz`, `/nodes`, `/nodes/NAME`.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+
+use crate::daemon::Shared;
+
+pub fn router(shared: Arc<Shared>) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/nodes", get(nodes))
+        .route("/nodes/{name}", get(node))
+        .with_state(shared)
+}
+
+/// Serves until `stop` turns true.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    shared: Arc<Shared>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let app = router(shared);
+    let result = axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            let _ = stop.wait_for(|s| *s).await;
+        })
+        .await;
+    if let Err(e) = result {
+        tracing::error!(error = %e, "HTTP server failed");
+    }
+}
+
+async fn metrics(State(s): State<Arc<Shared>>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        s.metrics.encode(),
+    )
+        .into_response()
+}
+
+/// Alive: the decision loop completed a pass recently (a wedged loop fails this).
+async fn healthz(State(s): State<Arc<Shared>>) -> Response {
+    if s.loop_alive() || !s.synced.load(std::sync::atomic::Ordering::Relaxed) {
+        (StatusCode::OK, "ok\n").into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "decision loop has not run recently\n",
+        )
+            .into_response()
+    }
+}
+
+/// Ready: the node cache is synced and the API server answers the watches.
+async fn readyz(State(s): State<Arc<Shared>>) -> Response {
+    if s.ready() {
+        (StatusCode::OK, "ready\n").into_response()
+    } else if !s.synced.load(std::sync::atomic::Ordering::Relaxed) {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "node cache not synced yet\n",
+        )
+            .into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "Kubernetes API not reachable: watches are failing\n",
+        )
+            .into_response()
+    }
+}
+
+async fn nodes(State(s): State<Arc<Shared>>) -> Response {
+    let reports: Vec<_> = match s.reports.read() {
+        Ok(r) => r.values().cloned().collect(),
+        Err(_) => Vec::new(),
+    };
+    axum::Json(reports).into_response()
+}
+
+async fn node(State(s): State<Arc<Shared>>, Path(name): Path<String>) -> Response {
+    let report = s.reports.read().ok().and_then(|r| r.get(&name).cloned());
+    match report {
+        Some(r) => axum::Json(r).into_response(),
+        None => (
+            StatusCode::NOT_FOUND,
+            axum::Json(serde_json::json!({
+                "error": format!("node {name:?} is not in oobfence's cache (datacenter {})", s.datacenter)
+            })),
+        )
+            .into_response(),
+    }
+}

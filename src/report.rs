@@ -1,0 +1,227 @@
+//! What the daemon thinks of a node, as served on `/nodes/NAME` and printed by `oobfence why`.
+
+use std::fmt::Write as _;
+
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+
+use crate::decision::{Decision, NodeFacts, Readiness};
+use crate::power::{PowerReading, PowerState};
+
+/// One node's facts, reads and decision. Owned strings only, so the CLI can parse it back
+/// without knowing the daemon's internal types.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct NodeReport {
+    pub node: String,
+    pub datacenter: String,
+    pub evaluated_at: Timestamp,
+    /// healthy, suspect, confirming, blocked, fenced, recovering.
+    pub state: String,
+    /// idle, fence, would_fence, unfence, would_unfence, clear_record.
+    pub step: String,
+    pub rule: String,
+    pub reason: String,
+    pub dry_run: bool,
+    /// Ready, NotReady or NoCondition.
+    pub ready: String,
+    pub not_ready_since: Option<Timestamp>,
+    pub lease_renewed: Option<Timestamp>,
+    pub boot_id: String,
+    pub power_source: Option<PowerSourceReport>,
+    pub fence: Option<FenceReport>,
+    /// Newest last.
+    pub reads: Vec<ReadReport>,
+    pub read_in_flight: bool,
+    pub next_read_at: Option<Timestamp>,
+    /// The last action's outcome, if it failed.
+    pub last_action_error: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct PowerSourceReport {
+    pub backend: String,
+    pub address: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct FenceReport {
+    pub at: Timestamp,
+    pub boot_id: String,
+    pub taint_present: bool,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct ReadReport {
+    pub at: Timestamp,
+    /// on, off, transitional, error.
+    pub result: String,
+    /// The full state as text (`Off`, `error: timeout: ...`).
+    pub value: String,
+    pub latency_seconds: f64,
+}
+
+impl From<&PowerReading> for ReadReport {
+    fn from(r: &PowerReading) -> Self {
+        ReadReport {
+            at: r.at,
+            result: r.state.label().to_string(),
+            value: r.state.to_string(),
+            latency_seconds: r.latency.as_secs_f64(),
+        }
+    }
+}
+
+/// Inputs for [`NodeReport::new`], grouped to keep the call readable.
+pub struct ReportInputs<'a> {
+    pub node: &'a str,
+    pub datacenter: &'a str,
+    pub now: Timestamp,
+    pub facts: &'a NodeFacts,
+    pub decision: &'a Decision,
+    pub reads: &'a [PowerReading],
+    pub power_source: Option<PowerSourceReport>,
+    pub dry_run: bool,
+    pub read_in_flight: bool,
+    pub last_action_error: Option<String>,
+}
+
+impl NodeReport {
+    pub fn new(i: ReportInputs<'_>) -> NodeReport {
+        let (ready, since) = match i.facts.readiness {
+            Readiness::Ready => ("Ready", None),
+            Readiness::NotReady { since } => ("NotReady", Some(since)),
+            Readiness::NoCondition => ("NoCondition", None),
+        };
+        let step = serde_json::to_value(i.decision.step)
+            .ok()
+            .and_then(|v| v.get("step").and_then(|s| s.as_str()).map(String::from))
+            .unwrap_or_default();
+        const SHOWN_READS: usize = 8;
+        NodeReport {
+            node: i.node.to_string(),
+            datacenter: i.datacenter.to_string(),
+            evaluated_at: i.now,
+            state: i.decision.state.as_str().to_string(),
+            step,
+            rule: i.decision.rule.name().to_string(),
+            reason: i.decision.reason.clone(),
+            dry_run: i.dry_run,
+            ready: ready.to_string(),
+            not_ready_since: since,
+            lease_renewed: i.facts.lease_renewed,
+            boot_id: i.facts.boot_id.clone(),
+            power_source: i.power_source,
+            fence: i.facts.fence.as_ref().map(|f| FenceReport {
+                at: f.at,
+                boot_id: f.boot_id.clone(),
+                taint_present: f.taint_present,
+            }),
+            reads: i
+                .reads
+                .iter()
+                .skip(i.reads.len().saturating_sub(SHOWN_READS))
+                .map(ReadReport::from)
+                .collect(),
+            read_in_flight: i.read_in_flight,
+            next_read_at: i.decision.next_read_at,
+            last_action_error: i.last_action_error,
+        }
+    }
+
+    /// The `oobfence why` text: what the daemon thinks and the rule that made it.
+    pub fn render(&self, now: Timestamp) -> String {
+        let ago = |t: Timestamp| -> String {
+            let secs = now.duration_since(t).as_secs();
+            if secs < 0 {
+                format!("{t} (in the future: clock skew?)")
+            } else {
+                let d = std::time::Duration::from_secs(secs as u64);
+                format!("{t} ({} ago)", humantime::format_duration(d))
+            }
+        };
+        let mut s = String::new();
+        let _ = writeln!(s, "node {} (datacenter {})", self.node, self.datacenter);
+        let _ = writeln!(s, "  state:        {}", self.state);
+        let _ = writeln!(
+            s,
+            "  decision:     {}{} — rule {}",
+            self.step,
+            if self.dry_run { " (dry run)" } else { "" },
+            self.rule
+        );
+        let _ = writeln!(s, "  why:          {}", self.reason);
+        match self.not_ready_since {
+            Some(t) => {
+                let _ = writeln!(s, "  ready:        NotReady since {}", ago(t));
+            }
+            None => {
+                let _ = writeln!(s, "  ready:        {}", self.ready);
+            }
+        }
+        let _ = writeln!(
+            s,
+            "  lease:        {}",
+            self.lease_renewed
+                .map(|t| format!("renewed {}", ago(t)))
+                .unwrap_or_else(|| "none in kube-node-lease".into())
+        );
+        let _ = writeln!(
+            s,
+            "  boot id:      {}",
+            if self.boot_id.is_empty() {
+                "(not reported)"
+            } else {
+                &self.boot_id
+            }
+        );
+        let _ = writeln!(
+            s,
+            "  power source: {}",
+            self.power_source
+                .as_ref()
+                .map(|p| format!("{} {}", p.backend, p.address))
+                .unwrap_or_else(|| "none: no [[bmc]] entry matches this node".into())
+        );
+        if let Some(f) = &self.fence {
+            let _ = writeln!(
+                s,
+                "  fenced:       at {}, boot id then {}, taint {}",
+                ago(f.at),
+                f.boot_id,
+                if f.taint_present { "present" } else { "gone" }
+            );
+        }
+        if let Some(e) = &self.last_action_error {
+            let _ = writeln!(s, "  last action:  FAILED: {e}");
+        }
+        if self.reads.is_empty() {
+            let _ = writeln!(s, "  power reads:  none");
+        } else {
+            let _ = writeln!(s, "  power reads (newest last):");
+            for r in &self.reads {
+                let _ = writeln!(
+                    s,
+                    "    {}  {:<40} {:>7.3}s",
+                    r.at.strftime("%Y-%m-%dT%H:%M:%S%.3fZ"),
+                    r.value,
+                    r.latency_seconds
+                );
+            }
+        }
+        if self.read_in_flight {
+            let _ = writeln!(s, "  a power read is in progress");
+        } else if let Some(t) = self.next_read_at {
+            let _ = writeln!(s, "  next read:    not before {t}");
+        }
+        s
+    }
+}
+
+/// A read's state as a short word for tables.
+pub fn short_state(state: &PowerState) -> String {
+    match state {
+        PowerState::On => "On".into(),
+        PowerState::Off => "Off".into(),
+        other => other.to_string(),
+    }
+}

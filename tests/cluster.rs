@@ -1,0 +1,429 @@
+//! End to end against a real kube-apiserver (OOBFENCE_TEST_KUBECONFIG) and a real Redfish
+//! emulator (sushy-tools): Nodes go NotReady, BMCs say Off or On, and oobfence must fence,
+//! refuse, or unfence exactly as its rules say.
+
+mod support;
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, Patch, PatchParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+
+use oobfence::cluster::{self, Cluster, ClusterError};
+use support::k8s::{
+    FakeNode, RunningDaemon, TEST_LABEL, annotation, events_for, keep_taint, taints, unique,
+    wait_for,
+};
+use support::sushy::SushyEmulator;
+
+const PASSWORD: &str = "password";
+
+/// Policy fast enough for tests, same rules as production.
+fn config(group: &str, policy_extra: &str, bmcs: &str) -> String {
+    format!(
+        r#"
+datacenter = "test"
+[kubernetes]
+kubeconfig = "{{kubeconfig}}"
+node_selector = "{TEST_LABEL}={group}"
+[policy]
+not_ready_grace = "2s"
+confirm_reads = 2
+confirm_interval = "1s"
+read_max_age = "10s"
+recheck_interval = "2s"
+{policy_extra}
+[server]
+listen = "{{listen}}"
+{bmcs}
+"#
+    )
+}
+
+fn redfish_bmc(node: &str, emu: &SushyEmulator, system: usize, dir: &std::path::Path) -> String {
+    let pw = dir.join("bmc-password");
+    std::fs::write(&pw, format!("{PASSWORD}\n")).unwrap();
+    format!(
+        r#"
+[[bmc]]
+nodes = ["{node}"]
+protocol = "redfish"
+address = "{}"
+system = "{}"
+username = "admin"
+password_file = "{}"
+ca_file = "{}"
+timeout = "5s"
+"#,
+        emu.base_url(),
+        emu.system_path(system),
+        pw.display(),
+        emu.cert_pem_path().display()
+    )
+}
+
+const POWER_CHANGE: Duration = Duration::from_secs(30);
+const DECISION: Duration = Duration::from_secs(45);
+
+async fn node_has(client: &Client, name: &str, pred: impl Fn(&Node) -> bool) -> Option<Node> {
+    let api: Api<Node> = Api::all(client.clone());
+    let n = api.get(name).await.ok()?;
+    pred(&n).then_some(n)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fences_a_dead_node_whose_bmc_reads_off_and_unfences_it_on_return() {
+    let client = support::k8s::client().await;
+    let emu = SushyEmulator::start(2).await;
+    let group = unique("fence");
+    let dir = tempfile::tempdir().unwrap();
+    let dead_name = format!("{group}-a");
+    let healthy_name = format!("{group}-b");
+    let bmcs = redfish_bmc(&dead_name, &emu, 0, dir.path())
+        + &redfish_bmc(&healthy_name, &emu, 1, dir.path());
+    let dead = FakeNode::create(&client, &dead_name, &group, "boot-1").await;
+    let healthy = FakeNode::create(&client, &healthy_name, &group, "boot-9").await;
+    let daemon = RunningDaemon::start(&config(&group, "", &bmcs), dir).await;
+
+    emu.set_power(0, false).await;
+    emu.wait_power(0, "Off", POWER_CHANGE).await;
+    dead.die("boot-1").await;
+
+    let fenced = wait_for("out-of-service taint", DECISION, || {
+        node_has(&client, &dead_name, FakeNode::has_oos_taint)
+    })
+    .await;
+    let t = taints(&fenced);
+    assert!(t.contains(&keep_taint()), "other taints survive: {t:?}");
+    let oos = t
+        .iter()
+        .find(|t| t.key == cluster::OUT_OF_SERVICE_KEY)
+        .unwrap();
+    assert_eq!(oos.value.as_deref(), Some("nodeshutdown"));
+    assert_eq!(oos.effect, "NoExecute");
+    assert_eq!(
+        annotation(&fenced, cluster::ANNOTATION_FENCED_BOOT_ID).as_deref(),
+        Some("boot-1")
+    );
+    assert!(annotation(&fenced, cluster::ANNOTATION_FENCED_AT).is_some());
+    let report = daemon
+        .wait_rule(&dead_name, "fenced-awaiting-recovery", DECISION)
+        .await;
+    assert_eq!(report["state"], "fenced");
+    let reads = report["reads"].as_array().unwrap();
+    let offs = reads.iter().filter(|r| r["result"] == "off").count();
+    assert!(offs >= 2, "fenced on at least two Off reads: {reads:?}");
+    let events = events_for(&client, &dead_name).await;
+    let fenced_event = events
+        .iter()
+        .find(|e| e.reason.as_deref() == Some("OobfenceFenced"))
+        .expect("an OobfenceFenced event");
+    assert!(
+        fenced_event.message.as_deref().unwrap().contains("Off"),
+        "{fenced_event:?}"
+    );
+    assert!(!FakeNode::has_oos_taint(&healthy.get().await));
+
+    // Power back on: a new boot, Ready again. The fence comes off, the other taint stays.
+    emu.set_power(0, true).await;
+    emu.wait_power(0, "On", POWER_CHANGE).await;
+    dead.come_back("boot-2").await;
+    let back = wait_for("taint removed", DECISION, || {
+        node_has(&client, &dead_name, |n| !FakeNode::has_oos_taint(n))
+    })
+    .await;
+    assert!(taints(&back).contains(&keep_taint()));
+    assert_eq!(annotation(&back, cluster::ANNOTATION_FENCED_AT), None);
+    assert_eq!(annotation(&back, cluster::ANNOTATION_FENCED_BOOT_ID), None);
+    let events = events_for(&client, &dead_name).await;
+    assert!(
+        events
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("OobfenceUnfenced"))
+    );
+    let metrics = daemon.metrics().await;
+    assert!(
+        metrics.contains("oobfence_actions_total{action=\"taint\",result=\"success\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("oobfence_actions_total{action=\"untaint\",result=\"success\"} 1"),
+        "{metrics}"
+    );
+    assert!(!FakeNode::has_oos_taint(&healthy.get().await));
+    daemon.stop().await;
+    dead.delete().await;
+    healthy.delete().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn never_fences_a_node_whose_bmc_reads_on() {
+    let client = support::k8s::client().await;
+    let emu = SushyEmulator::start(1).await;
+    let group = unique("on");
+    let dir = tempfile::tempdir().unwrap();
+    let name = format!("{group}-a");
+    let bmcs = redfish_bmc(&name, &emu, 0, dir.path());
+    let node = FakeNode::create(&client, &name, &group, "boot-1").await;
+    let daemon = RunningDaemon::start(&config(&group, "", &bmcs), dir).await;
+
+    node.die("boot-1").await;
+    let report = daemon.wait_rule(&name, "power-on", DECISION).await;
+    assert_eq!(report["state"], "blocked");
+    // Keep watching through several more re-reads: still nothing written.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let n = node.get().await;
+    assert!(!FakeNode::has_oos_taint(&n), "{:?}", taints(&n));
+    assert_eq!(annotation(&n, cluster::ANNOTATION_FENCED_AT), None);
+    assert!(
+        events_for(&client, &name)
+            .await
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("OobfenceBlocked"))
+    );
+    daemon.stop().await;
+    node.delete().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn never_fences_when_the_bmc_is_unreachable_and_why_says_why() {
+    let client = support::k8s::client().await;
+    let group = unique("unreach");
+    let dir = tempfile::tempdir().unwrap();
+    let name = format!("{group}-a");
+    let pw = dir.path().join("pw");
+    std::fs::write(&pw, "not-the-real-secret-4711\n").unwrap();
+    // Nothing listens on this port.
+    let port = support::k8s::free_port();
+    let bmcs = format!(
+        r#"
+[[bmc]]
+nodes = ["{name}"]
+protocol = "redfish"
+address = "https://127.0.0.1:{port}"
+system = "/redfish/v1/Systems/1"
+username = "admin"
+password_file = "{}"
+tls_insecure = true
+timeout = "2s"
+"#,
+        pw.display()
+    );
+    let node = FakeNode::create(&client, &name, &group, "boot-1").await;
+    let daemon = RunningDaemon::start(&config(&group, "", &bmcs), dir).await;
+    node.die("boot-1").await;
+    daemon.wait_rule(&name, "power-unknown", DECISION).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(!FakeNode::has_oos_taint(&node.get().await));
+
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_oobfence"))
+        .args(["why", "--config"])
+        .arg(&daemon.config_path)
+        .arg(&name)
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "why failed: {stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("rule power-unknown"), "{stdout}");
+    assert!(stdout.contains("unreachable"), "{stdout}");
+    assert!(stdout.contains("NotReady since"), "{stdout}");
+    assert!(stdout.contains("power reads (newest last)"), "{stdout}");
+    assert!(!stdout.contains("not-the-real-secret-4711"), "{stdout}");
+    daemon.stop().await;
+    node.delete().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_node_action_deletes_the_node_and_keeps_a_backup() {
+    let client = support::k8s::client().await;
+    let emu = SushyEmulator::start(1).await;
+    let group = unique("delete");
+    let dir = tempfile::tempdir().unwrap();
+    let name = format!("{group}-a");
+    let bmcs = redfish_bmc(&name, &emu, 0, dir.path());
+    let node = FakeNode::create(&client, &name, &group, "boot-1").await;
+    let daemon =
+        RunningDaemon::start(&config(&group, "action = \"delete-node\"", &bmcs), dir).await;
+    emu.set_power(0, false).await;
+    emu.wait_power(0, "Off", POWER_CHANGE).await;
+    node.die("boot-1").await;
+    wait_for("node deleted", DECISION, || async {
+        node.try_get().await.is_none().then_some(())
+    })
+    .await;
+    let events = events_for(&client, &name).await;
+    let backup = events
+        .iter()
+        .find(|e| e.reason.as_deref() == Some("OobfenceNodeDeleted"))
+        .expect("backup event before the delete");
+    let msg = backup.message.as_deref().unwrap();
+    assert!(msg.contains(TEST_LABEL) && msg.contains(&group), "{msg}");
+    daemon.stop().await;
+    node.delete().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dry_run_decides_but_writes_nothing() {
+    let client = support::k8s::client().await;
+    let emu = SushyEmulator::start(1).await;
+    let group = unique("dry");
+    let dir = tempfile::tempdir().unwrap();
+    let name = format!("{group}-a");
+    let bmcs = redfish_bmc(&name, &emu, 0, dir.path());
+    let node = FakeNode::create(&client, &name, &group, "boot-1").await;
+    let before = node.get().await;
+    let daemon = RunningDaemon::start(&config(&group, "dry_run = true", &bmcs), dir).await;
+    emu.set_power(0, false).await;
+    emu.wait_power(0, "Off", POWER_CHANGE).await;
+    node.die("boot-1").await;
+    let report = daemon.wait_rule(&name, "dry-run", DECISION).await;
+    assert_eq!(report["step"], "would_fence");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after = node.get().await;
+    // The node lifecycle controller adds its not-ready taints; oobfence adds nothing.
+    assert!(!FakeNode::has_oos_taint(&after), "{:?}", taints(&after));
+    assert!(taints(&after).contains(&keep_taint()));
+    let ours = |n: &Node| -> Vec<String> {
+        n.annotations()
+            .keys()
+            .filter(|k| k.starts_with("oobfence.io/"))
+            .cloned()
+            .collect()
+    };
+    assert!(ours(&before).is_empty());
+    assert!(ours(&after).is_empty(), "{:?}", after.annotations());
+    assert!(
+        events_for(&client, &name)
+            .await
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("OobfenceWouldFence"))
+    );
+    let metrics = daemon.metrics().await;
+    assert!(
+        metrics.contains("oobfence_would_act_total{action=\"taint\"} 1"),
+        "{metrics}"
+    );
+    assert!(!metrics.contains("oobfence_actions_total{"), "{metrics}");
+    daemon.stop().await;
+    node.delete().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_back_with_the_same_boot_id_keeps_its_fence() {
+    let client = support::k8s::client().await;
+    let emu = SushyEmulator::start(1).await;
+    let group = unique("sameboot");
+    let dir = tempfile::tempdir().unwrap();
+    let name = format!("{group}-a");
+    let bmcs = redfish_bmc(&name, &emu, 0, dir.path());
+    let node = FakeNode::create(&client, &name, &group, "boot-1").await;
+    let daemon = RunningDaemon::start(&config(&group, "", &bmcs), dir).await;
+    emu.set_power(0, false).await;
+    emu.wait_power(0, "Off", POWER_CHANGE).await;
+    node.die("boot-1").await;
+    wait_for("fenced", DECISION, || {
+        node_has(&client, &name, FakeNode::has_oos_taint)
+    })
+    .await;
+    emu.set_power(0, true).await;
+    emu.wait_power(0, "On", POWER_CHANGE).await;
+    node.come_back("boot-1").await;
+    daemon
+        .wait_rule(&name, "recovered-same-boot-id", DECISION)
+        .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(FakeNode::has_oos_taint(&node.get().await));
+    daemon.stop().await;
+    node.delete().await;
+}
+
+/// The taint write survives a concurrent writer: its resourceVersion precondition makes the
+/// API server answer 409, and the bounded retry re-reads and writes the full list again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn taint_write_retries_on_conflict_and_keeps_concurrent_changes() {
+    let client = support::k8s::client().await;
+    let group = unique("conflict");
+    let cluster = Cluster::new(client.clone(), "test");
+    let mut saw_conflict = false;
+    for round in 0..15 {
+        let name = format!("{group}-{round}");
+        let node = FakeNode::create(&client, &name, &group, "boot-1").await;
+        node.die("boot-1").await;
+        let uid = node.get().await.uid().unwrap();
+        // A second writer keeps changing the node while oobfence writes its taint.
+        let writer_client = client.clone();
+        let writer_name = name.clone();
+        let writer = tokio::spawn(async move {
+            let api: Api<Node> = Api::all(writer_client);
+            for i in 0..40 {
+                let _ = api
+                    .patch(
+                        &writer_name,
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({"metadata": {"labels": {"writer": i.to_string()}}})),
+                    )
+                    .await;
+            }
+        });
+        let write = cluster
+            .apply_fence_taint(&name, &uid, "test")
+            .await
+            .expect("taint written despite the concurrent writer");
+        writer.await.unwrap();
+        let n = node.get().await;
+        assert!(FakeNode::has_oos_taint(&n));
+        assert!(taints(&n).contains(&keep_taint()));
+        assert_eq!(n.labels().get("writer").map(String::as_str), Some("39"));
+        node.delete().await;
+        if write.attempts > 1 {
+            saw_conflict = true;
+            break;
+        }
+    }
+    assert!(
+        saw_conflict,
+        "no round produced a 409: the retry path was never exercised"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_refuse_a_node_re_registered_under_the_same_name() {
+    let client = support::k8s::client().await;
+    let group = unique("replaced");
+    let name = format!("{group}-a");
+    let cluster = Cluster::new(client.clone(), "test");
+    let node = FakeNode::create(&client, &name, &group, "boot-1").await;
+    let old_uid = node.get().await.uid().unwrap();
+    node.delete().await;
+    wait_for("old node gone", Duration::from_secs(10), || async {
+        node.try_get().await.is_none().then_some(())
+    })
+    .await;
+    let node = FakeNode::create(&client, &name, &group, "boot-2").await;
+    node.die("boot-2").await;
+    let e = cluster.delete_node(&name, &old_uid).await.unwrap_err();
+    assert!(matches!(e, ClusterError::NodeReplaced { .. }), "{e}");
+    let e = cluster
+        .apply_fence_taint(&name, &old_uid, "test")
+        .await
+        .unwrap_err();
+    assert!(matches!(e, ClusterError::NodeReplaced { .. }), "{e}");
+    let n = node.get().await;
+    assert!(!FakeNode::has_oos_taint(&n));
+    // And a Ready node is never tainted, whatever the caller believed.
+    node.come_back("boot-3").await;
+    let uid = node.get().await.uid().unwrap();
+    let e = cluster
+        .apply_fence_taint(&name, &uid, "test")
+        .await
+        .unwrap_err();
+    assert!(matches!(e, ClusterError::Precondition(_)), "{e}");
+    node.delete().await;
+}

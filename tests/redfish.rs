@@ -1,0 +1,626 @@
+//! The Redfish power source against a real Redfish service (sushy-tools' emulator), against
+//! peers that misbehave at the TCP level, and against real vendor payloads (the samples that
+//! ship with the `sushy` client library).
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use oobfence::config::{BmcEntry, Config};
+use oobfence::power::redfish::{RedfishSource, parse_power_state};
+use oobfence::power::{PowerSource, PowerState, ReadErrorKind};
+use support::sushy::{self, SushyEmulator};
+
+/// A `[[bmc]]` entry built through the real config parser. `extra` adds TOML keys.
+fn bmc(dir: &Path, address: &str, password: &str, extra: &str) -> BmcEntry {
+    let pw: PathBuf = dir.join(format!("pw-{}", unique()));
+    std::fs::write(&pw, format!("{password}\n")).unwrap();
+    let text = format!(
+        "datacenter = \"test\"\n\
+         [[bmc]]\n\
+         nodes = [\"*\"]\n\
+         protocol = \"redfish\"\n\
+         address = \"{address}\"\n\
+         username = \"{}\"\n\
+         password_file = \"{}\"\n\
+         {extra}\n",
+        sushy::USERNAME,
+        pw.display()
+    );
+    let cfg = Config::parse(&text, Path::new("test.toml"))
+        .unwrap_or_else(|e| panic!("test config does not parse: {e}\n{text}"));
+    cfg.bmc.into_iter().next().unwrap()
+}
+
+fn unique() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    N.fetch_add(1, Ordering::Relaxed)
+}
+
+fn pinned(emu: &SushyEmulator) -> String {
+    format!("ca_file = \"{}\"", emu.cert_pem_path().display())
+}
+
+fn source(entry: &BmcEntry, node: &str) -> RedfishSource {
+    RedfishSource::new(entry, node).unwrap_or_else(|e| panic!("RedfishSource::new: {e}"))
+}
+
+fn error_of(state: &PowerState) -> (ReadErrorKind, &str) {
+    match state {
+        PowerState::Error { kind, detail } => (*kind, detail.as_str()),
+        other => panic!("expected an error, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn reads_on_with_a_pinned_certificate() {
+    let emu = SushyEmulator::start(1).await;
+    let system = format!("system = \"{}\"\n{}", emu.system_path(0), pinned(&emu));
+    let entry = bmc(emu.dir(), &emu.base_url(), sushy::PASSWORD, &system);
+    let src = source(&entry, "node000");
+    assert_eq!(src.read().await, PowerState::On);
+    assert_eq!(src.backend(), "redfish");
+    assert_eq!(src.address(), emu.base_url());
+    // The connection is kept; a second read must work the same.
+    assert_eq!(src.read().await, PowerState::On);
+}
+
+#[tokio::test]
+async fn follows_a_power_cycle() {
+    let emu = SushyEmulator::start(1).await;
+    let system = format!("system = \"{}\"\n{}", emu.system_path(0), pinned(&emu));
+    let entry = bmc(emu.dir(), &emu.base_url(), sushy::PASSWORD, &system);
+    let src = source(&entry, "node000");
+    assert_eq!(src.read().await, PowerState::On);
+
+    for (on, want) in [(false, PowerState::Off), (true, PowerState::On)] {
+        emu.set_power(0, on).await;
+        // The fake driver applies the change 1 to 11 s later; until then it still says the
+        // old state. Nothing but On or Off may show up on the way.
+        let start = Instant::now();
+        loop {
+            let state = src.read().await;
+            if state == want {
+                break;
+            }
+            assert!(
+                matches!(state, PowerState::On | PowerState::Off),
+                "unexpected {state:?}"
+            );
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "still {state:?} 20 s after asking for {want:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        emu.wait_power(0, if on { "On" } else { "Off" }, Duration::from_secs(1))
+            .await;
+    }
+}
+
+#[tokio::test]
+async fn discovers_the_single_system() {
+    let emu = SushyEmulator::start(1).await;
+    let entry = bmc(emu.dir(), &emu.base_url(), sushy::PASSWORD, &pinned(&emu));
+    let src = source(&entry, "node000");
+    assert!(!format!("{src:?}").contains(&emu.uuid(0)));
+    assert_eq!(src.read().await, PowerState::On);
+    // The discovered path is kept for later reads.
+    assert!(format!("{src:?}").contains(&emu.system_path(0)), "{src:?}");
+    assert_eq!(src.read().await, PowerState::On);
+}
+
+#[tokio::test]
+async fn several_systems_need_an_explicit_system() {
+    let emu = SushyEmulator::start(3).await;
+    let entry = bmc(emu.dir(), &emu.base_url(), sushy::PASSWORD, &pinned(&emu));
+    let src = source(&entry, "node001");
+    let state = src.read().await;
+    let (kind, detail) = error_of(&state);
+    assert_eq!(kind, ReadErrorKind::BadReply, "{detail}");
+    assert!(detail.contains("3 systems"), "{detail}");
+    assert!(detail.contains("set `system`"), "{detail}");
+    assert!(detail.contains(&emu.uuid(0)), "{detail}");
+
+    // With `system` set, the same BMC reads fine.
+    let system = format!("system = \"{}\"\n{}", emu.system_path(1), pinned(&emu));
+    let entry = bmc(emu.dir(), &emu.base_url(), sushy::PASSWORD, &system);
+    assert_eq!(source(&entry, "node001").read().await, PowerState::On);
+}
+
+#[tokio::test]
+async fn wrong_password_is_auth_and_never_shown() {
+    let emu = SushyEmulator::start(1).await;
+    let wrong = "Wr0ng-but-still-S3cret";
+    let system = format!("system = \"{}\"\n{}", emu.system_path(0), pinned(&emu));
+    let entry = bmc(emu.dir(), &emu.base_url(), wrong, &system);
+    let src = source(&entry, "node000");
+    let state = src.read().await;
+    let (kind, detail) = error_of(&state);
+    assert_eq!(kind, ReadErrorKind::Auth, "{detail}");
+    assert!(detail.contains("401"), "{detail}");
+    for text in [
+        state.to_string(),
+        format!("{state:?}"),
+        format!("{src:?}"),
+        src.address(),
+    ] {
+        assert!(!text.contains(wrong), "password leaked: {text}");
+    }
+    // Discovery hits the same wall.
+    let entry = bmc(emu.dir(), &emu.base_url(), wrong, &pinned(&emu));
+    let state = source(&entry, "node000").read().await;
+    assert_eq!(error_of(&state).0, ReadErrorKind::Auth, "{state:?}");
+    assert!(!state.to_string().contains(wrong));
+}
+
+#[tokio::test]
+async fn redirect_is_a_protocol_error_without_the_location() {
+    // The emulator answers /Systems/<name> with a 307 whose Location embeds the credentials.
+    let emu = SushyEmulator::start(1).await;
+    let system = format!("system = \"/redfish/v1/Systems/node000\"\n{}", pinned(&emu));
+    let entry = bmc(emu.dir(), &emu.base_url(), sushy::PASSWORD, &system);
+    let state = source(&entry, "node000").read().await;
+    let (kind, detail) = error_of(&state);
+    assert_eq!(kind, ReadErrorKind::Protocol, "{detail}");
+    assert!(detail.contains("307"), "{detail}");
+    assert!(!detail.contains(sushy::PASSWORD), "{detail}");
+    assert!(!detail.contains("@127.0.0.1"), "{detail}");
+    assert!(!detail.contains(&emu.uuid(0)), "{detail}");
+}
+
+#[tokio::test]
+async fn certificate_verification() {
+    let emu = SushyEmulator::start(1).await;
+    let path = format!("system = \"{}\"", emu.system_path(0));
+
+    // System roots only: the self-signed certificate is refused.
+    let entry = bmc(emu.dir(), &emu.base_url(), sushy::PASSWORD, &path);
+    let state = source(&entry, "node000").read().await;
+    assert_eq!(error_of(&state).0, ReadErrorKind::Tls, "{state:?}");
+
+    // Pinned to an unrelated certificate: refused.
+    let other = tempfile::tempdir().unwrap();
+    let (other_cert, _) = sushy::self_signed_cert(other.path(), "unrelated");
+    let extra = format!("{path}\nca_file = \"{}\"", other_cert.display());
+    let entry = bmc(emu.dir(), &emu.base_url(), sushy::PASSWORD, &extra);
+    let state = source(&entry, "node000").read().await;
+    let (kind, detail) = error_of(&state);
+    assert_eq!(kind, ReadErrorKind::Tls, "{detail}");
+    assert!(detail.to_lowercase().contains("certificate"), "{detail}");
+
+    // Pinned to its own certificate: works.
+    let extra = format!("{path}\n{}", pinned(&emu));
+    let entry = bmc(emu.dir(), &emu.base_url(), sushy::PASSWORD, &extra);
+    assert_eq!(source(&entry, "node000").read().await, PowerState::On);
+
+    // Verification off: works.
+    let extra = format!("{path}\ntls_insecure = true");
+    let entry = bmc(emu.dir(), &emu.base_url(), sushy::PASSWORD, &extra);
+    assert_eq!(source(&entry, "node000").read().await, PowerState::On);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_concurrent_reads() {
+    let emu = SushyEmulator::start(20).await;
+    // Node names are the UUIDs' last group, so `{node}` picks each node's system.
+    let extra = format!(
+        "system = \"/redfish/v1/Systems/00000000-0000-4000-8000-{{node}}\"\n{}",
+        pinned(&emu)
+    );
+    let entry = bmc(emu.dir(), &emu.base_url(), sushy::PASSWORD, &extra);
+    let sources: Vec<RedfishSource> = (0..20)
+        .map(|i| source(&entry, &format!("{i:012}")))
+        .collect();
+    let states = futures::future::join_all(sources.iter().map(|s| s.read())).await;
+    for (i, state) in states.iter().enumerate() {
+        assert_eq!(*state, PowerState::On, "system {i}");
+    }
+}
+
+#[tokio::test]
+async fn nothing_listening_is_unreachable_fast() {
+    let port = sushy::free_port();
+    let dir = tempfile::tempdir().unwrap();
+    let entry = bmc(
+        dir.path(),
+        &format!("https://127.0.0.1:{port}"),
+        "pw",
+        "timeout = \"5s\"",
+    );
+    let start = Instant::now();
+    let state = source(&entry, "n").read().await;
+    assert_eq!(error_of(&state).0, ReadErrorKind::Unreachable, "{state:?}");
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn silent_peer_is_a_timeout_within_the_deadline() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    // Accepts and holds connections without ever sending a byte.
+    let peer = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((conn, _)) = listener.accept().await {
+            held.push(conn);
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    for extra in [
+        "timeout = \"1s\"",
+        "timeout = \"1s\"\nsystem = \"/redfish/v1/Systems/1\"",
+    ] {
+        let entry = bmc(
+            dir.path(),
+            &format!("https://127.0.0.1:{port}"),
+            "pw",
+            extra,
+        );
+        let start = Instant::now();
+        let state = source(&entry, "n").read().await;
+        let took = start.elapsed();
+        assert_eq!(error_of(&state).0, ReadErrorKind::Timeout, "{state:?}");
+        assert!(
+            took >= Duration::from_millis(900),
+            "gave up early: {took:?}"
+        );
+        assert!(took < Duration::from_secs(4), "deadline not kept: {took:?}");
+    }
+    peer.abort();
+}
+
+#[tokio::test]
+async fn garbage_peer_is_never_a_power_state() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let replies: [&[u8]; 3] = [
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n{\"PowerState\":\"Off\"}",
+        b"\x16\x03\x01\x00\x05garbage that looks like a TLS record header",
+        b"\x00\xff\x13\x37 not TLS, not HTTP",
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    for reply in replies {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let peer = tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                let mut buf = [0u8; 1024];
+                let _ = conn.read(&mut buf).await;
+                let _ = conn.write_all(reply).await;
+                let _ = conn.shutdown().await;
+            }
+        });
+        let extra = "timeout = \"3s\"\nsystem = \"/redfish/v1/Systems/1\"";
+        let entry = bmc(
+            dir.path(),
+            &format!("https://127.0.0.1:{port}"),
+            "pw",
+            extra,
+        );
+        let state = source(&entry, "n").read().await;
+        let (kind, detail) = error_of(&state);
+        assert!(
+            matches!(
+                kind,
+                ReadErrorKind::Tls | ReadErrorKind::BadReply | ReadErrorKind::Protocol
+            ),
+            "{reply:?}: {kind:?}: {detail}"
+        );
+        peer.abort();
+    }
+}
+
+/// Every JSON sample that ships with the `sushy` Redfish client, parsed as a reply: a resource
+/// maps to exactly what its own `PowerState` says, and to an error when it has none.
+#[test]
+fn sushy_vendor_samples() {
+    let root = sushy_package_dir().join("tests");
+    let mut files = Vec::new();
+    collect_json(&root, &mut files);
+    assert!(
+        files.len() > 100,
+        "only {} JSON samples under {}",
+        files.len(),
+        root.display()
+    );
+
+    let mut systems = Vec::new();
+    let mut with_power_state = 0;
+    for file in &files {
+        let body = std::fs::read(file).unwrap();
+        let got = parse_power_state(&body);
+        let Ok(doc) = serde_json::from_slice::<serde_json::Value>(&body) else {
+            assert!(
+                matches!(
+                    got,
+                    PowerState::Error {
+                        kind: ReadErrorKind::BadReply,
+                        ..
+                    }
+                ),
+                "{}: not JSON, yet {got:?}",
+                file.display()
+            );
+            continue;
+        };
+        let want = expected(doc.get("PowerState"));
+        assert_eq!(
+            label(&got),
+            label(&want),
+            "{}: {got:?}, expected {want:?}",
+            file.display()
+        );
+        if doc.get("PowerState").is_some() {
+            with_power_state += 1;
+        }
+        let is_system = doc.get("PowerState").is_some()
+            || doc
+                .get("@odata.type")
+                .and_then(|t| t.as_str())
+                .is_some_and(|t| t.contains("ComputerSystem"));
+        if is_system {
+            systems.push((file.clone(), doc));
+        }
+    }
+    assert!(with_power_state > 0, "no sample carries a PowerState");
+    assert!(
+        systems
+            .iter()
+            .any(|(f, _)| f.to_string_lossy().contains("oem/dell")),
+        "the Dell system sample was not found"
+    );
+
+    // The same real payloads with every other PowerState value put in.
+    let mut checked = 0;
+    for (file, doc) in &systems {
+        if doc.get("PowerState").is_none() {
+            continue;
+        }
+        for value in [
+            serde_json::json!("Off"),
+            serde_json::json!("On"),
+            serde_json::json!("PoweringOn"),
+            serde_json::json!("PoweringOff"),
+            serde_json::json!("Paused"),
+            serde_json::json!("off"),
+            serde_json::json!(""),
+            serde_json::Value::Null,
+            serde_json::json!(0),
+        ] {
+            let mut doc = doc.clone();
+            doc["PowerState"] = value.clone();
+            let got = parse_power_state(&serde_json::to_vec_pretty(&doc).unwrap());
+            let want = expected(Some(&value));
+            assert_eq!(
+                label(&got),
+                label(&want),
+                "{} with {value}: {got:?}",
+                file.display()
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked > 0, "no ComputerSystem sample with a PowerState");
+}
+
+/// What a reply should map to, from its top-level `PowerState` value.
+fn expected(value: Option<&serde_json::Value>) -> PowerState {
+    match value.and_then(|v| v.as_str()) {
+        Some("Off") => PowerState::Off,
+        Some("On") => PowerState::On,
+        Some(t @ ("PoweringOn" | "PoweringOff" | "Paused")) => PowerState::Transitional {
+            detail: t.to_string(),
+        },
+        _ => PowerState::error(ReadErrorKind::BadReply, ""),
+    }
+}
+
+fn label(state: &PowerState) -> String {
+    match state {
+        PowerState::Transitional { detail } => format!("transitional {detail}"),
+        PowerState::Error { kind, .. } => format!("error {kind}"),
+        other => other.label().to_string(),
+    }
+}
+
+fn sushy_package_dir() -> PathBuf {
+    let python = support::venv_bin("python");
+    let out = std::process::Command::new(&python)
+        .args([
+            "-c",
+            "import os, sushy; print(os.path.dirname(sushy.__file__))",
+        ])
+        .output()
+        .unwrap_or_else(|e| panic!("run {}: {e}", python.display()));
+    assert!(
+        out.status.success(),
+        "the `sushy` package is not installed in the test venv \
+         (run scripts/install-deps): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+}
+
+fn collect_json(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            collect_json(&path, out);
+        } else if path.extension().is_some_and(|e| e == "json") {
+            out.push(path);
+        }
+    }
+}
+
+/// An HTTPS server (Python's `http.server`) that answers each path with one odd reply.
+const ODD_BMC: &str = r#"
+import http.server, ssl, sys, time
+
+BIG = b'{"PowerState": "Off", "Pad": "' + b"x" * (2 * 1024 * 1024) + b'"}'
+ROUTES = {
+    "/off": (200, b'{"PowerState": "Off"}'),
+    "/html": (200, b"<html><body>Please log in</body></html>"),
+    "/lower": (200, b'{"PowerState": "off"}'),
+    "/dup": (200, b'{"PowerState": "On", "PowerState": "Off"}'),
+    "/null": (200, b'{"PowerState": null}'),
+    "/truncated": (200, b'{"PowerState": "Off"'),
+    "/big": (200, BIG),
+    "/error": (500, b'{"error": {"code": "Base.1.0.GeneralError"}}'),
+    "/forbidden": (403, b"{}"),
+    "/empty": (204, b""),
+}
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        if self.path == "/redirect":
+            self.send_response(302)
+            self.send_header("Location", "https://elsewhere.invalid/redfish/v1/Systems/1")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        if self.path == "/slow-body":
+            body = b'{"PowerState": "Off"}'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body[:5])
+            self.wfile.flush()
+            time.sleep(30)
+            return
+        status, body = ROUTES.get(self.path, (404, b"{}"))
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        if status != 204:
+            self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if status != 204:
+            self.wfile.write(body)
+
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+ctx.load_cert_chain(sys.argv[1], sys.argv[2])
+server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+server.daemon_threads = True
+server.socket = ctx.wrap_socket(server.socket, server_side=True)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"#;
+
+/// The odd HTTPS server above, stopped by PID on drop.
+struct OddBmc {
+    child: std::process::Child,
+    port: u16,
+    cert: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl OddBmc {
+    fn start() -> OddBmc {
+        use std::io::BufRead;
+
+        let dir = tempfile::tempdir().unwrap();
+        let (cert, key) = sushy::self_signed_cert(dir.path(), "odd");
+        let mut child = std::process::Command::new(support::venv_bin("python"))
+            .arg("-c")
+            .arg(ODD_BMC)
+            .arg(&cert)
+            .arg(&key)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("start the odd HTTPS server");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let port = match line.trim().parse() {
+            Ok(port) => port,
+            Err(_) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("the odd HTTPS server did not start (said {line:?})");
+            }
+        };
+        OddBmc {
+            child,
+            port,
+            cert,
+            _dir: dir,
+        }
+    }
+}
+
+impl Drop for OddBmc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test]
+async fn odd_https_replies_are_never_a_power_state() {
+    let bmc_server = OddBmc::start();
+    let dir = tempfile::tempdir().unwrap();
+    let read = |path: &str| {
+        let extra = format!(
+            "timeout = \"2s\"\nsystem = \"{path}\"\nca_file = \"{}\"",
+            bmc_server.cert.display()
+        );
+        let entry = bmc(
+            dir.path(),
+            &format!("https://127.0.0.1:{}", bmc_server.port),
+            "pw",
+            &extra,
+        );
+        async move { source(&entry, "n").read().await }
+    };
+    // The server itself works: a clean Off is read as Off.
+    assert_eq!(read("/off").await, PowerState::Off);
+
+    let cases = [
+        ("/html", ReadErrorKind::BadReply, "not JSON"),
+        (
+            "/lower",
+            ReadErrorKind::BadReply,
+            "unknown PowerState \"off\"",
+        ),
+        ("/dup", ReadErrorKind::BadReply, "2 times"),
+        ("/null", ReadErrorKind::BadReply, "null"),
+        ("/truncated", ReadErrorKind::BadReply, "not JSON"),
+        ("/big", ReadErrorKind::BadReply, "larger than"),
+        ("/error", ReadErrorKind::Protocol, "500"),
+        ("/forbidden", ReadErrorKind::Auth, "403"),
+        ("/empty", ReadErrorKind::BadReply, "empty"),
+        ("/missing", ReadErrorKind::Protocol, "404"),
+        ("/redirect", ReadErrorKind::Protocol, "302"),
+    ];
+    for (path, want, text) in cases {
+        let state = read(path).await;
+        let (kind, detail) = error_of(&state);
+        assert_eq!(kind, want, "{path}: {detail}");
+        assert!(detail.contains(text), "{path}: {text:?} not in {detail:?}");
+        assert!(detail.len() < 400, "{path}: detail too long: {detail}");
+        assert!(!detail.contains("elsewhere.invalid"), "{detail}");
+    }
+
+    // Headers arrive, the body stalls: the deadline still holds.
+    let start = Instant::now();
+    let state = read("/slow-body").await;
+    assert_eq!(error_of(&state).0, ReadErrorKind::Timeout, "{state:?}");
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
+}

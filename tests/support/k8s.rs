@@ -1,0 +1,369 @@
+//! Test helpers for a real kube-apiserver: a client from `OOBFENCE_TEST_KUBECONFIG`, and Nodes
+//! driven by a stand-in kubelet (a Node object plus a Lease in kube-node-lease).
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use jiff::Timestamp;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::core::v1::{
+    Event, Node, NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo, Taint,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+
+pub fn kubeconfig_path() -> PathBuf {
+    match std::env::var_os("OOBFENCE_TEST_KUBECONFIG") {
+        Some(p) => PathBuf::from(p),
+        None => panic!(
+            "OOBFENCE_TEST_KUBECONFIG is not set: run the tests with scripts/test, which starts \
+             a local kube-apiserver, or point it at a test cluster's kubeconfig"
+        ),
+    }
+}
+
+pub async fn client() -> Client {
+    let path = kubeconfig_path();
+    let kc = kube::config::Kubeconfig::read_from(&path).expect("read test kubeconfig");
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .expect("test kubeconfig");
+    Client::try_from(cfg).expect("client")
+}
+
+/// A unique, DNS-safe name for this test run.
+pub fn unique(prefix: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    format!("{prefix}-{}-{:x}", std::process::id(), nanos & 0xffffff)
+}
+
+/// Label every test node carries so one test's daemon watches only its own nodes.
+pub const TEST_LABEL: &str = "oobfence.test/run";
+
+/// A test taint that must survive every oobfence write.
+pub fn keep_taint() -> Taint {
+    Taint {
+        key: "example.com/keep".into(),
+        value: Some("yes".into()),
+        effect: "NoSchedule".into(),
+        time_added: None,
+    }
+}
+
+pub struct FakeNode {
+    pub client: Client,
+    pub name: String,
+}
+
+fn ready_condition(status: &str, since: Timestamp, now: Timestamp) -> NodeCondition {
+    NodeCondition {
+        type_: "Ready".into(),
+        status: status.into(),
+        reason: Some(
+            if status == "True" {
+                "KubeletReady"
+            } else {
+                "KubeletNotReady"
+            }
+            .into(),
+        ),
+        message: Some("set by the oobfence test kubelet".into()),
+        last_heartbeat_time: Some(Time(now)),
+        last_transition_time: Some(Time(since)),
+    }
+}
+
+impl FakeNode {
+    /// Registers a Ready node with a Lease, labelled `TEST_LABEL=group`.
+    pub async fn create(client: &Client, name: &str, group: &str, boot_id: &str) -> FakeNode {
+        let now = Timestamp::now();
+        let node = Node {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                labels: Some([(TEST_LABEL.to_string(), group.to_string())].into()),
+                ..Default::default()
+            },
+            spec: Some(NodeSpec {
+                taints: Some(vec![keep_taint()]),
+                ..Default::default()
+            }),
+            status: None,
+        };
+        let nodes: Api<Node> = Api::all(client.clone());
+        nodes
+            .create(&PostParams::default(), &node)
+            .await
+            .expect("create node");
+        let n = FakeNode {
+            client: client.clone(),
+            name: name.into(),
+        };
+        n.set_status("True", now, boot_id).await;
+        n.renew_lease().await;
+        n
+    }
+
+    pub fn nodes(&self) -> Api<Node> {
+        Api::all(self.client.clone())
+    }
+
+    pub async fn get(&self) -> Node {
+        self.nodes().get(&self.name).await.expect("get node")
+    }
+
+    pub async fn try_get(&self) -> Option<Node> {
+        self.nodes().get_opt(&self.name).await.expect("get node")
+    }
+
+    /// Posts the Ready condition and bootID through the status subresource, as a kubelet does.
+    pub async fn set_status(&self, ready: &str, since: Timestamp, boot_id: &str) {
+        let status = NodeStatus {
+            conditions: Some(vec![ready_condition(ready, since, Timestamp::now())]),
+            node_info: Some(NodeSystemInfo {
+                boot_id: boot_id.into(),
+                machine_id: "test".into(),
+                system_uuid: "test".into(),
+                kernel_version: "test".into(),
+                os_image: "test".into(),
+                container_runtime_version: "test".into(),
+                kubelet_version: "v1.20.2".into(),
+                kube_proxy_version: "v1.20.2".into(),
+                operating_system: "linux".into(),
+                architecture: "amd64".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        self.nodes()
+            .patch_status(
+                &self.name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "status": status })),
+            )
+            .await
+            .expect("patch node status");
+    }
+
+    pub async fn renew_lease(&self) {
+        let leases: Api<Lease> = Api::namespaced(self.client.clone(), "kube-node-lease");
+        let spec = LeaseSpec {
+            holder_identity: Some(self.name.clone()),
+            lease_duration_seconds: Some(40),
+            renew_time: Some(MicroTime(Timestamp::now())),
+            ..Default::default()
+        };
+        match leases.get_opt(&self.name).await.expect("get lease") {
+            Some(_) => {
+                leases
+                    .patch(
+                        &self.name,
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({ "spec": spec })),
+                    )
+                    .await
+                    .expect("renew lease");
+            }
+            None => {
+                let lease = Lease {
+                    metadata: ObjectMeta {
+                        name: Some(self.name.clone()),
+                        namespace: Some("kube-node-lease".into()),
+                        ..Default::default()
+                    },
+                    spec: Some(spec),
+                };
+                leases
+                    .create(&PostParams::default(), &lease)
+                    .await
+                    .expect("create lease");
+            }
+        }
+    }
+
+    /// The machine died: the kubelet's last words were NotReady, and the Lease stops.
+    pub async fn die(&self, boot_id: &str) {
+        self.set_status("False", Timestamp::now(), boot_id).await;
+    }
+
+    /// The machine came back: Ready with a (new) bootID and a fresh Lease.
+    pub async fn come_back(&self, boot_id: &str) {
+        self.renew_lease().await;
+        self.set_status("True", Timestamp::now(), boot_id).await;
+    }
+
+    pub fn has_oos_taint(node: &Node) -> bool {
+        taints(node)
+            .iter()
+            .any(|t| t.key == "node.kubernetes.io/out-of-service")
+    }
+
+    pub async fn delete(&self) {
+        let _ = self
+            .nodes()
+            .delete(&self.name, &DeleteParams::default())
+            .await;
+        let leases: Api<Lease> = Api::namespaced(self.client.clone(), "kube-node-lease");
+        let _ = leases.delete(&self.name, &DeleteParams::default()).await;
+    }
+}
+
+pub fn taints(node: &Node) -> Vec<Taint> {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default()
+}
+
+pub fn annotation(node: &Node, key: &str) -> Option<String> {
+    node.annotations().get(key).cloned()
+}
+
+/// Events oobfence emitted about a node, by reason.
+pub async fn events_for(client: &Client, node: &str) -> Vec<Event> {
+    let api: Api<Event> = Api::namespaced(client.clone(), "default");
+    api.list(&ListParams::default().fields(&format!("involvedObject.name={node}")))
+        .await
+        .expect("list events")
+        .items
+        .into_iter()
+        .filter(|e| e.source.as_ref().and_then(|s| s.component.as_deref()) == Some("oobfence"))
+        .collect()
+}
+
+/// Polls `check` every 250 ms until it returns Some, or panics after `limit` with `what`.
+pub async fn wait_for<T, F, Fut>(what: &str, limit: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        if start.elapsed() > limit {
+            panic!("timed out after {limit:?} waiting for: {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// A free TCP port on 127.0.0.1 (bound, then released).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// An oobfence daemon running in this process against the test cluster.
+pub struct RunningDaemon {
+    pub listen: String,
+    pub config_path: PathBuf,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+    _dir: tempfile::TempDir,
+}
+
+impl RunningDaemon {
+    /// Starts a daemon from config text; `{kubeconfig}`, `{listen}` are filled in here.
+    pub async fn start(config_text: &str, dir: tempfile::TempDir) -> RunningDaemon {
+        let listen = format!("127.0.0.1:{}", free_port());
+        let text = config_text
+            .replace("{kubeconfig}", &kubeconfig_path().display().to_string())
+            .replace("{listen}", &listen);
+        let config_path = dir.path().join("dc.toml");
+        std::fs::write(&config_path, &text).unwrap();
+        let cfg = oobfence::config::Config::load(&config_path).expect("test config is valid");
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            oobfence::daemon::run(cfg, async {
+                let _ = rx.await;
+            })
+            .await
+            .expect("daemon runs");
+        });
+        let d = RunningDaemon {
+            listen,
+            config_path,
+            stop: Some(tx),
+            task: Some(task),
+            _dir: dir,
+        };
+        let url = format!("http://{}/readyz", d.listen);
+        wait_for("daemon /readyz", Duration::from_secs(30), || async {
+            match reqwest::get(&url).await {
+                Ok(r) if r.status().is_success() => Some(()),
+                _ => None,
+            }
+        })
+        .await;
+        d
+    }
+
+    pub async fn report(&self, node: &str) -> Option<serde_json::Value> {
+        let r = reqwest::get(format!("http://{}/nodes/{node}", self.listen))
+            .await
+            .ok()?;
+        if !r.status().is_success() {
+            return None;
+        }
+        r.json().await.ok()
+    }
+
+    pub async fn metrics(&self) -> String {
+        reqwest::get(format!("http://{}/metrics", self.listen))
+            .await
+            .expect("metrics")
+            .text()
+            .await
+            .unwrap()
+    }
+
+    /// Waits until the daemon's report for `node` has `rule`.
+    pub async fn wait_rule(&self, node: &str, rule: &str, limit: Duration) -> serde_json::Value {
+        let mut last = None;
+        let start = Instant::now();
+        loop {
+            if let Some(r) = self.report(node).await {
+                if r["rule"] == rule {
+                    return r;
+                }
+                last = Some(r);
+            }
+            if start.elapsed() > limit {
+                panic!(
+                    "node {node} never reached rule {rule} within {limit:?}; last report: {last:#?}"
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.task.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(10), t).await;
+        }
+    }
+}
+
+impl Drop for RunningDaemon {
+    fn drop(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.task.take() {
+            t.abort();
+        }
+    }
+}

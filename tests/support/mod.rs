@@ -1,0 +1,45 @@
+//! Shared fixtures for the integration tests: real emulators started on loopback.
+//!
+//! Each test binary includes this with `mod support;` and uses only part of it.
+#![allow(dead_code)]
+
+pub mod k8s;
+pub mod sushy;
+
+use std::path::PathBuf;
+
+/// The Python virtualenv holding the emulators: `$OOBFENCE_VENV`, else `venv` under the
+/// oobfence cache (`$OOBFENCE_CACHE`, else `$XDG_CACHE_HOME/oobfence`, else
+/// `$HOME/.cache/oobfence`), as `scripts/install-deps` lays it out.
+pub fn venv_dir() -> PathBuf {
+    if let Some(dir) = non_empty_env("OOBFENCE_VENV") {
+        return PathBuf::from(dir);
+    }
+    let cache = match non_empty_env("OOBFENCE_CACHE") {
+        Some(dir) => PathBuf::from(dir),
+        None => match non_empty_env("XDG_CACHE_HOME") {
+            Some(dir) => PathBuf::from(dir).join("oobfence"),
+            None => PathBuf::from(non_empty_env("HOME").expect("HOME is not set"))
+                .join(".cache/oobfence"),
+        },
+    };
+    cache.join("venv")
+}
+
+/// A program in the test virtualenv. Panics, telling how to install it, when it is missing:
+/// a test that needs an emulator must fail rather than pass without running.
+pub fn venv_bin(name: &str) -> PathBuf {
+    let path = venv_dir().join("bin").join(name);
+    if !path.is_file() {
+        panic!(
+            "{} not found: run scripts/install-deps to create the test virtualenv \
+             (or point OOBFENCE_VENV at one that has sushy-tools, sushy and bcrypt)",
+            path.display()
+        );
+    }
+    path
+}
+
+fn non_empty_env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
