@@ -186,6 +186,16 @@ impl FakeNode {
         }
     }
 
+    /// A kubelet heartbeat: Ready=True, keeping the transition time while it stays Ready.
+    pub async fn heartbeat(&self, boot_id: &str) {
+        let node = self.get().await;
+        let since = ready_condition_of(&node)
+            .filter(|c| c.status == "True")
+            .and_then(|c| c.last_transition_time.map(|t| t.0))
+            .unwrap_or_else(Timestamp::now);
+        self.set_status("True", since, boot_id).await;
+    }
+
     /// The machine died: the kubelet's last words were NotReady, and the Lease stops.
     pub async fn die(&self, boot_id: &str) {
         self.set_status("False", Timestamp::now(), boot_id).await;
@@ -211,6 +221,16 @@ impl FakeNode {
         let leases: Api<Lease> = Api::namespaced(self.client.clone(), "kube-node-lease");
         let _ = leases.delete(&self.name, &DeleteParams::default()).await;
     }
+}
+
+pub fn ready_condition_of(node: &Node) -> Option<NodeCondition> {
+    node.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .cloned()
 }
 
 pub fn taints(node: &Node) -> Vec<Taint> {
