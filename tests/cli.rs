@@ -1,0 +1,218 @@
+//! The `oobfence` binary as an operator uses it: exit codes, one-line config errors, `probe`,
+//! `check-config --probe` and `why` without a daemon.
+
+mod support;
+
+use std::path::Path;
+use std::process::Output;
+
+use support::sushy::SushyEmulator;
+
+fn oobfence(args: &[&str], config: &Path) -> Output {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_oobfence"));
+    cmd.args(&args[..1])
+        .arg("--config")
+        .arg(config)
+        .args(&args[1..]);
+    cmd.env_remove("CREDENTIALS_DIRECTORY");
+    cmd.output().expect("run oobfence")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn valid_config(dir: &Path, address: &str, extra: &str) -> String {
+    let pw = dir.join("pw");
+    std::fs::write(&pw, "sup3r-secret-pw\n").unwrap();
+    format!(
+        r#"datacenter = "dc1"
+[kubernetes]
+kubeconfig = "{}/kubeconfig"
+[server]
+listen = "127.0.0.1:{}"
+[[bmc]]
+nodes = ["rack1-*"]
+protocol = "redfish"
+address = "{address}"
+username = "admin"
+password_file = "{}"
+{extra}
+"#,
+        dir.display(),
+        support::k8s::free_port(),
+        pw.display()
+    )
+}
+
+#[test]
+fn check_config_accepts_a_good_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("dc1.toml");
+    std::fs::write(
+        &path,
+        valid_config(
+            dir.path(),
+            "https://{node}-bmc.example",
+            "tls_insecure = true",
+        ),
+    )
+    .unwrap();
+    let o = oobfence(&["check-config"], &path);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("OK"), "{}", stdout(&o));
+}
+
+/// Each kind of bad config: exit code 2 and one line on stderr naming the file and the key.
+#[test]
+fn bad_configs_exit_2_with_one_line_naming_file_and_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = valid_config(
+        dir.path(),
+        "https://{node}-bmc.example",
+        "tls_insecure = true",
+    );
+    let cases: Vec<(&str, String, &str)> = vec![
+        ("malformed", "datacenter = \"dc1\n".to_string(), "line 1"),
+        (
+            "unknown key",
+            good.replace("[server]", "[server]\nlisten_port = 1"),
+            "server.listen_port",
+        ),
+        (
+            "missing password file",
+            good.replace(
+                &dir.path().join("pw").display().to_string(),
+                "/nonexistent/pw",
+            ),
+            "bmc[0].password_file",
+        ),
+        (
+            "bad glob",
+            good.replace("rack1-*", "rack1-[*"),
+            "bmc[0].nodes",
+        ),
+    ];
+    for (what, text, key) in cases {
+        let path = dir.path().join("dc1.toml");
+        std::fs::write(&path, text).unwrap();
+        let o = oobfence(&["check-config"], &path);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{what}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{what}: {err}");
+        assert!(err.contains(&path.display().to_string()), "{what}: {err}");
+        assert!(err.contains(key), "{what}: expected {key} in {err}");
+        assert!(!err.contains("sup3r-secret-pw"), "{what}: {err}");
+    }
+    // A missing config file is a config error too.
+    let o = oobfence(&["check-config"], &dir.path().join("absent.toml"));
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+}
+
+#[test]
+fn why_without_a_daemon_says_none_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("dc1.toml");
+    std::fs::write(
+        &path,
+        valid_config(
+            dir.path(),
+            "https://{node}-bmc.example",
+            "tls_insecure = true",
+        ),
+    )
+    .unwrap();
+    let o = oobfence(&["why", "rack1-01"], &path);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(err.contains("no oobfence daemon answers"), "{err}");
+    assert!(err.contains("oobfence@dc1"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probe_reads_one_node_from_the_config_alone() {
+    let emu = SushyEmulator::start(1).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("dc1.toml");
+    let extra = format!(
+        "system = \"{}\"\nca_file = \"{}\"",
+        emu.system_path(0),
+        emu.cert_pem_path().display()
+    );
+    // No kubeconfig exists: probe must not need the cluster for a BMC-mapped node.
+    std::fs::write(&path, valid_config(dir.path(), &emu.base_url(), &extra)).unwrap();
+    std::fs::write(dir.path().join("pw"), "password\n").unwrap();
+    let o = oobfence(&["probe", "rack1-01"], &path);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).starts_with("rack1-01: On"), "{}", stdout(&o));
+
+    emu.set_power(0, false).await;
+    emu.wait_power(0, "Off", std::time::Duration::from_secs(30))
+        .await;
+    let o = oobfence(&["probe", "rack1-01"], &path);
+    assert!(stdout(&o).starts_with("rack1-01: Off"), "{}", stdout(&o));
+
+    // A node no entry maps, and a BMC that refuses the password: both non-zero.
+    let o = oobfence(&["probe", "rack2-01"], &path);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("no [[bmc]] entry"), "{}", stderr(&o));
+    std::fs::write(dir.path().join("pw"), "wrong\n").unwrap();
+    let o = oobfence(&["probe", "rack1-01"], &path);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("auth"), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("wrong"), "{}", stderr(&o));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_config_probe_reads_every_mapped_node_of_the_cluster() {
+    let client = support::k8s::client().await;
+    let emu = SushyEmulator::start(1).await;
+    let group = support::k8s::unique("probe");
+    let mapped = format!("{group}-a");
+    let unmapped = format!("{group}-b");
+    let a = support::k8s::FakeNode::create(&client, &mapped, &group, "b").await;
+    let b = support::k8s::FakeNode::create(&client, &unmapped, &group, "b").await;
+    let dir = tempfile::tempdir().unwrap();
+    let pw = dir.path().join("pw");
+    std::fs::write(&pw, "password\n").unwrap();
+    let path = dir.path().join("dc1.toml");
+    std::fs::write(
+        &path,
+        format!(
+            r#"datacenter = "dc1"
+[kubernetes]
+kubeconfig = "{}"
+node_selector = "{}={group}"
+[[bmc]]
+nodes = ["{mapped}"]
+protocol = "redfish"
+address = "{}"
+system = "{}"
+username = "admin"
+password_file = "{}"
+ca_file = "{}"
+"#,
+            support::k8s::kubeconfig_path().display(),
+            support::k8s::TEST_LABEL,
+            emu.base_url(),
+            emu.system_path(0),
+            pw.display(),
+            emu.cert_pem_path().display()
+        ),
+    )
+    .unwrap();
+    let o = oobfence(&["check-config", "--probe"], &path);
+    let out = stdout(&o);
+    assert!(o.status.success(), "{out} {}", stderr(&o));
+    let row = |n: &str| out.lines().find(|l| l.starts_with(n)).map(String::from);
+    let ra = row(&mapped).unwrap_or_else(|| panic!("{out}"));
+    assert!(ra.contains("redfish") && ra.contains(" On"), "{ra}");
+    let rb = row(&unmapped).unwrap_or_else(|| panic!("{out}"));
+    assert!(rb.contains("not mapped"), "{rb}");
+    a.delete().await;
+    b.delete().await;
+}
