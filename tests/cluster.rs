@@ -427,3 +427,50 @@ async fn writes_refuse_a_node_re_registered_under_the_same_name() {
     assert!(matches!(e, ClusterError::Precondition(_)), "{e}");
     node.delete().await;
 }
+
+/// The path a real outage takes: the kubelet simply stops, kube-controller-manager's node
+/// lifecycle controller marks the node Ready=Unknown when its Lease goes stale, and only then
+/// does oobfence start counting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_the_controller_marks_unknown_is_fenced() {
+    let client = support::k8s::client().await;
+    let emu = SushyEmulator::start(1).await;
+    let group = unique("lifecycle");
+    let dir = tempfile::tempdir().unwrap();
+    let name = format!("{group}-a");
+    let bmcs = redfish_bmc(&name, &emu, 0, dir.path());
+    let node = FakeNode::create(&client, &name, &group, "boot-1").await;
+    let daemon = RunningDaemon::start(&config(&group, "", &bmcs), dir).await;
+    emu.set_power(0, false).await;
+    // No status post and no Lease renewal from here on: the controller must notice.
+    let unknown = wait_for(
+        "node lifecycle controller marks the node Ready=Unknown",
+        Duration::from_secs(90),
+        || async {
+            let n = node.get().await;
+            let c = support::k8s::ready_condition_of(&n)?;
+            (c.status == "Unknown").then_some(n)
+        },
+    )
+    .await;
+    assert!(!FakeNode::has_oos_taint(&unknown));
+    let fenced = wait_for("fenced after Ready=Unknown", DECISION, || {
+        node_has(&client, &name, FakeNode::has_oos_taint)
+    })
+    .await;
+    let fenced_at: jiff::Timestamp = annotation(&fenced, cluster::ANNOTATION_FENCED_AT)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let since = support::k8s::ready_condition_of(&unknown)
+        .unwrap()
+        .last_transition_time
+        .unwrap()
+        .0;
+    assert!(
+        fenced_at.duration_since(since) >= jiff::SignedDuration::from_secs(2),
+        "fenced at {fenced_at}, NotReady since {since}: the grace period was not respected"
+    );
+    daemon.stop().await;
+    node.delete().await;
+}

@@ -177,51 +177,7 @@ impl RedfishSource {
     /// Finds the single member of `/redfish/v1/Systems`.
     async fn discover(&self) -> Result<String, PowerState> {
         let body = self.get(SYSTEMS_COLLECTION).await?;
-        let bad = |detail: String| PowerState::error(ReadErrorKind::BadReply, detail);
-        let doc: serde_json::Value = serde_json::from_slice(&body).map_err(|e| {
-            bad(format!(
-                "{SYSTEMS_COLLECTION} is not JSON ({e}); it starts with {}",
-                quote_bytes(&body)
-            ))
-        })?;
-        let Some(members) = doc.get("Members").and_then(|m| m.as_array()) else {
-            return Err(bad(format!(
-                "{SYSTEMS_COLLECTION} has no Members list; set `system` for this BMC in the config"
-            )));
-        };
-        let mut paths = Vec::with_capacity(members.len());
-        for member in members {
-            match member.get("@odata.id").and_then(|id| id.as_str()) {
-                Some(id) => paths.push(id),
-                None => {
-                    return Err(bad(format!(
-                        "{SYSTEMS_COLLECTION} has a member without a string @odata.id"
-                    )));
-                }
-            }
-        }
-        match paths.as_slice() {
-            [] => Err(bad(format!(
-                "{SYSTEMS_COLLECTION} lists no system; set `system` for this BMC in the config"
-            ))),
-            [one] => {
-                check_path(one).map_err(|why| {
-                    bad(format!("{SYSTEMS_COLLECTION} member {} {why}", quote(one)))
-                })?;
-                Ok((*one).to_string())
-            }
-            many => {
-                let shown: Vec<String> = many.iter().take(3).map(|p| quote(p)).collect();
-                let more = if many.len() > 3 { ", ..." } else { "" };
-                Err(bad(format!(
-                    "{SYSTEMS_COLLECTION} lists {} systems ({}{more}); set `system` for this BMC \
-                     in the config to the one for node {}",
-                    many.len(),
-                    shown.join(", "),
-                    self.node
-                )))
-            }
-        }
+        single_system(&body, &self.node)
     }
 
     /// One authenticated GET; `Ok` only for a 2xx answer whose body arrived in full.
@@ -321,6 +277,65 @@ impl PowerSource for RedfishSource {
 
     fn read(&self) -> BoxFuture<'_, PowerState> {
         Box::pin(self.read_within_deadline())
+    }
+}
+
+/// The path of the single system a `/redfish/v1/Systems` collection lists; an error that tells
+/// the operator to set `system` when it lists none, several, or may hide some.
+fn single_system(body: &[u8], node: &str) -> Result<String, PowerState> {
+    let bad = |detail: String| PowerState::error(ReadErrorKind::BadReply, detail);
+    let doc: serde_json::Value = serde_json::from_slice(body).map_err(|e| {
+        bad(format!(
+            "{SYSTEMS_COLLECTION} is not JSON ({e}); it starts with {}",
+            quote_bytes(body)
+        ))
+    })?;
+    let Some(members) = doc.get("Members").and_then(|m| m.as_array()) else {
+        return Err(bad(format!(
+            "{SYSTEMS_COLLECTION} has no Members list; set `system` for this BMC in the config"
+        )));
+    };
+    // A paged collection, or one whose count disagrees with its list, may hide members.
+    let count = doc.get("Members@odata.count").and_then(|c| c.as_u64());
+    if doc.get("Members@odata.nextLink").is_some()
+        || count.is_some_and(|c| c != members.len() as u64)
+    {
+        return Err(bad(format!(
+            "{SYSTEMS_COLLECTION} is paged or its count disagrees with its list; \
+             set `system` for this BMC in the config"
+        )));
+    }
+    let mut paths = Vec::with_capacity(members.len());
+    for member in members {
+        match member.get("@odata.id").and_then(|id| id.as_str()) {
+            Some(id) => paths.push(id),
+            None => {
+                return Err(bad(format!(
+                    "{SYSTEMS_COLLECTION} has a member without a string @odata.id"
+                )));
+            }
+        }
+    }
+    match paths.as_slice() {
+        [] => Err(bad(format!(
+            "{SYSTEMS_COLLECTION} lists no system; set `system` for this BMC in the config"
+        ))),
+        [one] => {
+            check_path(one)
+                .map_err(|why| bad(format!("{SYSTEMS_COLLECTION} member {} {why}", quote(one))))?;
+            Ok((*one).to_string())
+        }
+        many => {
+            let shown: Vec<String> = many.iter().take(3).map(|p| quote(p)).collect();
+            let more = if many.len() > 3 { ", ..." } else { "" };
+            Err(bad(format!(
+                "{SYSTEMS_COLLECTION} lists {} systems ({}{more}); set `system` for this BMC \
+                 in the config to the one for node {}",
+                many.len(),
+                shown.join(", "),
+                node
+            )))
+        }
     }
 }
 
@@ -674,6 +689,39 @@ mod tests {
         // JSON escapes in keys are the same key; a duplicate hidden this way is still caught.
         let s = parse_power_state(br#"{"PowerState":"On","Power\u0053tate":"Off"}"#);
         assert_eq!(kind(&s), Some(ReadErrorKind::BadReply), "{s:?}");
+    }
+
+    #[test]
+    fn discovery_takes_only_a_single_listed_system() {
+        let one = br#"{"Members":[{"@odata.id":"/redfish/v1/Systems/1"}],"Members@odata.count":1}"#;
+        assert_eq!(single_system(one, "n1").unwrap(), "/redfish/v1/Systems/1");
+        let cases: [(&[u8], &str); 8] = [
+            (br#"{"Members":[]}"#, "lists no system"),
+            (
+                br#"{"Members":[{"@odata.id":"/a"},{"@odata.id":"/b"}]}"#,
+                "lists 2 systems",
+            ),
+            (
+                br#"{"Members":[{"@odata.id":"/a"}],"Members@odata.count":2}"#,
+                "count disagrees",
+            ),
+            (
+                br#"{"Members":[{"@odata.id":"/a"}],"Members@odata.nextLink":"/p2"}"#,
+                "paged",
+            ),
+            (
+                br#"{"Members":[{"@odata.id":"https://other.example/x"}]}"#,
+                "not a path",
+            ),
+            (br#"{"Members":[{"@odata.id":7}]}"#, "without a string"),
+            (br#"{"Systems":[]}"#, "no Members"),
+            (b"<html>", "not JSON"),
+        ];
+        for (body, want) in cases {
+            let state = single_system(body, "n1").unwrap_err();
+            assert_eq!(kind(&state), Some(ReadErrorKind::BadReply), "{state:?}");
+            assert!(detail(&state).contains(want), "{want:?} not in {state:?}");
+        }
     }
 
     fn entry(dir: &Path, address: &str, extra: &str) -> BmcEntry {

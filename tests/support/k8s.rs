@@ -1,4 +1,4 @@
-//! Test helpers for a real kube-apiserver: a client from `OOBFENCE_TEST_KUBECONFIG`, and Nodes
+//! Fixtures for a real kube-apiserver: a client from `OOBFENCE_TEST_KUBECONFIG`, and Nodes
 //! driven by a stand-in kubelet (a Node object plus a Lease in kube-node-lease).
 #![allow(dead_code)]
 
