@@ -416,7 +416,36 @@ impl RawBmc {
                 if url.host_str().is_none_or(str::is_empty) {
                     return Err(err("address", format!("{address:?} has no host")));
                 }
+                if !url.username().is_empty() || url.password().is_some() {
+                    return Err(err(
+                        "address",
+                        "must not contain credentials; use username and password_file".into(),
+                    ));
+                }
+                if url.query().is_some() || url.fragment().is_some() {
+                    return Err(err(
+                        "address",
+                        format!(
+                            "{address:?} must be scheme://host[:port] without ?query or #fragment"
+                        ),
+                    ));
+                }
             }
+        }
+        // One entry for many nodes must address each node's own machine: otherwise every node
+        // it matches reads the same BMC, and one machine being off would fence them all.
+        let covers_many =
+            self.nodes.len() > 1 || self.nodes.iter().any(|g| g.contains(['*', '?', '[']));
+        let per_node = address.contains("{node}")
+            || self.system.as_deref().is_some_and(|s| s.contains("{node}"));
+        if covers_many && !per_node {
+            return Err(err(
+                "address",
+                format!(
+                    "this entry matches several nodes ({:?}) but neither address nor system contains {{node}}: every one of them would read the same machine's power; write one entry per node or use {{node}}",
+                    self.nodes
+                ),
+            ));
         }
         if let Some(system) = &self.system
             && !system.starts_with('/')
@@ -563,7 +592,7 @@ password_file = "{}"
         let dir = tempfile::tempdir().unwrap();
         let pw = write_pw(dir.path());
         let text = format!(
-            "{}\n[[bmc]]\nnodes = [\"*\"]\nprotocol = \"redfish\"\naddress = \"https://other\"\nusername = \"u\"\npassword_file = \"{}\"\n",
+            "{}\n[[bmc]]\nnodes = [\"*\"]\nprotocol = \"redfish\"\naddress = \"https://{{node}}.other\"\nusername = \"u\"\npassword_file = \"{}\"\n",
             minimal(&pw),
             pw.display()
         );
@@ -659,6 +688,18 @@ password_file = "{}"
                 .unwrap_err()
                 .to_string()
                 .contains("bmc[0].tls_insecure")
+        );
+        let shared = base.replace("https://{node}-bmc.dc1.example", "https://bmc.dc1.example");
+        let e = parse(&shared).unwrap_err().to_string();
+        assert!(
+            e.contains("bmc[0].address") && e.contains("same machine"),
+            "{e}"
+        );
+        let creds = base.replace("https://", "https://root:calvin@");
+        let e = parse(&creds).unwrap_err().to_string();
+        assert!(
+            e.contains("must not contain credentials") && !e.contains("calvin"),
+            "{e}"
         );
         let proto = base.replace("\"redfish\"", "\"telnet\"");
         assert!(

@@ -19,7 +19,7 @@ fn bmc(dir: &Path, address: &str, password: &str, extra: &str) -> BmcEntry {
     let text = format!(
         "datacenter = \"test\"\n\
          [[bmc]]\n\
-         nodes = [\"*\"]\n\
+         nodes = [\"n1\"]\n\
          protocol = \"redfish\"\n\
          address = \"{address}\"\n\
          username = \"{}\"\n\
@@ -349,7 +349,16 @@ fn sushy_vendor_samples() {
             );
             continue;
         };
-        let want = expected(doc.get("PowerState"));
+        // Chassis and Managers carry a PowerState too, but only a ComputerSystem's counts.
+        let other_resource = doc
+            .get("@odata.type")
+            .and_then(|t| t.as_str())
+            .is_some_and(|t| !t.contains("ComputerSystem"));
+        let want = if other_resource {
+            PowerState::error(ReadErrorKind::BadReply, "not a ComputerSystem")
+        } else {
+            expected(doc.get("PowerState"))
+        };
         assert_eq!(
             label(&got),
             label(&want),
@@ -359,7 +368,7 @@ fn sushy_vendor_samples() {
         if doc.get("PowerState").is_some() {
             with_power_state += 1;
         }
-        let is_system = doc.get("PowerState").is_some()
+        let is_system = !other_resource && doc.get("PowerState").is_some()
             || doc
                 .get("@odata.type")
                 .and_then(|t| t.as_str())

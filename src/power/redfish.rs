@@ -382,6 +382,17 @@ pub fn parse_power_state(body: &[u8]) -> PowerState {
                 "reply has no PowerState{what}; is `system` the path of a ComputerSystem?"
             ));
         }
+        // A Chassis or Manager also has a PowerState; only the ComputerSystem's is the answer.
+        [_] if resource
+            .odata_type
+            .as_deref()
+            .is_some_and(|t| !t.contains("ComputerSystem")) =>
+        {
+            return bad(format!(
+                "reply is a {}, not a ComputerSystem; set `system` to a path under /redfish/v1/Systems",
+                quote(resource.odata_type.as_deref().unwrap_or_default())
+            ));
+        }
         [one] => one,
         many => {
             return bad(format!(
@@ -567,6 +578,30 @@ fn truncate(s: &str, max: usize) -> String {
 }
 
 #[cfg(test)]
+mod odata_type_tests {
+    use super::*;
+
+    #[test]
+    fn only_a_computer_system_power_state_counts() {
+        let manager = br##"{"@odata.type": "#Manager.v1_10_0.Manager", "PowerState": "Off"}"##;
+        assert!(matches!(
+            parse_power_state(manager),
+            PowerState::Error {
+                kind: ReadErrorKind::BadReply,
+                ..
+            }
+        ));
+        let system =
+            br##"{"@odata.type": "#ComputerSystem.v1_20_0.ComputerSystem", "PowerState": "Off"}"##;
+        assert_eq!(parse_power_state(system), PowerState::Off);
+        assert_eq!(
+            parse_power_state(br#"{"PowerState": "Off"}"#),
+            PowerState::Off
+        );
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use std::path::Path;
 
@@ -728,7 +763,7 @@ mod tests {
         let pw = dir.join("pw");
         std::fs::write(&pw, "very-secret-pw\n").unwrap();
         let text = format!(
-            "datacenter = \"t\"\n[[bmc]]\nnodes = [\"*\"]\nprotocol = \"redfish\"\n\
+            "datacenter = \"t\"\n[[bmc]]\nnodes = [\"n1\"]\nprotocol = \"redfish\"\n\
              address = \"{address}\"\nusername = \"admin\"\npassword_file = \"{}\"\n{extra}\n",
             pw.display()
         );
