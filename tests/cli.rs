@@ -144,7 +144,8 @@ async fn probe_reads_one_node_from_the_config_alone() {
         emu.cert_pem_path().display()
     );
     // No kubeconfig exists: probe must not need the cluster for a BMC-mapped node.
-    std::fs::write(&path, valid_config(dir.path(), &emu.base_url(), &extra)).unwrap();
+    let text = valid_config(dir.path(), &emu.base_url(), &extra).replace("rack1-*", "rack1-01");
+    std::fs::write(&path, text).unwrap();
     std::fs::write(dir.path().join("pw"), "password\n").unwrap();
     let o = oobfence(&["probe", "rack1-01"], &path);
     assert!(o.status.success(), "{}", stderr(&o));
