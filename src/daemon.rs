@@ -705,18 +705,24 @@ fn spawn_read(
 pub async fn read_once(source: &Arc<dyn PowerSource>, deadline: Duration) -> PowerReading {
     let started = Instant::now();
     let s = source.clone();
-    let mut task = tokio::spawn(async move { s.read().await });
-    let state = match tokio::time::timeout(deadline, &mut task).await {
-        Ok(Ok(state)) => state,
-        Ok(Err(join)) => PowerState::error(
-            ReadErrorKind::BadReply,
-            format!("power source failed internally: {join}"),
+    let mut task = tokio::spawn(async move { s.read_detailed().await });
+    let (state, details) = match tokio::time::timeout(deadline, &mut task).await {
+        Ok(Ok(reply)) => reply,
+        Ok(Err(join)) => (
+            PowerState::error(
+                ReadErrorKind::BadReply,
+                format!("power source failed internally: {join}"),
+            ),
+            Vec::new(),
         ),
         Err(_) => {
             task.abort();
-            PowerState::error(
-                ReadErrorKind::Timeout,
-                format!("no answer within {deadline:?}"),
+            (
+                PowerState::error(
+                    ReadErrorKind::Timeout,
+                    format!("no answer within {deadline:?}"),
+                ),
+                Vec::new(),
             )
         }
     };
@@ -724,6 +730,7 @@ pub async fn read_once(source: &Arc<dyn PowerSource>, deadline: Duration) -> Pow
         at: Timestamp::now(),
         latency: started.elapsed(),
         state,
+        details,
     }
 }
 

@@ -556,6 +556,7 @@ mod tests {
             at: t(at),
             latency: Duration::from_millis(120),
             state,
+            details: Vec::new(),
         }
     }
 

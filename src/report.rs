@@ -58,6 +58,9 @@ pub struct ReadReport {
     /// The full state as text (`Off`, `error: timeout: ...`).
     pub value: String,
     pub latency_seconds: f64,
+    /// Evidence beyond the state (`name: value`), e.g. IPMI fault bits or EC2 volumes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub details: Vec<String>,
 }
 
 impl From<&PowerReading> for ReadReport {
@@ -67,6 +70,11 @@ impl From<&PowerReading> for ReadReport {
             result: r.state.label().to_string(),
             value: r.state.to_string(),
             latency_seconds: r.latency.as_secs_f64(),
+            details: r
+                .details
+                .iter()
+                .map(|d| format!("{}: {}", d.name, d.value))
+                .collect(),
         }
     }
 }
@@ -206,6 +214,9 @@ impl NodeReport {
                     r.value,
                     r.latency_seconds
                 );
+                for d in &r.details {
+                    let _ = writeln!(s, "        {d}");
+                }
             }
         }
         if self.read_in_flight {

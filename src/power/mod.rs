@@ -98,6 +98,26 @@ pub struct PowerReading {
     pub latency: Duration,
     #[serde(flatten)]
     pub state: PowerState,
+    /// What else the source reported alongside the state, as evidence for `why`, Events and
+    /// the journal (IPMI fault bits, EC2 volumes held...). Never secrets.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub details: Vec<ReadDetail>,
+}
+
+/// One named piece of evidence from a read.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ReadDetail {
+    pub name: String,
+    pub value: String,
+}
+
+impl ReadDetail {
+    pub fn new(name: impl Into<String>, value: impl Into<String>) -> Self {
+        ReadDetail {
+            name: name.into(),
+            value: value.into(),
+        }
+    }
 }
 
 fn ser_secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -116,6 +136,12 @@ pub trait PowerSource: Send + Sync {
     fn address(&self) -> String;
     /// Read the power state once.
     fn read(&self) -> BoxFuture<'_, PowerState>;
+
+    /// Read once, with whatever evidence the backend has beyond the state. Backends that
+    /// report more than the state override this (and implement `read` on top of it).
+    fn read_detailed(&self) -> BoxFuture<'_, (PowerState, Vec<ReadDetail>)> {
+        Box::pin(async move { (self.read().await, Vec::new()) })
+    }
 }
 
 /// Builds the power source a `[[bmc]]` entry describes for one node.
