@@ -1,4 +1,4 @@
-//! Command line: `run`, `check-config`, `probe`, `why`.
+//! Command line: `run`, `check-config`, `probe`, `why`, `make-kubeconfig`.
 //!
 //! Exit codes: 0 success, 1 a runtime failure (cluster, BMC, no daemon), 2 a bad config.
 
@@ -14,6 +14,7 @@ use kube::api::{Api, ListParams};
 
 use crate::config::Config;
 use crate::daemon;
+use crate::power::{MappedSource, PowerSources};
 use crate::report::{NodeReport, short_state};
 
 #[derive(Parser, Debug)]
@@ -67,6 +68,27 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Write a kubeconfig for oobfence's ServiceAccount (deploy/rbac.yaml), with a token from
+    /// the TokenRequest API; run it with an administrator's kubeconfig.
+    MakeKubeconfig {
+        /// The administrator's kubeconfig (default: $KUBECONFIG, then ~/.kube/config).
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+        /// Context of that kubeconfig (default: its current context).
+        #[arg(long)]
+        context: Option<String>,
+        #[arg(long, default_value = "oobfence")]
+        namespace: String,
+        #[arg(long, default_value = "oobfence")]
+        service_account: String,
+        /// Token lifetime ("720h", "1y"); at least 10m. The daemon stops seeing the cluster
+        /// when it runs out: mint a new one before then.
+        #[arg(long, default_value = "8760h", value_parser = humantime::parse_duration)]
+        duration: std::time::Duration,
+        /// Where to write the kubeconfig (mode 0600, replaced atomically).
+        #[arg(long, short)]
+        output: PathBuf,
+    },
 }
 
 pub fn main() -> ExitCode {
@@ -89,11 +111,14 @@ fn init_logging(format: LogFormat) {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_env("OOBFENCE_LOG")
         .unwrap_or_else(|_| EnvFilter::new("info,kube=warn,hyper=warn,rustls=warn"));
-    // Under systemd the journal adds its own timestamps and colours mean nothing.
-    let journald = std::env::var_os("JOURNAL_STREAM").is_some();
+    // Under systemd the journal adds its own timestamps, colours mean nothing, and each line
+    // carries its priority so that `journalctl -p warning` and friends work.
+    let journald = stderr_is_journal();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(LogWriter {
+            priorities: journald,
+        })
         .with_ansi(!journald && std::io::IsTerminal::is_terminal(&std::io::stderr()));
     let _ = match format {
         LogFormat::Json => builder.json().try_init(),
@@ -102,9 +127,104 @@ fn init_logging(format: LogFormat) {
     };
 }
 
+/// True when stderr is the systemd journal's stream: `JOURNAL_STREAM` names stderr's device
+/// and inode (a child of a service inherits the variable with another stderr).
+fn stderr_is_journal() -> bool {
+    use std::os::fd::AsFd;
+    use std::os::unix::fs::MetadataExt;
+    let Some(value) = std::env::var_os("JOURNAL_STREAM") else {
+        return false;
+    };
+    let Some((dev, ino)) = value.to_str().and_then(|v| v.split_once(':')) else {
+        return false;
+    };
+    let Ok(fd) = std::io::stderr().as_fd().try_clone_to_owned() else {
+        return false;
+    };
+    let Ok(meta) = std::fs::File::from(fd).metadata() else {
+        return false;
+    };
+    dev.parse() == Ok(meta.dev()) && ino.parse() == Ok(meta.ino())
+}
+
+/// Log output to stderr, one event at a time; with `priorities`, every line starts with the
+/// syslog priority of the event's level (sd-daemon `<N>` prefixes), which journald strips and
+/// records as the entry's priority.
+#[derive(Clone, Copy)]
+struct LogWriter {
+    priorities: bool,
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogWriter {
+    type Writer = LogEvent;
+
+    fn make_writer(&'a self) -> LogEvent {
+        LogEvent {
+            prefix: self.priorities.then_some("<6>"),
+            buf: Vec::new(),
+        }
+    }
+
+    fn make_writer_for(&'a self, meta: &tracing::Metadata<'_>) -> LogEvent {
+        let prefix = match *meta.level() {
+            tracing::Level::ERROR => "<3>",
+            tracing::Level::WARN => "<4>",
+            tracing::Level::INFO => "<6>",
+            _ => "<7>",
+        };
+        LogEvent {
+            prefix: self.priorities.then_some(prefix),
+            buf: Vec::new(),
+        }
+    }
+}
+
+/// One formatted event, written to stderr in one piece when dropped.
+struct LogEvent {
+    prefix: Option<&'static str>,
+    buf: Vec<u8>,
+}
+
+impl std::io::Write for LogEvent {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        self.buf.extend_from_slice(data);
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for LogEvent {
+    fn drop(&mut self) {
+        if self.buf.is_empty() {
+            return;
+        }
+        let out = match self.prefix {
+            None => std::mem::take(&mut self.buf),
+            Some(p) => {
+                let mut out = Vec::with_capacity(self.buf.len() + 8);
+                for line in self.buf.split_inclusive(|b| *b == b'\n') {
+                    out.extend_from_slice(p.as_bytes());
+                    out.extend_from_slice(line);
+                }
+                out
+            }
+        };
+        let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), &out);
+    }
+}
+
+/// An error line on stderr, at error priority in the journal.
+fn say_error(message: impl std::fmt::Display) {
+    let prefix = if stderr_is_journal() { "<3>" } else { "" };
+    eprintln!("{prefix}oobfence: {message}");
+}
+
 fn load(path: &Path) -> Result<Config, ExitCode> {
     Config::load(path).map_err(|e| {
-        eprintln!("oobfence: {e}");
+        say_error(e);
         ExitCode::from(2)
     })
 }
@@ -115,12 +235,30 @@ async fn dispatch(command: Command) -> ExitCode {
         Command::CheckConfig { config, probe } => check_config(&config, probe).await,
         Command::Probe { config, node } => probe(&config, &node).await,
         Command::Why { config, node, json } => why(&config, &node, json).await,
+        Command::MakeKubeconfig {
+            kubeconfig,
+            context,
+            namespace,
+            service_account,
+            duration,
+            output,
+        } => {
+            make_kubeconfig(&crate::kubeconfig::Request {
+                admin_kubeconfig: kubeconfig,
+                context,
+                namespace,
+                service_account,
+                duration,
+                output,
+            })
+            .await
+        }
     };
     result.unwrap_or_else(|code| code)
 }
 
 fn fail(message: impl std::fmt::Display) -> ExitCode {
-    eprintln!("oobfence: {message}");
+    say_error(message);
     ExitCode::from(1)
 }
 
@@ -175,15 +313,16 @@ async fn check_config(path: &Path, probe: bool) -> Result<ExitCode, ExitCode> {
         .await
         .map_err(|e| fail(format!("cannot list nodes: {e}")))?;
     let cfg = Arc::new(cfg);
+    let sources = Arc::new(PowerSources::new(cfg.clone()).await);
     let rows: Vec<(String, String, String, String, bool)> =
         futures::stream::iter(nodes.items.into_iter().map(|n| {
-            let cfg = cfg.clone();
+            let sources = sources.clone();
             async move {
                 let name = n.name_any();
-                match daemon::power_source_for(&cfg, &name) {
-                    Ok(None) => (name, "-".into(), "-".into(), "not mapped".into(), true),
-                    Err(e) => (name, "-".into(), "-".into(), format!("error: {e}"), false),
-                    Ok(Some(daemon::MappedSource { source, deadline })) => {
+                let provider_id = n.spec.as_ref().and_then(|s| s.provider_id.as_deref());
+                match sources.for_node(&name, provider_id) {
+                    None => (name, "-".into(), "-".into(), "not mapped".into(), true),
+                    Some(MappedSource { source, deadline }) => {
                         let r = daemon::read_once(&source, deadline).await;
                         let ok = !matches!(r.state, crate::power::PowerState::Error { .. });
                         (
@@ -231,27 +370,41 @@ async fn check_config(path: &Path, probe: bool) -> Result<ExitCode, ExitCode> {
 }
 
 async fn probe(path: &Path, node: &str) -> Result<ExitCode, ExitCode> {
-    let cfg = load(path)?;
-    let Some(daemon::MappedSource { source, deadline }) =
-        daemon::power_source_for(&cfg, node).map_err(fail)?
+    let cfg = Arc::new(load(path)?);
+    let sources = PowerSources::new(cfg.clone()).await;
+    // Only an EC2-mapped node needs the cluster (its providerID); a BMC is in the config.
+    let provider_id = if sources.needs_node_data(node) {
+        let client = daemon::client_for(&cfg).await.map_err(fail)?;
+        let n = Api::<Node>::all(client)
+            .get(node)
+            .await
+            .map_err(|e| fail(format!("cannot read node {node} for its providerID: {e}")))?;
+        n.spec.and_then(|s| s.provider_id)
+    } else {
+        None
+    };
+    let Some(MappedSource { source, deadline }) = sources.for_node(node, provider_id.as_deref())
     else {
         return Err(fail(format!(
-            "no [[bmc]] entry in {} matches node {node:?}",
+            "no [[bmc]] entry or [aws] nodes pattern in {} matches node {node:?}",
             path.display()
         )));
     };
     let r = daemon::read_once(&source, deadline).await;
-    let line = format!(
+    let mut out = format!(
         "{node}: {} ({} {}, {:.3}s)",
         r.state,
         source.backend(),
         source.address(),
         r.latency.as_secs_f64()
     );
-    if let crate::power::PowerState::Error { .. } = r.state {
-        return Err(fail(line));
+    for d in &r.details {
+        out.push_str(&format!("\n  {}: {}", d.name, d.value));
     }
-    println!("{line}");
+    if let crate::power::PowerState::Error { .. } = r.state {
+        return Err(fail(out));
+    }
+    println!("{out}");
     Ok(ExitCode::SUCCESS)
 }
 
@@ -270,7 +423,58 @@ fn daemon_url(cfg: &Config) -> String {
 
 async fn why(path: &Path, node: &str, json: bool) -> Result<ExitCode, ExitCode> {
     let cfg = load(path)?;
-    let base = daemon_url(&cfg);
+    let live = ask_daemon(&cfg, path, node, json).await;
+    if !json {
+        print_journal(&cfg, node, live.is_ok());
+    }
+    live
+}
+
+/// The node's last decision journal records, read from the file named in the config: there
+/// even when the daemon is down.
+fn print_journal(cfg: &Config, node: &str, daemon_answered: bool) {
+    const SHOWN: usize = 5;
+    let path = &cfg.journal.path;
+    if !daemon_answered {
+        println!(
+            "node {node} (datacenter {}): the daemon did not answer; its decision journal says:",
+            cfg.datacenter
+        );
+    }
+    match crate::journal::tail(path, node, SHOWN) {
+        Ok(t) if t.records.is_empty() => {
+            println!(
+                "  journal:      no record about this node in {}",
+                path.display()
+            );
+        }
+        Ok(t) => {
+            println!("  journal ({}, newest last):", path.display());
+            print!("{}", crate::journal::render(&t.records));
+            if t.unreadable > 0 {
+                println!("    ({} unreadable line(s) skipped)", t.unreadable);
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            println!(
+                "  journal:      {} does not exist yet: nothing acted on or refused so far",
+                path.display()
+            );
+        }
+        Err(e) => {
+            println!("  journal:      cannot read {}: {e}", path.display());
+        }
+    }
+}
+
+/// Prints what the running daemon thinks of the node.
+async fn ask_daemon(
+    cfg: &Config,
+    path: &Path,
+    node: &str,
+    json: bool,
+) -> Result<ExitCode, ExitCode> {
+    let base = daemon_url(cfg);
     let client = reqwest::Client::builder()
         .timeout(std::time::Duration::from_secs(10))
         .no_proxy()
@@ -305,6 +509,44 @@ async fn why(path: &Path, node: &str, json: bool) -> Result<ExitCode, ExitCode> 
         ))
     })?;
     print!("{}", report.render(jiff::Timestamp::now()));
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn make_kubeconfig(req: &crate::kubeconfig::Request) -> Result<ExitCode, ExitCode> {
+    use crate::kubeconfig::MintError;
+    let minted = crate::kubeconfig::make(req).await.map_err(|e| match e {
+        MintError::TooShort(_) => {
+            eprintln!("oobfence: {e}");
+            ExitCode::from(2)
+        }
+        e => fail(e),
+    })?;
+    println!(
+        "{}: kubeconfig for ServiceAccount {}/{}, token valid until {}",
+        req.output.display(),
+        req.namespace,
+        req.service_account,
+        minted.expires
+    );
+    for p in &minted.excess {
+        eprintln!(
+            "oobfence: warning: this ServiceAccount may {p}, which oobfence never needs: \
+             it is bound to more than deploy/rbac.yaml grants"
+        );
+    }
+    if !minted.missing.is_empty() {
+        for p in &minted.missing {
+            eprintln!("oobfence: this ServiceAccount may not {p}");
+        }
+        return Err(fail(
+            "the token lacks permissions the daemon needs: apply deploy/rbac.yaml, then the \
+             same kubeconfig works (no need to mint a new one)",
+        ));
+    }
+    println!(
+        "install it on the management host: install -m 0640 -g oobfence {} /etc/oobfence/DC.kubeconfig",
+        req.output.display()
+    );
     Ok(ExitCode::SUCCESS)
 }
 

@@ -49,6 +49,8 @@ pub mod reasons {
     pub const WOULD_UNFENCE: &str = "OobfenceWouldUnfence";
     pub const FENCE_FAILED: &str = "OobfenceFenceFailed";
     pub const RECORD_CLEARED: &str = "OobfenceRecordCleared";
+    pub const VOLUMES_RELEASED: &str = "OobfenceVolumesReleased";
+    pub const VOLUMES_STILL_ATTACHED: &str = "OobfenceVolumesStillAttached";
 }
 
 /// API calls other than watches must finish within this.
@@ -444,6 +446,35 @@ impl Cluster {
             })
         })
         .await
+    }
+
+    /// Deletes the VolumeAttachments that point at a node that is gone, so that the volumes
+    /// are detached now rather than after the attach/detach controller's 6-minute timeout.
+    /// Returns the names deleted. Only call this once the Node object is deleted.
+    pub async fn delete_volume_attachments(&self, node: &str) -> Result<Vec<String>, ClusterError> {
+        use k8s_openapi::api::storage::v1::VolumeAttachment;
+        let api: Api<VolumeAttachment> = Api::all(self.client.clone());
+        let list = bounded(api.list(&kube::api::ListParams::default())).await?;
+        let mut deleted = Vec::new();
+        for va in list.items {
+            if va.spec.node_name != node || va.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let name = va.name_any();
+            let dp = DeleteParams {
+                preconditions: Some(Preconditions {
+                    uid: va.uid(),
+                    resource_version: None,
+                }),
+                ..Default::default()
+            };
+            match bounded(api.delete(&name, &dp)).await {
+                Ok(_) => deleted.push(name),
+                Err(ClusterError::Api(kube::Error::Api(s))) if s.is_not_found() => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(deleted)
     }
 
     /// Emits a core/v1 Event about a node. Failures are logged, never fatal: an Event is a

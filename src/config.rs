@@ -48,6 +48,45 @@ pub struct Config {
     pub max_concurrent_reads: usize,
     pub server: ServerConfig,
     pub bmc: Vec<BmcEntry>,
+    pub aws: Option<AwsConfig>,
+    pub journal: JournalConfig,
+    /// SHA-256 of the config file text, recorded in every journal record.
+    pub digest: String,
+}
+
+/// `[journal]`: the append-only decision journal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JournalConfig {
+    /// Default: `/var/lib/oobfence/<datacenter>.journal.jsonl`.
+    pub path: PathBuf,
+}
+
+/// `[aws]`: nodes whose power state comes from EC2 (DescribeInstances), by their providerID.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AwsConfig {
+    pub region: String,
+    pub nodes: Vec<glob::Pattern>,
+    /// Another endpoint than the region's public one (VPC endpoint, test emulator).
+    pub endpoint_url: Option<String>,
+    /// A profile from the shared AWS config files; otherwise the standard credential chain.
+    pub profile: Option<String>,
+    /// Deadline for one EC2 call, retries included.
+    pub timeout: Duration,
+    /// Warn when a fenced instance's volumes are still attached this long after the fence.
+    pub volume_release_warning: Duration,
+}
+
+impl AwsConfig {
+    pub fn matches(&self, node: &str) -> bool {
+        self.nodes.iter().any(|p| p.matches(node))
+    }
+}
+
+/// Where a node's power state comes from.
+#[derive(Debug, Clone, Copy)]
+pub enum Mapping<'a> {
+    Bmc(&'a BmcEntry),
+    Aws(&'a AwsConfig),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,12 +109,14 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:9464";
 #[serde(rename_all = "lowercase")]
 pub enum Protocol {
     Redfish,
+    Ipmi,
 }
 
 impl Protocol {
     pub fn as_str(self) -> &'static str {
         match self {
             Protocol::Redfish => "redfish",
+            Protocol::Ipmi => "ipmi",
         }
     }
 }
@@ -104,6 +145,8 @@ pub struct BmcEntry {
     pub password: Secret,
     pub tls: BmcTls,
     pub timeout: Duration,
+    /// `protocol = "ipmi"` only: cipher suite and privilege.
+    pub ipmi: Option<crate::power::ipmi::IpmiOptions>,
 }
 
 impl BmcEntry {
@@ -136,12 +179,25 @@ impl Config {
     /// Validates config text; `path` is only used for messages and relative paths stay as given.
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         let raw = parse_raw(text, path)?;
-        raw.validate(path)
+        let mut cfg = raw.validate(path)?;
+        cfg.digest = crate::journal::sha256_hex(text.as_bytes());
+        Ok(cfg)
     }
 
     /// The first `[[bmc]]` entry whose `nodes` globs match `node`.
     pub fn bmc_for(&self, node: &str) -> Option<&BmcEntry> {
         self.bmc.iter().find(|b| b.matches(node))
+    }
+
+    /// Where `node`'s power state comes from: a matching `[[bmc]]` entry first, then `[aws]`.
+    pub fn mapping_for(&self, node: &str) -> Option<Mapping<'_>> {
+        if let Some(b) = self.bmc_for(node) {
+            return Some(Mapping::Bmc(b));
+        }
+        self.aws
+            .as_ref()
+            .filter(|a| a.matches(node))
+            .map(Mapping::Aws)
     }
 }
 
@@ -191,6 +247,106 @@ struct RawConfig {
     server: RawServer,
     #[serde(default)]
     bmc: Vec<RawBmc>,
+    aws: Option<RawAws>,
+    #[serde(default)]
+    journal: RawJournal,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawJournal {
+    path: Option<PathBuf>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAws {
+    region: String,
+    nodes: Vec<String>,
+    endpoint_url: Option<String>,
+    profile: Option<String>,
+    #[serde(default = "default_aws_timeout", with = "humantime_serde")]
+    timeout: Duration,
+    #[serde(default = "default_volume_release_warning", with = "humantime_serde")]
+    volume_release_warning: Duration,
+}
+
+fn default_aws_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+
+fn default_volume_release_warning() -> Duration {
+    Duration::from_secs(600)
+}
+
+impl RawAws {
+    fn validate(self, path: &Path) -> Result<AwsConfig, ConfigError> {
+        let err = |key: &str, problem: String| ConfigError {
+            file: path.to_owned(),
+            key: format!("aws.{key}"),
+            problem,
+        };
+        let region = self.region.trim().to_string();
+        if region.is_empty()
+            || !region
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        {
+            return Err(err(
+                "region",
+                format!("{region:?} is not a region name such as \"us-east-1\""),
+            ));
+        }
+        let nodes = compile_globs(&self.nodes).map_err(|e| err("nodes", e))?;
+        if let Some(url) = &self.endpoint_url {
+            let parsed = reqwest::Url::parse(url)
+                .map_err(|e| err("endpoint_url", format!("{url:?} is not a URL ({e})")))?;
+            if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
+                return Err(err(
+                    "endpoint_url",
+                    format!("{url:?} must be http(s)://host[:port]"),
+                ));
+            }
+        }
+        if let Some(p) = &self.profile
+            && p.trim().is_empty()
+        {
+            return Err(err("profile", "must not be empty".into()));
+        }
+        if self.timeout.is_zero() || self.timeout > Duration::from_secs(120) {
+            return Err(err("timeout", "use between 1ms and 120s".into()));
+        }
+        if self.volume_release_warning.is_zero() {
+            return Err(err(
+                "volume_release_warning",
+                "must be longer than 0s".into(),
+            ));
+        }
+        Ok(AwsConfig {
+            region,
+            nodes,
+            endpoint_url: self.endpoint_url,
+            profile: self.profile,
+            timeout: self.timeout,
+            volume_release_warning: self.volume_release_warning,
+        })
+    }
+}
+
+/// Compiles node-name globs, naming the bad one.
+fn compile_globs(globs: &[String]) -> Result<Vec<glob::Pattern>, String> {
+    if globs.is_empty() {
+        return Err("needs at least one node name or glob (\"rack1-*\")".into());
+    }
+    globs
+        .iter()
+        .map(|g| {
+            if g.trim().is_empty() {
+                return Err("contains an empty pattern".to_string());
+            }
+            glob::Pattern::new(g).map_err(|e| format!("bad glob {g:?}: {}", e.msg))
+        })
+        .collect()
 }
 
 #[derive(Deserialize, Default)]
@@ -214,6 +370,7 @@ struct RawPolicy {
     #[serde(with = "humantime_serde")]
     recheck_interval: Duration,
     action: FenceAction,
+    on_terminated: FenceAction,
     untaint_on_recovery: bool,
     dry_run: bool,
     max_concurrent_reads: usize,
@@ -229,6 +386,7 @@ impl Default for RawPolicy {
             read_max_age: p.read_max_age,
             recheck_interval: p.recheck_interval,
             action: p.action,
+            on_terminated: p.on_terminated,
             untaint_on_recovery: p.untaint_on_recovery,
             dry_run: p.dry_run,
             max_concurrent_reads: 16,
@@ -270,6 +428,8 @@ struct RawBmc {
     tls_insecure: bool,
     #[serde(default = "default_bmc_timeout", with = "humantime_serde")]
     timeout: Duration,
+    cipher_suite: Option<u8>,
+    privilege: Option<String>,
 }
 
 fn default_bmc_timeout() -> Duration {
@@ -325,6 +485,7 @@ impl RawConfig {
             read_max_age: p.read_max_age,
             recheck_interval: p.recheck_interval,
             action: p.action,
+            on_terminated: p.on_terminated,
             untaint_on_recovery: p.untaint_on_recovery,
             dry_run: p.dry_run,
         };
@@ -357,6 +518,28 @@ impl RawConfig {
             bmc.push(raw.validate(index, path)?);
         }
 
+        let aws = self.aws.map(|a| a.validate(path)).transpose()?;
+
+        let journal_path = match self.journal.path {
+            None => crate::journal::default_path(dc),
+            Some(p) if !p.is_absolute() => {
+                return Err(err(
+                    "journal.path",
+                    format!(
+                        "{:?} must be an absolute path (example: \"/var/lib/oobfence/{dc}.journal.jsonl\")",
+                        p.display().to_string()
+                    ),
+                ));
+            }
+            Some(p) if p.is_dir() => {
+                return Err(err(
+                    "journal.path",
+                    format!("{} is a directory; name a file in it", p.display()),
+                ));
+            }
+            Some(p) => p,
+        };
+
         Ok(Config {
             source: path.to_owned(),
             datacenter: dc.to_string(),
@@ -369,6 +552,9 @@ impl RawConfig {
             max_concurrent_reads: p.max_concurrent_reads,
             server: ServerConfig { listen },
             bmc,
+            aws,
+            journal: JournalConfig { path: journal_path },
+            digest: String::new(),
         })
     }
 }
@@ -380,22 +566,7 @@ impl RawBmc {
             key: format!("bmc[{index}].{key}"),
             problem,
         };
-        if self.nodes.is_empty() {
-            return Err(err(
-                "nodes",
-                "needs at least one node name or glob (\"rack1-*\")".into(),
-            ));
-        }
-        let mut nodes = Vec::with_capacity(self.nodes.len());
-        for g in &self.nodes {
-            if g.trim().is_empty() {
-                return Err(err("nodes", "contains an empty pattern".into()));
-            }
-            nodes.push(
-                glob::Pattern::new(g)
-                    .map_err(|e| err("nodes", format!("bad glob {g:?}: {}", e.msg)))?,
-            );
-        }
+        let nodes = compile_globs(&self.nodes).map_err(|e| err("nodes", e))?;
 
         let address = self.address.trim().to_string();
         match self.protocol {
@@ -431,7 +602,53 @@ impl RawBmc {
                     ));
                 }
             }
+            Protocol::Ipmi => {
+                use crate::power::ipmi;
+                let probe = address.replace("{node}", "node");
+                ipmi::parse_address(&probe).map_err(|e| {
+                    err(
+                        "address",
+                        e.replace(&format!("{probe:?}"), &format!("{address:?}")),
+                    )
+                })?;
+                for (key, set) in [
+                    ("system", self.system.is_some()),
+                    ("ca_file", self.ca_file.is_some()),
+                    ("tls_insecure", self.tls_insecure),
+                ] {
+                    if set {
+                        return Err(err(
+                            key,
+                            "applies to protocol = \"redfish\" only (IPMI over LAN has no TLS and no system path)".into(),
+                        ));
+                    }
+                }
+                ipmi::check_username(&self.username).map_err(|e| err("username", e))?;
+            }
         }
+        let ipmi_options = match self.protocol {
+            Protocol::Ipmi => {
+                use crate::power::ipmi;
+                let suite = self.cipher_suite.unwrap_or(ipmi::CIPHER_SUITE);
+                let privilege = self.privilege.as_deref().unwrap_or("administrator");
+                Some(ipmi::IpmiOptions {
+                    cipher_suite: ipmi::check_cipher_suite(suite)
+                        .map_err(|e| err("cipher_suite", e))?,
+                    privilege: ipmi::check_privilege(privilege).map_err(|e| err("privilege", e))?,
+                })
+            }
+            _ => {
+                for (key, set) in [
+                    ("cipher_suite", self.cipher_suite.is_some()),
+                    ("privilege", self.privilege.is_some()),
+                ] {
+                    if set {
+                        return Err(err(key, "applies to protocol = \"ipmi\" only".into()));
+                    }
+                }
+                None
+            }
+        };
         // One entry for many nodes must address each node's own machine: otherwise every node
         // it matches reads the same BMC, and one machine being off would fence them all.
         let covers_many =
@@ -480,6 +697,14 @@ impl RawBmc {
                 secret::read_password_file(&file).map_err(|e| err("password_credential", e))?
             }
         };
+        if self.protocol == Protocol::Ipmi {
+            let key = if self.password_file.is_some() {
+                "password_file"
+            } else {
+                "password_credential"
+            };
+            crate::power::ipmi::check_password(&password).map_err(|e| err(key, e))?;
+        }
         let tls = match (self.ca_file, self.tls_insecure) {
             (Some(_), true) => {
                 return Err(err(
@@ -520,6 +745,7 @@ impl RawBmc {
             password,
             tls,
             timeout: self.timeout,
+            ipmi: ipmi_options,
         })
     }
 }
@@ -577,6 +803,11 @@ password_file = "{}"
         assert_eq!(cfg.policy.action, FenceAction::Taint);
         assert!(!cfg.policy.dry_run);
         assert_eq!(cfg.server.listen.to_string(), DEFAULT_LISTEN);
+        assert_eq!(
+            cfg.journal.path,
+            Path::new("/var/lib/oobfence/dc1.journal.jsonl")
+        );
+        assert_eq!(cfg.digest.len(), 64);
         let b = cfg.bmc_for("rack1-07").unwrap();
         assert_eq!(
             b.address_for("rack1-07"),
@@ -663,6 +894,9 @@ password_file = "{}"
             ),
             ("[policy]\naction = \"reboot\"", "policy.action"),
             ("[server]\nlisten = \"localhost\"", "server.listen"),
+            ("[journal]\npath = \"journal.jsonl\"", "journal.path"),
+            ("[journal]\npath = \"/tmp\"", "journal.path"),
+            ("[journal]\nfsync = true", "journal.fsync"),
         ];
         for (extra, key) in cases {
             let text = base.replace(
@@ -708,6 +942,74 @@ password_file = "{}"
                 .to_string()
                 .contains("bmc[0].protocol")
         );
+    }
+
+    #[test]
+    fn aws_section_maps_nodes_after_bmc_entries() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = format!(
+            "{}\n[aws]\nregion = \"us-east-1\"\nnodes = [\"*\"]\nendpoint_url = \"http://127.0.0.1:5000\"\n",
+            minimal(&write_pw(dir.path()))
+        );
+        let cfg = parse(&text).unwrap();
+        assert!(matches!(cfg.mapping_for("rack1-01"), Some(Mapping::Bmc(_))));
+        assert!(matches!(
+            cfg.mapping_for("ip-10-0-0-1"),
+            Some(Mapping::Aws(_))
+        ));
+        let aws = cfg.aws.as_ref().unwrap();
+        assert_eq!(aws.timeout, Duration::from_secs(10));
+        assert_eq!(aws.volume_release_warning, Duration::from_secs(600));
+        let bad = text.replace("us-east-1", "US East");
+        assert!(parse(&bad).unwrap_err().to_string().contains("aws.region"));
+        let bad = text.replace("http://127.0.0.1:5000", "ftp://x");
+        assert!(
+            parse(&bad)
+                .unwrap_err()
+                .to_string()
+                .contains("aws.endpoint_url")
+        );
+    }
+
+    #[test]
+    fn ipmi_entries_get_defaults_and_keep_to_their_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        let pw = write_pw(dir.path());
+        let ipmi = minimal(&pw)
+            .replace("\"redfish\"", "\"ipmi\"")
+            .replace("https://{node}-bmc.dc1.example", "{node}-ipmi.dc1.example");
+        let cfg = parse(&ipmi).unwrap();
+        let b = cfg.bmc_for("rack1-07").unwrap();
+        assert_eq!(b.protocol, Protocol::Ipmi);
+        assert_eq!(b.ipmi, Some(crate::power::ipmi::IpmiOptions::default()));
+        assert_eq!(b.address_for("rack1-07"), "rack1-07-ipmi.dc1.example");
+        assert_eq!(b.timeout, Duration::from_secs(5));
+        let e = parse(&format!("{ipmi}cipher_suite = 17\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with(
+                "dc1.toml: bmc[0].cipher_suite: cipher suite 17 is not supported by this build"
+            ),
+            "{e}"
+        );
+        let e = parse(&format!("{ipmi}ca_file = \"/x\"\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("bmc[0].ca_file") && e.contains("redfish"), "{e}");
+        let e = parse(&format!("{ipmi}cipher_suite = 300\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("bmc[0].cipher_suite"), "{e}");
+        // Redfish entries refuse the IPMI keys.
+        let e = parse(&format!("{}privilege = \"administrator\"\n", minimal(&pw)))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("bmc[0].privilege") && e.contains("\"ipmi\" only"),
+            "{e}"
+        );
+        assert_eq!(parse(&minimal(&pw)).unwrap().bmc[0].ipmi, None);
     }
 
     #[test]

@@ -21,10 +21,14 @@ use tokio::sync::{Semaphore, mpsc};
 
 use crate::cluster::{self, Cluster, EventType, reasons};
 use crate::config::Config;
-use crate::decision::{self, Decision, FenceAction, NodeState, Rule, Step};
-use crate::metrics::{BackendLabels, BlockedLabels, Metrics, ReadLabels, WouldActLabels};
-use crate::power::{self, PowerReading, PowerSource, PowerState, ReadErrorKind};
+use crate::decision::{self, Decision, FenceAction, Rule, Step};
+use crate::journal::{self, Journal, RecordKind};
+use crate::metrics::{self, BackendLabels, FailingLabels, Metrics, ReadLabels, WouldActLabels};
+use crate::power::{
+    self, MappedSource, PowerReading, PowerSource, PowerSources, PowerState, ReadErrorKind,
+};
 use crate::report::{NodeReport, PowerSourceReport, ReportInputs};
+use crate::volumes::VolumeWatch;
 
 /// How often every node is re-evaluated even when nothing changed (time passing matters).
 const TICK: Duration = Duration::from_secs(1);
@@ -32,6 +36,12 @@ const TICK: Duration = Duration::from_secs(1);
 const READS_KEPT: usize = 16;
 /// After a failed write, wait this long before trying again.
 const ACTION_RETRY: Duration = Duration::from_secs(10);
+/// A failed power read counts towards `power_sources_failing` for this long.
+const FAILING_WINDOW: Duration = Duration::from_secs(600);
+/// A delete_node fence stays in `fenced_since_timestamp_seconds` this long after the delete.
+const DELETED_FENCE_KEPT: Duration = Duration::from_secs(3600);
+/// At shutdown, queued journal records get this long to reach the disk.
+const JOURNAL_FLUSH: Duration = Duration::from_secs(5);
 /// `/healthz` fails when the decision loop has not completed a pass for this long.
 pub const LOOP_STALL: Duration = Duration::from_secs(30);
 
@@ -83,27 +93,6 @@ pub enum DaemonError {
     },
 }
 
-/// A power source for one node, built once from the config.
-#[derive(Clone)]
-pub struct MappedSource {
-    pub source: Arc<dyn PowerSource>,
-    /// Hard bound on one read, above the backend's own timeout.
-    pub deadline: Duration,
-}
-
-/// Builds the power source the config maps `node` to; `Ok(None)` when no entry matches.
-pub fn power_source_for(cfg: &Config, node: &str) -> Result<Option<MappedSource>, String> {
-    let Some(entry) = cfg.bmc_for(node) else {
-        return Ok(None);
-    };
-    let source = power::source_for(entry, node)
-        .map_err(|e| format!("bmc[{}] for node {node}: {e}", entry.index))?;
-    Ok(Some(MappedSource {
-        source,
-        deadline: entry.timeout + Duration::from_secs(2),
-    }))
-}
-
 #[derive(Default)]
 struct Tracker {
     uid: String,
@@ -116,7 +105,10 @@ struct Tracker {
     retry_after: Option<Instant>,
     last_action_error: Option<String>,
     last_rule: Option<Rule>,
-    source: Option<Result<Option<MappedSource>, String>>,
+    /// The refusal the node is in (see `journal::refusal`).
+    refusal: Option<Rule>,
+    /// The node's source, built for the providerID it was built with.
+    source: Option<(Option<String>, Option<MappedSource>)>,
 }
 
 struct ReadDone {
@@ -130,6 +122,11 @@ struct ActionDone {
     node: String,
     uid: String,
     result: Result<(), String>,
+    step: Step,
+    /// When a fence landed.
+    fenced_at: Option<Timestamp>,
+    /// VolumeAttachments pointing at the node when the fence was written.
+    volume_attachments: Option<Vec<String>>,
 }
 
 pub struct Daemon {
@@ -139,9 +136,12 @@ pub struct Daemon {
     nodes: Store<Node>,
     leases: Store<Lease>,
     trackers: HashMap<String, Tracker>,
+    sources: Arc<PowerSources>,
     read_slots: Arc<Semaphore>,
     reads_tx: mpsc::Sender<ReadDone>,
     actions_tx: mpsc::Sender<ActionDone>,
+    journal: Journal,
+    volumes: VolumeWatch,
 }
 
 /// Runs the daemon until `shutdown` completes.
@@ -187,7 +187,22 @@ pub async fn run(
 
     let (reads_tx, mut reads_rx) = mpsc::channel(1024);
     let (actions_tx, mut actions_rx) = mpsc::channel(1024);
+    notify_systemd(&[sd_notify::NotifyState::Status(
+        "listing nodes and leases from the Kubernetes API",
+    )]);
+    let sources = Arc::new(PowerSources::new(cfg.clone()).await);
+    let (journal, journal_writer) = Journal::start(
+        cfg.journal.path.clone(),
+        &cfg.datacenter,
+        &cfg.digest,
+        shared.metrics.journal_records.clone(),
+    );
+    tracing::info!(path = %cfg.journal.path.display(), "decision journal");
+    let volumes = VolumeWatch::start(client.clone());
     let mut daemon = Daemon {
+        journal,
+        volumes,
+        sources,
         read_slots: Arc::new(Semaphore::new(cfg.max_concurrent_reads)),
         cluster: Cluster::new(client, &cfg.datacenter),
         cfg,
@@ -209,12 +224,22 @@ pub async fn run(
         _ = &mut shutdown => {
             let _ = stop_tx.send(true);
             let _ = http.await;
+            drop(daemon);
+            journal_writer.finish(JOURNAL_FLUSH).await;
             return Ok(());
         }
     }
     shared.synced.store(true, Ordering::Relaxed);
     tracing::info!(nodes = daemon.nodes.len(), "node cache synced");
-    notify_systemd(&[sd_notify::NotifyState::Ready]);
+    // READY=1 only now: both caches hold a full list, so the API server answered.
+    let synced_status = format!(
+        "node cache synced: {} nodes; starting the decision loop",
+        daemon.nodes.len()
+    );
+    notify_systemd(&[
+        sd_notify::NotifyState::Ready,
+        sd_notify::NotifyState::Status(&synced_status),
+    ]);
 
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -228,6 +253,8 @@ pub async fn run(
                     last_status = Instant::now();
                     daemon.report_status();
                 }
+                // The keep-alive comes from this loop only, after a full pass: if a pass
+                // hangs, systemd's WatchdogSec= expires and the unit is restarted.
                 notify_systemd(&[sd_notify::NotifyState::Watchdog]);
             }
             Some(done) = reads_rx.recv() => daemon.read_done(done),
@@ -235,9 +262,14 @@ pub async fn run(
         }
     }
     tracing::info!("shutting down");
-    notify_systemd(&[sd_notify::NotifyState::Stopping]);
+    notify_systemd(&[
+        sd_notify::NotifyState::Stopping,
+        sd_notify::NotifyState::Status("stopping"),
+    ]);
     let _ = stop_tx.send(true);
     let _ = http.await;
+    drop(daemon);
+    journal_writer.finish(JOURNAL_FLUSH).await;
     Ok(())
 }
 
@@ -298,17 +330,6 @@ where
     reader
 }
 
-fn is_blocking(rule: Rule) -> bool {
-    matches!(
-        rule,
-        Rule::PowerOn
-            | Rule::PowerUnknown
-            | Rule::NoPowerSource
-            | Rule::LeaseRenewedRecently
-            | Rule::RecoveredSameBootId
-    )
-}
-
 impl Daemon {
     fn evaluate_all(&mut self) {
         let now = Timestamp::now();
@@ -328,32 +349,18 @@ impl Daemon {
                 r.remove(&name);
             }
         }
-        let mut blocked: BTreeMap<&'static str, i64> = BTreeMap::new();
         for node in &nodes {
-            let d = self.evaluate(node, now);
-            if d.state == NodeState::Blocked {
-                *blocked.entry(d.rule.name()).or_default() += 1;
-            }
+            self.evaluate(node, now);
         }
-        for rule in [
-            Rule::PowerOn,
-            Rule::PowerUnknown,
-            Rule::NoPowerSource,
-            Rule::LeaseRenewedRecently,
-        ] {
+        self.observe_all(&nodes, now);
+        self.shared.metrics.nodes_watched.set(nodes.len() as i64);
+        // Only a pass over a synced cache with the API answering counts as a sync.
+        if self.shared.ready() {
             self.shared
                 .metrics
-                .blocked
-                .get_or_create(&BlockedLabels {
-                    reason: rule.name(),
-                })
-                .set(blocked.get(rule.name()).copied().unwrap_or(0));
+                .last_sync
+                .set(now.as_millisecond() as f64 / 1000.0);
         }
-        self.shared.metrics.nodes_watched.set(nodes.len() as i64);
-        self.shared
-            .metrics
-            .last_sync
-            .set(now.as_millisecond() as f64 / 1000.0);
         if let Ok(mut t) = self.shared.last_pass.lock() {
             *t = Some(Instant::now());
         }
@@ -365,23 +372,31 @@ impl Daemon {
             Err(_) => return,
         };
         let count = |s: &str| reports.values().filter(|r| r.state == s).count();
-        let status = format!(
+        let mut status = format!(
             "watching {} nodes, {} fenced, {} blocked, {} confirming",
             reports.len(),
             count("fenced"),
             count("blocked"),
             count("confirming")
         );
+        if !self.shared.api_ok.load(Ordering::Relaxed) {
+            status.push_str("; Kubernetes API unreachable, retrying");
+        }
         notify_systemd(&[sd_notify::NotifyState::Status(&status)]);
     }
 
-    fn source_for(&mut self, name: &str) -> Result<Option<MappedSource>, String> {
-        let cfg = self.cfg.clone();
+    /// The node's power source, built once per providerID (only EC2 uses it).
+    fn source_for(&mut self, name: &str, provider_id: Option<&str>) -> Option<MappedSource> {
         let tracker = self.trackers.entry(name.to_string()).or_default();
-        tracker
-            .source
-            .get_or_insert_with(|| power_source_for(&cfg, name))
-            .clone()
+        let key = provider_id.map(String::from);
+        match &tracker.source {
+            Some((k, s)) if *k == key => s.clone(),
+            _ => {
+                let s = self.sources.for_node(name, provider_id);
+                tracker.source = Some((key, s.clone()));
+                s
+            }
+        }
     }
 
     fn evaluate(&mut self, node: &Arc<Node>, now: Timestamp) -> Decision {
@@ -397,24 +412,18 @@ impl Daemon {
                 };
             }
         }
-        let source = self.source_for(&name);
+        let provider_id = node.spec.as_ref().and_then(|s| s.provider_id.clone());
+        let source = self.source_for(&name, provider_id.as_deref());
         let lease = self
             .leases
             .get(&ObjectRef::new(&name).within(cluster::NODE_LEASE_NAMESPACE));
-        let has_source = matches!(source, Ok(Some(_)));
-        let facts = cluster::node_facts(node, lease.as_deref(), has_source);
+        let facts = cluster::node_facts(node, lease.as_deref(), source.is_some());
         let policy = self.cfg.policy.clone();
         let tracker = self.trackers.get_mut(&name).expect("inserted above");
-        let mut decision = decision::decide(&facts, &tracker.reads, &policy, now);
-        if let Err(e) = &source
-            && facts.readiness != decision::Readiness::Ready
-        {
-            // The mapping exists but the source cannot be built (bad CA file...): say so.
-            decision.reason = format!("{} (power source error: {e})", decision.reason);
-        }
+        let decision = decision::decide(&facts, &tracker.reads, &policy, now);
 
         // Power read wanted now?
-        if let (Some(at), Ok(Some(src))) = (decision.next_read_at, &source)
+        if let (Some(at), Some(src)) = (decision.next_read_at, &source)
             && at <= now
             && !tracker.read_in_flight
         {
@@ -439,11 +448,6 @@ impl Daemon {
                 reason = %decision.reason,
                 "decision"
             );
-            if is_blocking(decision.rule) && facts.readiness != decision::Readiness::Ready
-                || decision.rule == Rule::RecoveredSameBootId
-            {
-                self.spawn_event(node, EventType::Warning, reasons::BLOCKED, &decision);
-            }
             match decision.step {
                 Step::WouldFence(a) => {
                     self.shared
@@ -467,6 +471,9 @@ impl Daemon {
             }
         }
 
+        // Refusals (one Event and one journal record per episode), dry runs, fence metrics.
+        self.observe_node(node, &facts, &decision, source.as_ref(), changed, now);
+
         // Writes.
         let tracker = self.trackers.get_mut(&name).expect("inserted above");
         let rv = node.resource_version();
@@ -481,7 +488,9 @@ impl Daemon {
         {
             tracker.action_in_flight = true;
             tracker.acted_on = rv;
-            self.spawn_action(node.clone(), uid.clone(), decision.clone());
+            let fencing = matches!(decision.step, Step::Fence(_));
+            let inputs = self.journal_inputs(&name, &facts, source.as_ref(), fencing);
+            self.spawn_action(node.clone(), uid.clone(), decision.clone(), inputs);
         }
 
         self.shared.metrics.set_node_state(&name, decision.state);
@@ -493,13 +502,10 @@ impl Daemon {
             facts: &facts,
             decision: &decision,
             reads: &tracker.reads,
-            power_source: match &source {
-                Ok(Some(s)) => Some(PowerSourceReport {
-                    backend: s.source.backend().to_string(),
-                    address: s.source.address(),
-                }),
-                _ => None,
-            },
+            power_source: source.as_ref().map(|s| PowerSourceReport {
+                backend: s.source.backend().to_string(),
+                address: s.source.address(),
+            }),
             dry_run: self.cfg.policy.dry_run,
             read_in_flight: tracker.read_in_flight,
             last_action_error: tracker.last_action_error.clone(),
@@ -553,6 +559,8 @@ impl Daemon {
     }
 
     fn action_done(&mut self, done: ActionDone) {
+        // Before the tracker lookup: a deleted node has no tracker, its volumes still count.
+        self.volumes_after_action(&done);
         let Some(t) = self.trackers.get_mut(&done.node) else {
             return;
         };
@@ -580,9 +588,16 @@ impl Daemon {
         tokio::spawn(async move { cluster.event(&node, kind, reason, &message).await });
     }
 
-    fn spawn_action(&self, node: Arc<Node>, uid: String, decision: Decision) {
+    fn spawn_action(
+        &self,
+        node: Arc<Node>,
+        uid: String,
+        decision: Decision,
+        inputs: journal::Inputs,
+    ) {
         let cluster = self.cluster.clone();
         let shared = self.shared.clone();
+        let journal = self.journal.clone();
         let tx = self.actions_tx.clone();
         let name = node.name_any();
         let reads: Vec<String> = self
@@ -593,10 +608,18 @@ impl Daemon {
                     .iter()
                     .rev()
                     .take(4)
-                    .map(|r| format!("{} {} in {:.2}s", r.at, r.state, r.latency.as_secs_f64()))
+                    .map(|r| {
+                        let mut line =
+                            format!("{} {} in {:.2}s", r.at, r.state, r.latency.as_secs_f64());
+                        for d in &r.details {
+                            line.push_str(&format!(" [{}: {}]", d.name, d.value));
+                        }
+                        line
+                    })
                     .collect()
             })
             .unwrap_or_default();
+        let volume_watch = self.ec2_volume_watch(&node, &decision);
         tokio::spawn(async move {
             let evidence = format!("{} (rule {})", decision.reason, decision.rule.name());
             let (label, result) = match decision.step {
@@ -613,16 +636,39 @@ impl Daemon {
                             )
                         }),
                 ),
-                Step::Fence(FenceAction::DeleteNode) => (
-                    "delete_node",
-                    cluster.delete_node(&name, &uid).await.map(|w| {
-                        format!(
-                            "Node deleted: {evidence}; bootID at fence {}; reads (newest first): {}",
-                            w.boot_id,
-                            reads.join("; ")
-                        )
-                    }),
-                ),
+                Step::Fence(FenceAction::DeleteNode) => {
+                    let result = match cluster.delete_node(&name, &uid).await {
+                        Ok(w) => {
+                            // The Node is gone: its VolumeAttachments can go now instead of
+                            // after the attach/detach controller's 6-minute force-detach.
+                            let vas = match cluster.delete_volume_attachments(&name).await {
+                                Ok(v) => {
+                                    for _ in &v {
+                                        shared.metrics.action("delete_volumeattachment", true);
+                                    }
+                                    if v.is_empty() {
+                                        "no VolumeAttachments to delete".to_string()
+                                    } else {
+                                        format!("VolumeAttachments deleted: {}", v.join(", "))
+                                    }
+                                }
+                                Err(e) => {
+                                    shared.metrics.action("delete_volumeattachment", false);
+                                    format!(
+                                        "VolumeAttachments NOT deleted ({e}): they are force-detached after 6 minutes"
+                                    )
+                                }
+                            };
+                            Ok(format!(
+                                "Node deleted: {evidence}; bootID at fence {}; {vas}; reads (newest first): {}",
+                                w.boot_id,
+                                reads.join("; ")
+                            ))
+                        }
+                        Err(e) => Err(e),
+                    };
+                    ("delete_node", result)
+                }
                 Step::Unfence => (
                     "untaint",
                     cluster
@@ -645,12 +691,27 @@ impl Daemon {
                 Step::Unfence => reasons::UNFENCED,
                 _ => reasons::RECORD_CLEARED,
             };
+            let done_at = Timestamp::now();
+            let mut record = journal.record(
+                &name,
+                &uid,
+                RecordKind::Action,
+                decision.rule.name(),
+                inputs,
+            );
+            record.action = label.to_string();
             let outcome = match result {
                 Ok(message) => {
+                    if let Some(w) = volume_watch {
+                        tokio::spawn(w.run(cluster.clone(), node.clone()));
+                    }
                     tracing::warn!(node = %name, action = label, rule = decision.rule.name(), "{message}");
                     cluster
                         .event(&node, EventType::Normal, reason, &message)
                         .await;
+                    record.event = reason.to_string();
+                    record.result = "success".into();
+                    record.message = message;
                     Ok(())
                 }
                 Err(e) => {
@@ -659,17 +720,149 @@ impl Daemon {
                     cluster
                         .event(&node, EventType::Warning, reasons::FENCE_FAILED, &message)
                         .await;
+                    record.event = reasons::FENCE_FAILED.to_string();
+                    record.result = "failure".into();
+                    record.error = Some(e.to_string());
+                    record.message = message.clone();
                     Err(message)
                 }
             };
+            let fenced_at = match (decision.step, &outcome) {
+                (Step::Fence(action), Ok(())) => {
+                    observe_fence(
+                        &shared.metrics,
+                        &name,
+                        &uid,
+                        action,
+                        &record.inputs,
+                        done_at,
+                    );
+                    Some(done_at)
+                }
+                (Step::Unfence, Ok(())) => {
+                    if let Some(f) = &record.inputs.fence {
+                        shared
+                            .metrics
+                            .fence_to_recovery
+                            .observe(seconds_between(f.at, done_at));
+                    }
+                    None
+                }
+                _ => None,
+            };
+            let volume_attachments = record.inputs.volume_attachments.clone();
+            journal.submit_wait(&record).await;
             let _ = tx
                 .send(ActionDone {
                     node: name,
                     uid,
                     result: outcome,
+                    step: decision.step,
+                    fenced_at,
+                    volume_attachments,
                 })
                 .await;
         });
+    }
+}
+
+impl Daemon {
+    /// For a fence of an EC2 instance that held data volumes: what to watch until they are
+    /// released.
+    fn ec2_volume_watch(&self, node: &Node, decision: &Decision) -> Option<Ec2VolumeWatch> {
+        if !matches!(decision.step, Step::Fence(_)) {
+            return None;
+        }
+        let reader = self.sources.ec2()?.clone();
+        let aws = self.cfg.aws.as_ref()?;
+        let name = node.name_any();
+        if !self.sources.needs_node_data(&name) {
+            return None;
+        }
+        let instance = node
+            .spec
+            .as_ref()
+            .and_then(|s| s.provider_id.as_deref())
+            .and_then(|p| power::ec2::instance_id_from_provider_id(p).ok())?;
+        let last = self.trackers.get(&name)?.reads.last()?;
+        let volumes = power::ec2::volume_ids(&last.details);
+        if volumes.is_empty() {
+            return None;
+        }
+        Some(Ec2VolumeWatch {
+            reader,
+            instance,
+            volumes,
+            warn_after: aws.volume_release_warning,
+        })
+    }
+}
+
+/// Follows a fenced instance's EBS volumes until they are detached from it: an Event when they
+/// are released (with how long it took) and a warning Event if they are still attached
+/// `warn_after` the fence.
+struct Ec2VolumeWatch {
+    reader: Arc<power::ec2::Ec2Reader>,
+    instance: String,
+    volumes: Vec<String>,
+    warn_after: Duration,
+}
+
+impl Ec2VolumeWatch {
+    /// Polling interval, and the bound on how long one watch lasts.
+    const EVERY: Duration = Duration::from_secs(10);
+    const GIVE_UP: Duration = Duration::from_secs(6 * 3600);
+
+    async fn run(self, cluster: Cluster, node: Arc<Node>) {
+        let started = Instant::now();
+        let mut warned = false;
+        let max_polls = (Self::GIVE_UP.as_secs() / Self::EVERY.as_secs()) as usize;
+        for _ in 0..max_polls {
+            tokio::time::sleep(Self::EVERY).await;
+            let held = match self
+                .reader
+                .still_attached(&self.instance, &self.volumes)
+                .await
+            {
+                Ok(h) => h,
+                Err(e) => {
+                    tracing::debug!(instance = %self.instance, error = %e, "volume check failed; retrying");
+                    continue;
+                }
+            };
+            let took = started.elapsed();
+            if held.is_empty() {
+                let msg = format!(
+                    "EBS volumes {} detached from {} {:.0}s after the fence",
+                    self.volumes.join(", "),
+                    self.instance,
+                    took.as_secs_f64()
+                );
+                tracing::info!(node = %node.name_any(), "{msg}");
+                cluster
+                    .event(&node, EventType::Normal, reasons::VOLUMES_RELEASED, &msg)
+                    .await;
+                return;
+            }
+            if !warned && took >= self.warn_after {
+                warned = true;
+                let msg = format!(
+                    "EBS volumes {} are still attached to {} {:.0}s after the fence: check the CSI driver and `kubectl get volumeattachment`",
+                    held.join(", "),
+                    self.instance,
+                    took.as_secs_f64()
+                );
+                tracing::warn!(node = %node.name_any(), "{msg}");
+                cluster
+                    .event(
+                        &node,
+                        EventType::Warning,
+                        reasons::VOLUMES_STILL_ATTACHED,
+                        &msg,
+                    )
+                    .await;
+            }
+        }
     }
 }
 
@@ -737,4 +930,214 @@ pub async fn read_once(source: &Arc<dyn PowerSource>, deadline: Duration) -> Pow
 /// Used by `check-config --probe`: a client for listing nodes.
 pub async fn client_for(cfg: &Config) -> Result<Client, cluster::ClusterError> {
     cluster::connect(&cfg.kubernetes).await
+}
+
+/// Seconds from `earlier` to `later`; 0 when the clock says otherwise.
+fn seconds_between(earlier: Timestamp, later: Timestamp) -> f64 {
+    later.duration_since(earlier).as_secs_f64().max(0.0)
+}
+
+fn unix_seconds(t: Timestamp) -> f64 {
+    t.as_millisecond() as f64 / 1000.0
+}
+
+/// Metrics of a fence that landed at `at`.
+fn observe_fence(
+    m: &Metrics,
+    node: &str,
+    uid: &str,
+    action: FenceAction,
+    inputs: &journal::Inputs,
+    at: Timestamp,
+) {
+    if let Some(since) = inputs.not_ready_since {
+        m.notready_to_fence.observe(seconds_between(since, at));
+    }
+    if action == FenceAction::DeleteNode {
+        m.node_deleted_by_fence(node, uid, unix_seconds(at));
+    }
+}
+
+/// What the daemon reports about its decisions and what followed them: the decision journal,
+/// per-node metrics, VolumeAttachment release.
+impl Daemon {
+    fn journal_inputs(
+        &self,
+        name: &str,
+        facts: &decision::NodeFacts,
+        source: Option<&MappedSource>,
+        with_volumes: bool,
+    ) -> journal::Inputs {
+        let reads = self
+            .trackers
+            .get(name)
+            .map(|t| t.reads.as_slice())
+            .unwrap_or(&[]);
+        journal::Inputs::new(
+            facts,
+            reads,
+            source.map(|s| format!("{} {}", s.source.backend(), s.source.address())),
+            if with_volumes {
+                self.volumes.attached_to(name)
+            } else {
+                None
+            },
+        )
+    }
+
+    /// Per node, every evaluation: fence age series, resumed volume tracking after a restart,
+    /// and the journal record and Event of a refusal or a dry-run decision.
+    fn observe_node(
+        &mut self,
+        node: &Arc<Node>,
+        facts: &decision::NodeFacts,
+        decision: &Decision,
+        source: Option<&MappedSource>,
+        changed: bool,
+        now: Timestamp,
+    ) {
+        let name = node.name_any();
+        let uid = node.uid().unwrap_or_default();
+        let m = &self.shared.metrics;
+        let taint_fence = facts.fence.as_ref().filter(|f| f.taint_present);
+        m.set_fenced_since(&name, &uid, taint_fence.map(|f| unix_seconds(f.at)));
+        m.set_taint_age(&name, taint_fence.map(|f| seconds_between(f.at, now)));
+        if let Some(f) = taint_fence
+            && facts.readiness != decision::Readiness::Ready
+        {
+            self.volumes.resume(&name, f.at);
+        }
+
+        let Some(tracker) = self.trackers.get_mut(&name) else {
+            return;
+        };
+        let previous = tracker.refusal;
+        let current = journal::refusal(decision.rule, previous);
+        tracker.refusal = current;
+        m.set_node_blocked(&name, current.and_then(metrics::blocked_reason));
+        let started = current.is_some() && current != previous;
+        let dry_run = changed && matches!(decision.step, Step::WouldFence(_) | Step::WouldUnfence);
+        if !started && !dry_run {
+            return;
+        }
+        let message = format!("{} (rule {})", decision.reason, decision.rule.name());
+        let inputs = self.journal_inputs(&name, facts, source, false);
+        let (kind, event, action, result) = match decision.step {
+            Step::WouldFence(a) if dry_run => (
+                RecordKind::DryRun,
+                reasons::WOULD_FENCE,
+                action_label(a),
+                "not_written",
+            ),
+            Step::WouldUnfence if dry_run => (
+                RecordKind::DryRun,
+                reasons::WOULD_UNFENCE,
+                "untaint",
+                "not_written",
+            ),
+            _ => {
+                self.spawn_event(node, EventType::Warning, reasons::BLOCKED, decision);
+                (RecordKind::Refusal, reasons::BLOCKED, "none", "refused")
+            }
+        };
+        let mut record = self
+            .journal
+            .record(&name, &uid, kind, decision.rule.name(), inputs);
+        record.event = event.to_string();
+        record.action = action.to_string();
+        record.result = result.to_string();
+        record.message = message;
+        self.journal.submit(&record);
+    }
+
+    /// Every pass: the metrics that count over nodes, and volume release.
+    fn observe_all(&mut self, nodes: &[Arc<Node>], now: Timestamp) {
+        let m = &self.shared.metrics;
+        let mut blocked: BTreeMap<&'static str, i64> = BTreeMap::new();
+        let mut failing: BTreeMap<FailingLabels, i64> = BTreeMap::new();
+        for t in self.trackers.values() {
+            if let Some(reason) = t.refusal.and_then(metrics::blocked_reason) {
+                *blocked.entry(reason).or_default() += 1;
+            }
+            if let Some(last) = t.reads.last()
+                && let PowerState::Error { kind, .. } = &last.state
+                && seconds_between(last.at, now) <= FAILING_WINDOW.as_secs_f64()
+            {
+                let backend = t
+                    .source
+                    .as_ref()
+                    .and_then(|(_, s)| s.as_ref())
+                    .map(|s| s.source.backend())
+                    .unwrap_or("none");
+                let labels = FailingLabels {
+                    backend,
+                    error_kind: kind.to_string(),
+                };
+                *failing.entry(labels).or_default() += 1;
+            }
+        }
+        m.set_blocked_counts(&blocked);
+        m.set_power_sources_failing(&failing);
+
+        let (mut foreign_ready, mut foreign_not_ready) = (0, 0);
+        for n in nodes {
+            let f = cluster::node_facts(n, None, false);
+            if f.foreign_out_of_service {
+                if f.readiness == decision::Readiness::Ready {
+                    foreign_ready += 1;
+                } else {
+                    foreign_not_ready += 1;
+                }
+            }
+        }
+        m.set_foreign_taints(foreign_ready, foreign_not_ready);
+        m.prune_deleted_fences(DELETED_FENCE_KEPT);
+
+        m.volume_watch_up.set(i64::from(self.volumes.watch_up()));
+        for r in self.volumes.check(now) {
+            m.fence_to_volumes_released.observe(r.after.as_secs_f64());
+            m.set_fenced_volume_attachments(&r.node, None);
+            let message = format!(
+                "all {} VolumeAttachment(s) that pointed at the node when it was fenced are gone, {:.0}s after the fence: {}",
+                r.names.len(),
+                r.after.as_secs_f64(),
+                r.names.join(", ")
+            );
+            tracing::info!(node = %r.node, after_s = r.after.as_secs(), "{message}");
+            let inputs = journal::Inputs {
+                volume_attachments: Some(r.names.clone()),
+                ..Default::default()
+            };
+            let mut record = self.journal.record(
+                &r.node,
+                "",
+                RecordKind::Observation,
+                "volumes-released",
+                inputs,
+            );
+            record.result = "observed".into();
+            record.message = message;
+            self.journal.submit(&record);
+        }
+        for (node, remaining) in self.volumes.pending() {
+            m.set_fenced_volume_attachments(node, Some(remaining));
+        }
+    }
+
+    fn volumes_after_action(&mut self, done: &ActionDone) {
+        match (done.step, &done.result) {
+            (Step::Fence(_), Ok(())) => {
+                if let (Some(at), Some(names)) = (done.fenced_at, &done.volume_attachments) {
+                    self.volumes.track(&done.node, at, names);
+                }
+            }
+            (Step::Unfence | Step::ClearRecord, Ok(())) => {
+                self.volumes.forget(&done.node);
+                self.shared
+                    .metrics
+                    .set_fenced_volume_attachments(&done.node, None);
+            }
+            _ => {}
+        }
+    }
 }

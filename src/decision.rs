@@ -8,8 +8,9 @@
 //! The one path to [`Step::Fence`]: the node is NotReady for at least `not_ready_grace`, its
 //! kubelet stopped renewing its Lease, its power source is configured in the config file, and
 //! the last `confirm_reads` reads all said Off, spaced at least `confirm_interval` apart, with
-//! the newest no older than `read_max_age` — and `dry_run` is off. Everything else waits,
-//! re-reads, or refuses.
+//! the newest no older than `read_max_age` — and `dry_run` is off. A cloud instance that is
+//! terminated or unknown counts like Off (an unknown one needs at least two answers) and gets
+//! `on_terminated` instead of `action`. Everything else waits, re-reads, or refuses.
 
 use std::fmt;
 use std::time::Duration;
@@ -49,6 +50,8 @@ pub struct Policy {
     /// How often to re-read a machine that reads On or whose BMC fails.
     pub recheck_interval: Duration,
     pub action: FenceAction,
+    /// What to do when the cloud says the instance is gone (terminated / not found).
+    pub on_terminated: FenceAction,
     pub untaint_on_recovery: bool,
     pub dry_run: bool,
 }
@@ -62,6 +65,7 @@ impl Default for Policy {
             read_max_age: Duration::from_secs(30),
             recheck_interval: Duration::from_secs(30),
             action: FenceAction::Taint,
+            on_terminated: FenceAction::DeleteNode,
             untaint_on_recovery: true,
             dry_run: false,
         }
@@ -173,6 +177,7 @@ pub enum Rule {
     PowerUnknown,
     ConfirmingOff,
     ConfirmedOff,
+    ConfirmedGone,
     DryRun,
     FencedAwaitingRecovery,
     FenceRemovedExternally,
@@ -199,6 +204,7 @@ impl Rule {
             Rule::PowerUnknown => "power-unknown",
             Rule::ConfirmingOff => "confirming-off",
             Rule::ConfirmedOff => "confirmed-off",
+            Rule::ConfirmedGone => "confirmed-gone",
             Rule::DryRun => "dry-run",
             Rule::FencedAwaitingRecovery => "fenced-awaiting-recovery",
             Rule::FenceRemovedExternally => "fence-removed-externally",
@@ -392,57 +398,68 @@ pub fn decide(
             format!("power state unknown ({kind}: {detail}); never fenced on an unknown"),
         )
         .read_at(plus(last.at, policy.confirm_interval)),
-        PowerState::Off => {
+        PowerState::Off | PowerState::Terminated | PowerState::NotFound => {
             let confirmed = confirmed_off_reads(&reads, policy.confirm_interval);
-            if confirmed < policy.confirm_reads as usize {
+            // A cloud that does not know an instance may just not have caught up yet
+            // (eventual consistency): "not found" is never trusted on one answer.
+            let needed = if last.state == PowerState::NotFound {
+                policy.confirm_reads.max(2)
+            } else {
+                policy.confirm_reads
+            } as usize;
+            let gone = last.state.is_gone();
+            let what = if gone { "gone (terminated or not found)" } else { "Off" };
+            if confirmed < needed {
                 return Decision::new(
                     S::Confirming,
                     Step::Idle,
                     Rule::ConfirmingOff,
                     format!(
-                        "{confirmed} of {} Off reads spaced at least {} apart",
-                        policy.confirm_reads,
+                        "{confirmed} of {needed} {what} reads spaced at least {} apart",
                         secs(policy.confirm_interval)
                     ),
                 )
                 .read_at(plus(last.at, policy.confirm_interval));
             }
+            let (action, rule) = if gone {
+                (policy.on_terminated, Rule::ConfirmedGone)
+            } else {
+                (policy.action, Rule::ConfirmedOff)
+            };
             let evidence = format!(
-                "NotReady for {}, {confirmed} consecutive Off reads spaced at least {} apart, newest {} old",
+                "NotReady for {}, {confirmed} consecutive {what} reads spaced at least {} apart, newest {} old ({})",
                 secs(not_ready_for),
                 secs(policy.confirm_interval),
-                secs(age)
+                secs(age),
+                last.state
             );
             if policy.dry_run {
                 Decision::new(
                     S::Confirming,
-                    Step::WouldFence(policy.action),
+                    Step::WouldFence(action),
                     Rule::DryRun,
-                    format!(
-                        "{evidence}; dry run: would {}, writing nothing",
-                        policy.action
-                    ),
+                    format!("{evidence}; dry run: would {action}, writing nothing"),
                 )
             } else {
                 Decision::new(
                     S::Confirming,
-                    Step::Fence(policy.action),
-                    Rule::ConfirmedOff,
-                    format!("{evidence}: {}", policy.action),
+                    Step::Fence(action),
+                    rule,
+                    format!("{evidence}: {action}"),
                 )
             }
         }
     }
 }
 
-/// Counts the Off reads that confirm the newest one: walking back from the newest, each counted
-/// read is at least `interval` older than the previous counted one; an Off read closer than that
-/// is skipped, and any read that is not Off ends the streak.
+/// Counts the reads that confirm the newest one: walking back from the newest, each counted
+/// read is at least `interval` older than the previous counted one; a down read closer than
+/// that is skipped, and any read that is not down (Off, terminated, not found) ends the streak.
 fn confirmed_off_reads(reads: &[&PowerReading], interval: Duration) -> usize {
     let mut count = 0;
     let mut last_counted: Option<Timestamp> = None;
     for r in reads.iter().rev() {
-        if r.state != PowerState::Off {
+        if !r.state.is_down() {
             break;
         }
         match last_counted {
@@ -606,6 +623,64 @@ mod tests {
             (NodeState::Healthy, Step::Idle, Rule::NodeReady)
         );
         assert_eq!(d.next_read_at, None);
+    }
+
+    #[test]
+    fn terminated_instance_gets_the_on_terminated_action() {
+        let reads = [
+            read(60, PowerState::Terminated),
+            read(65, PowerState::Terminated),
+        ];
+        let d = decide(&dead(), &reads, &policy(), t(66));
+        assert_eq!(d.step, Step::Fence(FenceAction::DeleteNode));
+        assert_eq!(d.rule, Rule::ConfirmedGone);
+        // Stopped then terminated: both down, the newest decides the action.
+        let reads = [off(60), read(65, PowerState::Terminated)];
+        let d = decide(&dead(), &reads, &policy(), t(66));
+        assert_eq!(d.step, Step::Fence(FenceAction::DeleteNode));
+        let p = Policy {
+            on_terminated: FenceAction::Taint,
+            ..policy()
+        };
+        let d = decide(
+            &dead(),
+            &[
+                read(60, PowerState::Terminated),
+                read(65, PowerState::Terminated),
+            ],
+            &p,
+            t(66),
+        );
+        assert_eq!(d.step, Step::Fence(FenceAction::Taint));
+    }
+
+    #[test]
+    fn not_found_needs_two_answers_even_with_confirm_reads_1() {
+        let p = Policy {
+            confirm_reads: 1,
+            ..policy()
+        };
+        let d = decide(&dead(), &[read(60, PowerState::NotFound)], &p, t(61));
+        assert_eq!((d.step, d.rule), (Step::Idle, Rule::ConfirmingOff));
+        assert_eq!(d.next_read_at, Some(t(65)));
+        // Two answers closer than confirm_interval still count once.
+        let reads = [
+            read(60, PowerState::NotFound),
+            read(62, PowerState::NotFound),
+        ];
+        assert_eq!(decide(&dead(), &reads, &p, t(62)).rule, Rule::ConfirmingOff);
+        let reads = [
+            read(60, PowerState::NotFound),
+            read(65, PowerState::NotFound),
+        ];
+        let d = decide(&dead(), &reads, &p, t(66));
+        assert_eq!(
+            (d.step, d.rule),
+            (Step::Fence(FenceAction::DeleteNode), Rule::ConfirmedGone)
+        );
+        // One Off read confirmed: confirm_reads = 1 fences at once.
+        let d = decide(&dead(), &[off(60)], &p, t(61));
+        assert_eq!(d.step, Step::Fence(FenceAction::Taint));
     }
 
     #[test]

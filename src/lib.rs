@@ -7,6 +7,8 @@
 //! - [`power`]: power sources (Redfish), one file each, behind one trait.
 //! - [`cluster`]: every Kubernetes read and write.
 //! - [`daemon`]: the loop that ties them together; [`http`] and [`cli`] face the operator.
+//! - [`metrics`], [`journal`], [`volumes`]: what oobfence reports about what it did and what
+//!   followed (Prometheus metrics, the decision journal, VolumeAttachment release).
 
 pub mod cli;
 pub mod cluster;
@@ -14,7 +16,10 @@ pub mod config;
 pub mod daemon;
 pub mod decision;
 pub mod http;
+pub mod journal;
+pub mod kubeconfig;
 pub mod metrics;
 pub mod power;
 pub mod report;
 pub mod secret;
+pub mod volumes;

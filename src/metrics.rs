@@ -1,22 +1,46 @@
 //! Prometheus metrics, served at `/metrics` in OpenMetrics text.
 //!
 //! Names are prefixed `oobfence_`. Labels stay low-cardinality except `node`, on series that are
-//! per node by nature.
+//! per node by nature (a node's state, its taint's age, its blocked reason, its volumes). Every
+//! metric's HELP text says what it means to the person on call; `docs/runbook.md` says what to
+//! do about it, and `deploy/prometheus/oobfence-rules.yaml` alerts on it.
 
-use prometheus_client::encoding::EncodeLabelSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
+use std::sync::atomic::AtomicU64;
+use std::time::{Duration, Instant};
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder};
+use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
-use std::sync::atomic::AtomicU64;
 
-use crate::decision::NodeState;
+use crate::decision::{NodeState, Rule};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct NodeStateLabels {
     pub node: String,
     pub state: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NodeLabels {
+    pub node: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NodeReasonLabels {
+    pub node: String,
+    pub reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NodeActionLabels {
+    pub node: String,
+    pub action: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -42,9 +66,25 @@ pub struct BackendLabels {
     pub backend: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct FailingLabels {
+    pub backend: &'static str,
+    pub error_kind: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BlockedLabels {
     pub reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReadyLabels {
+    pub ready: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct JournalLabels {
+    pub result: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -61,6 +101,40 @@ pub const ALL_STATES: [NodeState; 6] = [
     NodeState::Recovering,
 ];
 
+/// The reasons a NotReady node's fencing can be refused for, as `blocked{reason}` and
+/// `node_blocked{reason}` label values (the decision rules' names).
+pub const BLOCKED_REASONS: [&str; 5] = [
+    "power-on",
+    "power-unknown",
+    "power-transitional",
+    "no-power-source",
+    "lease-renewed-recently",
+];
+
+/// The `blocked{reason}` value for a refusal rule, if it is one of [`BLOCKED_REASONS`].
+pub fn blocked_reason(rule: Rule) -> Option<&'static str> {
+    let name = rule.name();
+    BLOCKED_REASONS.iter().copied().find(|r| *r == name)
+}
+
+type FloatGauge = Gauge<f64, AtomicU64>;
+
+/// Registers a metric so that its HELP and TYPE lines are always served, even before it has
+/// a series: an operator (and the check of the dashboard and alert rules) can find every
+/// metric on a fresh daemon, not only those something has happened to yet.
+#[derive(Debug)]
+struct Listed<M>(M);
+
+impl<M: EncodeMetric> EncodeMetric for Listed<M> {
+    fn encode(&self, encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        self.0.encode(encoder)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        self.0.metric_type()
+    }
+}
+
 pub struct Metrics {
     pub registry: Registry,
     pub node_state: Family<NodeStateLabels, Gauge>,
@@ -69,62 +143,150 @@ pub struct Metrics {
     pub power_reads: Family<ReadLabels, Counter>,
     pub power_read_duration: Family<BackendLabels, Histogram>,
     pub blocked: Family<BlockedLabels, Gauge>,
-    pub last_sync: Gauge<f64, AtomicU64>,
+    pub node_blocked: Family<NodeReasonLabels, Gauge>,
+    pub power_sources_failing: Family<FailingLabels, Gauge>,
+    pub notready_to_fence: Histogram,
+    pub fence_to_volumes_released: Histogram,
+    pub fence_to_recovery: Histogram,
+    pub fenced_since: Family<NodeActionLabels, FloatGauge>,
+    pub taint_age: Family<NodeLabels, FloatGauge>,
+    pub foreign_taints: Family<ReadyLabels, Gauge>,
+    pub fenced_volume_attachments: Family<NodeLabels, Gauge>,
+    pub volume_watch_up: Gauge,
+    pub journal_records: Family<JournalLabels, Counter>,
+    pub last_sync: FloatGauge,
     pub nodes_watched: Gauge,
+    /// `power_sources_failing` label sets set so far, so the ones that recover go to 0.
+    failing_seen: Mutex<BTreeSet<FailingLabels>>,
+    /// Nodes oobfence deleted: node -> (uid of the deleted Node, when).
+    deleted_fences: Mutex<BTreeMap<String, (String, Instant)>>,
 }
 
 impl Metrics {
     pub fn new() -> Metrics {
         let mut registry = Registry::with_prefix("oobfence");
+
         let node_state = Family::<NodeStateLabels, Gauge>::default();
         registry.register(
             "node_state",
-            "1 for the state each watched node is in (healthy, suspect = NotReady within grace, confirming = reading power, blocked = NotReady but fencing refused, fenced, recovering = fenced and Ready again), 0 for the others",
-            node_state.clone(),
+            "Where each watched node stands: 1 for its current state, 0 for the others. healthy = Ready; suspect = NotReady within not_ready_grace; confirming = reading power to prove it off; blocked = NotReady but fencing refused (see oobfence_node_blocked); fenced = oobfence fenced it and it is still down; recovering = fenced and Ready again, waiting for the proof that lifts the fence",
+            Listed(node_state.clone()),
         );
         let actions = Family::<ActionLabels, Counter>::default();
         registry.register(
             "actions",
-            "Writes oobfence made to the cluster (taint, untaint, delete_node, clear_record) and whether they succeeded",
-            actions.clone(),
+            "Writes oobfence made to the cluster, by action (taint = fenced with the out-of-service taint, delete_node = fenced by deleting the Node, untaint = fence lifted after recovery, clear_record = dropped its record after someone else removed the taint) and result (success, failure); a failure means a fence or unfence did not happen and is retried",
+            Listed(actions.clone()),
         );
         let would_act = Family::<WouldActLabels, Counter>::default();
         registry.register(
             "would_act",
-            "Actions a dry run decided on but did not write",
-            would_act.clone(),
+            "Dry run only: fences (taint, delete_node) and unfences (untaint) oobfence decided on but did not write because dry_run = true",
+            Listed(would_act.clone()),
         );
         let power_reads = Family::<ReadLabels, Counter>::default();
         registry.register(
             "power_reads",
-            "Out-of-band power reads by backend and result (on, off, transitional, error); error_kind says why a read failed",
-            power_reads.clone(),
+            "Out-of-band power reads by backend and result (on, off, transitional, error); error_kind says why a read failed (timeout, unreachable, tls, auth, protocol, bad_reply, config). Errors never count as off",
+            Listed(power_reads.clone()),
         );
         let power_read_duration = Family::<BackendLabels, Histogram>::new_with_constructor(|| {
             Histogram::new([0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0])
         });
         registry.register(
             "power_read_duration_seconds",
-            "How long one power read took, connection and authentication included",
-            power_read_duration.clone(),
+            "How long one power read took, connection and authentication included, by backend; slow reads delay fencing by as much",
+            Listed(power_read_duration.clone()),
         );
         let blocked = Family::<BlockedLabels, Gauge>::default();
         registry.register(
             "blocked",
-            "NotReady nodes whose fencing is refused right now, by rule (power-on, power-unknown, no-power-source, ...)",
-            blocked.clone(),
+            "NotReady nodes oobfence refuses to fence right now, by reason: power-on (the machine is on: a partition or hung OS, a human must act), power-unknown (the BMC cannot be read), power-transitional (stuck powering on/off), no-power-source (no [[bmc]] entry maps the node), lease-renewed-recently (the kubelet is still alive). Their ReadWriteOnce volumes stay attached",
+            Listed(blocked.clone()),
         );
-        let last_sync = Gauge::<f64, AtomicU64>::default();
+        let node_blocked = Family::<NodeReasonLabels, Gauge>::default();
+        registry.register(
+            "node_blocked",
+            "1 for each NotReady node whose fencing is refused, with the reason (same values as oobfence_blocked); the series exists only while the node is blocked. The reason holds between re-reads, so it does not flap",
+            Listed(node_blocked.clone()),
+        );
+        let power_sources_failing = Family::<FailingLabels, Gauge>::default();
+        registry.register(
+            "power_sources_failing",
+            "Nodes whose latest power read, taken in the last 10 minutes, failed, by backend and error_kind; many at once with error_kind unreachable or timeout points at the management network rather than the machines",
+            Listed(power_sources_failing.clone()),
+        );
+        let notready_to_fence = Histogram::new([
+            15.0, 30.0, 60.0, 90.0, 120.0, 180.0, 300.0, 600.0, 1200.0, 3600.0,
+        ]);
+        registry.register(
+            "notready_to_fence_seconds",
+            "Time from a node's Ready condition turning False/Unknown to oobfence's fence landing (grace period, power reads and the write); how long pods with ReadWriteOnce volumes waited on oobfence",
+            Listed(notready_to_fence.clone()),
+        );
+        let fence_to_volumes_released = Histogram::new([
+            1.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0,
+        ]);
+        registry.register(
+            "fence_to_volumes_released_seconds",
+            "Time from a fence to the last VolumeAttachment that pointed at the node (at fence time) being gone, i.e. until Kubernetes released its volumes; fences of nodes without VolumeAttachments are not counted",
+            Listed(fence_to_volumes_released.clone()),
+        );
+        let fence_to_recovery = Histogram::new([
+            60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0, 43200.0, 86400.0, 259200.0,
+        ]);
+        registry.register(
+            "fence_to_recovery_seconds",
+            "Time from oobfence fencing a node to oobfence lifting the fence after the node came back (Ready, powered on, new bootID)",
+            Listed(fence_to_recovery.clone()),
+        );
+        let fenced_since = Family::<NodeActionLabels, FloatGauge>::default();
+        registry.register(
+            "fenced_since_timestamp_seconds",
+            "Unix time oobfence fenced each node it holds fenced, with the action (taint, delete_node). A taint fence's series lasts until the fence is lifted; a delete_node fence's for an hour after the delete, or until the node registers again",
+            Listed(fenced_since.clone()),
+        );
+        let taint_age = Family::<NodeLabels, FloatGauge>::default();
+        registry.register(
+            "out_of_service_taint_age_seconds",
+            "Age of each out-of-service taint oobfence placed and that is still on its node. Joined with oobfence_node_state{state=\"recovering\"}: a node that is Ready again but still fenced (a taint left behind)",
+            Listed(taint_age.clone()),
+        );
+        let foreign_taints = Family::<ReadyLabels, Gauge>::default();
+        registry.register(
+            "foreign_out_of_service_taints",
+            "Watched nodes carrying a node.kubernetes.io/out-of-service taint that oobfence did not place (a human or another fencer), by whether the node is Ready; oobfence never touches them, and one on a Ready node was probably left behind",
+            Listed(foreign_taints.clone()),
+        );
+        let fenced_volume_attachments = Family::<NodeLabels, Gauge>::default();
+        registry.register(
+            "fenced_volume_attachments",
+            "VolumeAttachments that pointed at a node when oobfence fenced it and still exist: volumes Kubernetes has not released yet (pods needing them hang in ContainerCreating with a Multi-Attach error). The series goes away once they are all gone",
+            Listed(fenced_volume_attachments.clone()),
+        );
+        let volume_watch_up = Gauge::default();
+        registry.register(
+            "volume_attachment_watch_up",
+            "1 when oobfence's watch on storage.k8s.io VolumeAttachments works (needed for the volume release metrics and alert), 0 when it fails (RBAC: list/watch volumeattachments)",
+            Listed(volume_watch_up.clone()),
+        );
+        let journal_records = Family::<JournalLabels, Counter>::default();
+        registry.register(
+            "journal_records",
+            "Decision journal records by result: written, failed (the file cannot be written: check [journal] path, disk space, permissions), dropped (the writer fell behind)",
+            Listed(journal_records.clone()),
+        );
+        let last_sync = FloatGauge::default();
         registry.register(
             "last_successful_sync_timestamp_seconds",
-            "Unix time of the last decision pass over a synced node cache; stale means oobfence is not watching",
-            last_sync.clone(),
+            "Unix time of the last decision pass over a synced node cache while the Kubernetes API answered; if it stops advancing, oobfence is not watching and will not fence",
+            Listed(last_sync.clone()),
         );
         let nodes_watched = Gauge::default();
         registry.register(
             "nodes_watched",
-            "Nodes in oobfence's cache",
-            nodes_watched.clone(),
+            "Nodes in oobfence's cache (those matching kubernetes.node_selector); 0 usually means a wrong selector or kubeconfig",
+            Listed(nodes_watched.clone()),
         );
         let build_info = Family::<BuildLabels, Gauge>::default();
         build_info
@@ -132,7 +294,24 @@ impl Metrics {
                 version: env!("CARGO_PKG_VERSION"),
             })
             .set(1);
-        registry.register("build_info", "oobfence version (always 1)", build_info);
+        registry.register(
+            "build_info",
+            "Always 1; the version label says which oobfence is running. Absent means oobfence is not being scraped",
+            Listed(build_info),
+        );
+        for ready in ["true", "false"] {
+            foreign_taints.get_or_create(&ReadyLabels { ready }).set(0);
+        }
+        for reason in BLOCKED_REASONS {
+            blocked.get_or_create(&BlockedLabels { reason }).set(0);
+        }
+        // Counters an alert takes increase() of start at 0, so that their first event counts.
+        for result in ["written", "failed", "dropped"] {
+            journal_records.get_or_create(&JournalLabels { result });
+        }
+        for action in ["taint", "delete_node", "untaint"] {
+            would_act.get_or_create(&WouldActLabels { action });
+        }
         Metrics {
             registry,
             node_state,
@@ -141,8 +320,21 @@ impl Metrics {
             power_reads,
             power_read_duration,
             blocked,
+            node_blocked,
+            power_sources_failing,
+            notready_to_fence,
+            fence_to_volumes_released,
+            fence_to_recovery,
+            fenced_since,
+            taint_age,
+            foreign_taints,
+            fenced_volume_attachments,
+            volume_watch_up,
+            journal_records,
             last_sync,
             nodes_watched,
+            failing_seen: Mutex::new(BTreeSet::new()),
+            deleted_fences: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -157,6 +349,8 @@ impl Metrics {
         }
     }
 
+    /// Drops every per-node series of a node that left the cache. Volume series stay: a
+    /// deleted node's volumes can still be attached.
     pub fn forget_node(&self, node: &str) {
         for s in ALL_STATES {
             self.node_state.remove(&NodeStateLabels {
@@ -164,6 +358,150 @@ impl Metrics {
                 state: s.as_str(),
             });
         }
+        self.set_node_blocked(node, None);
+        self.set_taint_age(node, None);
+        self.fenced_since.remove(&NodeActionLabels {
+            node: node.to_string(),
+            action: "taint",
+        });
+    }
+
+    /// Sets or removes a node's taint fence series (from its fence record, every pass). A
+    /// node in the cache without a fence record also loses a delete_node series, unless it is
+    /// still the very Node object oobfence deleted (the cache lags the delete).
+    pub fn set_fenced_since(&self, node: &str, uid: &str, taint_fenced_at: Option<f64>) {
+        let labels = NodeActionLabels {
+            node: node.to_string(),
+            action: "taint",
+        };
+        match taint_fenced_at {
+            Some(at) => {
+                self.fenced_since.get_or_create(&labels).set(at);
+            }
+            None => {
+                self.fenced_since.remove(&labels);
+                let Ok(mut deleted) = self.deleted_fences.lock() else {
+                    return;
+                };
+                if deleted.get(node).is_some_and(|(d, _)| d != uid) {
+                    deleted.remove(node);
+                    self.fenced_since.remove(&NodeActionLabels {
+                        node: node.to_string(),
+                        action: "delete_node",
+                    });
+                }
+            }
+        }
+    }
+
+    /// oobfence fenced `node` by deleting its Node object `uid` at `at` (Unix seconds).
+    pub fn node_deleted_by_fence(&self, node: &str, uid: &str, at: f64) {
+        if let Ok(mut deleted) = self.deleted_fences.lock() {
+            deleted.insert(node.to_string(), (uid.to_string(), Instant::now()));
+        }
+        self.fenced_since
+            .get_or_create(&NodeActionLabels {
+                node: node.to_string(),
+                action: "delete_node",
+            })
+            .set(at);
+    }
+
+    /// Drops delete_node fence series older than `keep`.
+    pub fn prune_deleted_fences(&self, keep: Duration) {
+        let Ok(mut deleted) = self.deleted_fences.lock() else {
+            return;
+        };
+        deleted.retain(|node, (_, at)| {
+            let keep_it = at.elapsed() < keep;
+            if !keep_it {
+                self.fenced_since.remove(&NodeActionLabels {
+                    node: node.clone(),
+                    action: "delete_node",
+                });
+            }
+            keep_it
+        });
+    }
+
+    /// Sets the node's blocked reason (one of [`BLOCKED_REASONS`]), or removes it.
+    pub fn set_node_blocked(&self, node: &str, reason: Option<&'static str>) {
+        for r in BLOCKED_REASONS {
+            let labels = NodeReasonLabels {
+                node: node.to_string(),
+                reason: r,
+            };
+            if Some(r) == reason {
+                self.node_blocked.get_or_create(&labels).set(1);
+            } else {
+                self.node_blocked.remove(&labels);
+            }
+        }
+    }
+
+    /// Sets the age of oobfence's taint on the node, or removes the series.
+    pub fn set_taint_age(&self, node: &str, age_seconds: Option<f64>) {
+        let labels = NodeLabels {
+            node: node.to_string(),
+        };
+        match age_seconds {
+            Some(age) => {
+                self.taint_age.get_or_create(&labels).set(age);
+            }
+            None => {
+                self.taint_age.remove(&labels);
+            }
+        }
+    }
+
+    /// Sets how many of a fenced node's VolumeAttachments are still there; `None` or 0
+    /// removes the series.
+    pub fn set_fenced_volume_attachments(&self, node: &str, count: Option<usize>) {
+        let labels = NodeLabels {
+            node: node.to_string(),
+        };
+        match count {
+            Some(n) if n > 0 => {
+                self.fenced_volume_attachments
+                    .get_or_create(&labels)
+                    .set(n as i64);
+            }
+            _ => {
+                self.fenced_volume_attachments.remove(&labels);
+            }
+        }
+    }
+
+    /// Sets `blocked{reason}` for every reason from a count per reason (absent = 0).
+    pub fn set_blocked_counts(&self, counts: &BTreeMap<&'static str, i64>) {
+        for reason in BLOCKED_REASONS {
+            self.blocked
+                .get_or_create(&BlockedLabels { reason })
+                .set(counts.get(reason).copied().unwrap_or(0));
+        }
+    }
+
+    /// Sets `power_sources_failing` from a count per (backend, error_kind); label sets seen
+    /// before and absent now go to 0.
+    pub fn set_power_sources_failing(&self, counts: &BTreeMap<FailingLabels, i64>) {
+        let Ok(mut seen) = self.failing_seen.lock() else {
+            return;
+        };
+        seen.extend(counts.keys().cloned());
+        for labels in seen.iter() {
+            self.power_sources_failing
+                .get_or_create(labels)
+                .set(counts.get(labels).copied().unwrap_or(0));
+        }
+    }
+
+    pub fn set_foreign_taints(&self, ready: i64, not_ready: i64) {
+        self.foreign_taints
+            .get_or_create(&ReadyLabels { ready: "true" })
+            .set(ready);
+        self.foreign_taints
+            .get_or_create(&ReadyLabels { ready: "false" })
+            .set(not_ready);
     }
 
     pub fn action(&self, action: &'static str, ok: bool) {
@@ -186,5 +524,133 @@ impl Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         Metrics::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Metric family names and their HELP text from an OpenMetrics exposition.
+    fn families(text: &str) -> BTreeMap<String, String> {
+        text.lines()
+            .filter_map(|l| l.strip_prefix("# HELP "))
+            .filter_map(|l| l.split_once(' '))
+            .map(|(n, h)| (n.to_string(), h.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn every_metric_is_prefixed_and_explained() {
+        let m = Metrics::new();
+        let text = m.encode();
+        let fams = families(&text);
+        assert!(fams.len() >= 20, "{fams:?}");
+        for (name, help) in &fams {
+            assert!(name.starts_with("oobfence_"), "{name}");
+            assert!(
+                help.split_whitespace().count() >= 8,
+                "{name}: HELP too thin for an operator: {help:?}"
+            );
+        }
+        for name in [
+            "oobfence_node_state",
+            "oobfence_actions",
+            "oobfence_would_act",
+            "oobfence_power_reads",
+            "oobfence_power_read_duration_seconds",
+            "oobfence_notready_to_fence_seconds",
+            "oobfence_fence_to_volumes_released_seconds",
+            "oobfence_fence_to_recovery_seconds",
+            "oobfence_out_of_service_taint_age_seconds",
+            "oobfence_foreign_out_of_service_taints",
+            "oobfence_blocked",
+            "oobfence_last_successful_sync_timestamp_seconds",
+            "oobfence_build_info",
+        ] {
+            assert!(fams.contains_key(name), "{name} missing:\n{text}");
+        }
+        assert!(text.ends_with("# EOF\n"), "not OpenMetrics: {text}");
+    }
+
+    #[test]
+    fn per_node_series_come_and_go() {
+        let m = Metrics::new();
+        m.set_node_blocked("n1", Some("power-unknown"));
+        m.set_taint_age("n2", Some(12.5));
+        m.set_fenced_volume_attachments("n2", Some(2));
+        let text = m.encode();
+        assert!(
+            text.contains("oobfence_node_blocked{node=\"n1\",reason=\"power-unknown\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("oobfence_out_of_service_taint_age_seconds{node=\"n2\"} 12.5"),
+            "{text}"
+        );
+        assert!(
+            text.contains("oobfence_fenced_volume_attachments{node=\"n2\"} 2"),
+            "{text}"
+        );
+        m.set_node_blocked("n1", Some("power-on"));
+        m.set_fenced_volume_attachments("n2", Some(0));
+        m.forget_node("n2");
+        let text = m.encode();
+        assert!(!text.contains("reason=\"power-unknown\"} 1"), "{text}");
+        assert!(text.contains("reason=\"power-on\"} 1"), "{text}");
+        assert!(!text.contains("node=\"n2\""), "{text}");
+    }
+
+    #[test]
+    fn a_deleted_nodes_fence_outlives_the_stale_cache_but_not_its_return() {
+        let m = Metrics::new();
+        m.node_deleted_by_fence("n1", "uid-old", 100.0);
+        // The cache still shows the deleted object, without a fence record.
+        m.set_fenced_since("n1", "uid-old", None);
+        assert!(m.encode().contains(
+            "oobfence_fenced_since_timestamp_seconds{node=\"n1\",action=\"delete_node\"} 100.0"
+        ));
+        // The node registered again: a new object, no fence.
+        m.set_fenced_since("n1", "uid-new", None);
+        assert!(!m.encode().contains("node=\"n1\""));
+        m.node_deleted_by_fence("n2", "u", 5.0);
+        m.prune_deleted_fences(Duration::ZERO);
+        assert!(!m.encode().contains("node=\"n2\""));
+        m.set_fenced_since("n3", "u3", Some(7.0));
+        assert!(
+            m.encode().contains(
+                "oobfence_fenced_since_timestamp_seconds{node=\"n3\",action=\"taint\"} 7.0"
+            )
+        );
+        m.forget_node("n3");
+        assert!(!m.encode().contains("node=\"n3\""));
+    }
+
+    #[test]
+    fn only_refusals_of_not_ready_nodes_are_blocked_reasons() {
+        assert_eq!(blocked_reason(Rule::PowerUnknown), Some("power-unknown"));
+        assert_eq!(
+            blocked_reason(Rule::PowerTransitional),
+            Some("power-transitional")
+        );
+        assert_eq!(blocked_reason(Rule::RecoveredSameBootId), None);
+        assert_eq!(blocked_reason(Rule::ConfirmedOff), None);
+    }
+
+    #[test]
+    fn failing_power_sources_go_back_to_zero() {
+        let m = Metrics::new();
+        let key = FailingLabels {
+            backend: "redfish",
+            error_kind: "unreachable".into(),
+        };
+        m.set_power_sources_failing(&BTreeMap::from([(key.clone(), 3)]));
+        assert!(m.encode().contains(
+            "oobfence_power_sources_failing{backend=\"redfish\",error_kind=\"unreachable\"} 3"
+        ));
+        m.set_power_sources_failing(&BTreeMap::new());
+        assert!(m.encode().contains(
+            "oobfence_power_sources_failing{backend=\"redfish\",error_kind=\"unreachable\"} 0"
+        ));
     }
 }

@@ -3,6 +3,8 @@
 //! Every backend answers one question — "what is this machine's power state right now?" — and
 //! reports failures as data, never as "off". The decision core only ever sees [`PowerReading`].
 
+pub mod ec2;
+pub mod ipmi;
 pub mod redfish;
 
 use std::fmt;
@@ -21,6 +23,12 @@ pub enum PowerState {
     Off,
     /// Powering on or off, paused, stopping...: not off, and may change soon.
     Transitional { detail: String },
+    /// The cloud says the instance is terminated: the machine is gone for good.
+    Terminated,
+    /// The cloud does not know the instance (EC2 `InvalidInstanceID.NotFound`, or absent from
+    /// an answer that lists what exists). Clouds are eventually consistent, so the decision
+    /// core never trusts a single one of these.
+    NotFound,
     /// The read failed or the answer could not be trusted. Never "off".
     Error { kind: ReadErrorKind, detail: String },
 }
@@ -33,14 +41,30 @@ impl PowerState {
         }
     }
 
-    /// Short label used in metrics and tables: `on`, `off`, `transitional`, `error`.
+    /// Short label used in metrics and tables: `on`, `off`, `transitional`, `terminated`,
+    /// `not_found`, `error`.
     pub fn label(&self) -> &'static str {
         match self {
             PowerState::On => "on",
             PowerState::Off => "off",
             PowerState::Transitional { .. } => "transitional",
+            PowerState::Terminated => "terminated",
+            PowerState::NotFound => "not_found",
             PowerState::Error { .. } => "error",
         }
+    }
+
+    /// The machine is proven not running: off, terminated, or unknown to the cloud.
+    pub fn is_down(&self) -> bool {
+        matches!(
+            self,
+            PowerState::Off | PowerState::Terminated | PowerState::NotFound
+        )
+    }
+
+    /// The machine no longer exists (as opposed to being powered off).
+    pub fn is_gone(&self) -> bool {
+        matches!(self, PowerState::Terminated | PowerState::NotFound)
     }
 }
 
@@ -50,6 +74,8 @@ impl fmt::Display for PowerState {
             PowerState::On => f.write_str("On"),
             PowerState::Off => f.write_str("Off"),
             PowerState::Transitional { detail } => write!(f, "transitional ({detail})"),
+            PowerState::Terminated => f.write_str("terminated"),
+            PowerState::NotFound => f.write_str("not found"),
             PowerState::Error { kind, detail } => write!(f, "error: {kind}: {detail}"),
         }
     }
@@ -153,5 +179,113 @@ pub fn source_for(
         crate::config::Protocol::Redfish => Ok(std::sync::Arc::new(redfish::RedfishSource::new(
             entry, node,
         )?)),
+        crate::config::Protocol::Ipmi => {
+            Ok(std::sync::Arc::new(ipmi::IpmiSource::new(entry, node)?))
+        }
+    }
+}
+
+/// A node's power source with the hard bound for one read (above the backend's own timeout).
+#[derive(Clone)]
+pub struct MappedSource {
+    pub source: std::sync::Arc<dyn PowerSource>,
+    pub deadline: Duration,
+}
+
+/// A mapped node whose source cannot be built (bad providerID, unusable CA file...): every
+/// read is that error, so the node shows as power-unknown with the reason, never as off.
+struct BrokenSource {
+    backend: &'static str,
+    address: String,
+    error: String,
+}
+
+impl PowerSource for BrokenSource {
+    fn backend(&self) -> &'static str {
+        self.backend
+    }
+
+    fn address(&self) -> String {
+        self.address.clone()
+    }
+
+    fn read(&self) -> BoxFuture<'_, PowerState> {
+        Box::pin(async move { PowerState::error(ReadErrorKind::Config, self.error.clone()) })
+    }
+}
+
+/// Builds each node's power source from the config (the only place the mapping comes from).
+pub struct PowerSources {
+    cfg: std::sync::Arc<crate::config::Config>,
+    ec2: Option<std::sync::Arc<ec2::Ec2Reader>>,
+}
+
+impl PowerSources {
+    /// Sets up shared clients (EC2) once.
+    pub async fn new(cfg: std::sync::Arc<crate::config::Config>) -> PowerSources {
+        let ec2 = match &cfg.aws {
+            Some(aws) => Some(ec2::Ec2Reader::new(aws).await),
+            None => None,
+        };
+        PowerSources { cfg, ec2 }
+    }
+
+    pub fn ec2(&self) -> Option<&std::sync::Arc<ec2::Ec2Reader>> {
+        self.ec2.as_ref()
+    }
+
+    /// Whether the node's source needs the Node object (EC2: its providerID).
+    pub fn needs_node_data(&self, node: &str) -> bool {
+        matches!(
+            self.cfg.mapping_for(node),
+            Some(crate::config::Mapping::Aws(_))
+        )
+    }
+
+    /// The source for `node`; `None` when the config maps it nowhere. `provider_id` is the
+    /// Node's `spec.providerID`, used only for EC2-mapped nodes.
+    pub fn for_node(&self, node: &str, provider_id: Option<&str>) -> Option<MappedSource> {
+        use crate::config::Mapping;
+        let broken = |backend, address, error| MappedSource {
+            source: std::sync::Arc::new(BrokenSource {
+                backend,
+                address,
+                error,
+            }),
+            deadline: Duration::from_secs(1),
+        };
+        match self.cfg.mapping_for(node)? {
+            Mapping::Bmc(entry) => Some(match source_for(entry, node) {
+                Ok(source) => MappedSource {
+                    source,
+                    deadline: entry.timeout + Duration::from_secs(2),
+                },
+                Err(e) => broken(
+                    entry.protocol.as_str(),
+                    entry.address_for(node),
+                    format!("bmc[{}]: {e}", entry.index),
+                ),
+            }),
+            Mapping::Aws(aws) => {
+                let Some(reader) = &self.ec2 else {
+                    return Some(broken(
+                        "ec2",
+                        aws.region.clone(),
+                        "EC2 client not set up".into(),
+                    ));
+                };
+                let id = provider_id
+                    .ok_or_else(|| "node has no spec.providerID".to_string())
+                    .and_then(ec2::instance_id_from_provider_id);
+                Some(match id {
+                    Ok(id) => MappedSource {
+                        source: std::sync::Arc::new(ec2::Ec2Source::new(reader.clone(), id)),
+                        // A read may wait for its batch and for the SDK's retries.
+                        deadline: aws.timeout * 2 + Duration::from_secs(2),
+                    },
+                    Err(e) => broken("ec2", aws.region.clone(), e),
+                })
+            }
+        }
     }
 }

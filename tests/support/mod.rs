@@ -3,7 +3,9 @@
 //! Each test binary includes this with `mod support;` and uses only part of it.
 #![allow(dead_code)]
 
+pub mod ipmi_sim;
 pub mod k8s;
+pub mod moto;
 pub mod sushy;
 
 use std::path::PathBuf;

@@ -1,0 +1,882 @@
+//! The decision journal: an append-only JSON-lines file with one record per action oobfence
+//! took or refused, with the inputs it decided on.
+//!
+//! It is the durable answer to "why did oobfence fence (or not fence) this node at 03:12?":
+//! logs rotate and Kubernetes Events expire after an hour, the journal stays. The daemon only
+//! ever appends (the file is opened with `O_APPEND`, never truncated) and calls `fsync` after
+//! every action record. Writes go through a small bounded queue to a writer thread, so a slow
+//! disk never holds up the decision loop; refusal records are dropped (and counted) rather
+//! than waited for when the queue is full, action records wait for room.
+//!
+//! Rotating the file by renaming it is safe: the writer notices the path no longer names the
+//! file it holds and opens a new one. `oobfence why` reads the tail of the file named in the
+//! config, with or without a running daemon.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use jiff::Timestamp;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+
+use crate::decision::{NodeFacts, Readiness, Rule};
+use crate::metrics::JournalLabels;
+use crate::power::PowerReading;
+
+/// Where the journal lives when `[journal] path` is not set: the systemd unit's
+/// `StateDirectory=oobfence`.
+pub const DEFAULT_DIR: &str = "/var/lib/oobfence";
+
+/// Records waiting for the writer. Small on purpose: a backlog means the disk is in trouble,
+/// and the daemon must not pile up memory behind it.
+const QUEUE: usize = 64;
+/// An action record waits at most this long for room in the queue before it is dropped.
+const ACTION_QUEUE_WAIT: Duration = Duration::from_secs(5);
+/// `oobfence why` reads at most this much from the end of the file.
+const TAIL_SCAN_BYTES: u64 = 8 << 20;
+/// Write failures are logged at most this often (each one is counted).
+const ERROR_LOG_EVERY: Duration = Duration::from_secs(60);
+
+/// The default journal file for a datacenter.
+pub fn default_path(datacenter: &str) -> PathBuf {
+    Path::new(DEFAULT_DIR).join(format!("{datacenter}.journal.jsonl"))
+}
+
+/// What kind of entry a record is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RecordKind {
+    /// oobfence wrote to the cluster (or tried to): taint, untaint, delete_node, clear_record.
+    Action,
+    /// oobfence refused to act on a NotReady node, or kept a fence a human must look at.
+    Refusal,
+    /// Dry run: everything said act, nothing was written.
+    DryRun,
+    /// Something oobfence saw after acting: the fenced node's volumes were released.
+    Observation,
+}
+
+impl RecordKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RecordKind::Action => "action",
+            RecordKind::Refusal => "refusal",
+            RecordKind::DryRun => "dry_run",
+            RecordKind::Observation => "observation",
+        }
+    }
+}
+
+/// One journal line.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    /// When the record was made.
+    pub ts: Timestamp,
+    pub datacenter: String,
+    pub node: String,
+    /// The Node object's uid the decision was about (a node re-registered under the same name
+    /// has another one).
+    #[serde(default)]
+    pub uid: String,
+    pub kind: RecordKind,
+    /// The Kubernetes Event reason emitted with it (`OobfenceFenced`, `OobfenceBlocked`...);
+    /// empty when no Event goes with the record.
+    #[serde(default)]
+    pub event: String,
+    /// The decision rule (`confirmed-off`, `power-unknown`...).
+    pub rule: String,
+    /// `taint`, `untaint`, `delete_node`, `clear_record`, or `none` for a refusal.
+    pub action: String,
+    /// `success`, `failure`, `refused`, `not_written` (dry run) or `observed`.
+    pub result: String,
+    /// The same human sentence the Event carries.
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub inputs: Inputs,
+    /// SHA-256 of the config file text the daemon was started with.
+    pub config_digest: String,
+    /// oobfence version that wrote the record.
+    pub version: String,
+}
+
+/// What the decision was made on.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Inputs {
+    /// `Ready`, `NotReady` or `NoCondition`.
+    pub ready: String,
+    #[serde(default)]
+    pub not_ready_since: Option<Timestamp>,
+    /// When the kubelet last renewed the node's Lease.
+    #[serde(default)]
+    pub lease_renewed: Option<Timestamp>,
+    #[serde(default)]
+    pub boot_id: String,
+    /// oobfence's fence record on the node at decision time.
+    #[serde(default)]
+    pub fence: Option<FenceInput>,
+    /// `backend address` of the node's power source; none when the config maps none.
+    #[serde(default)]
+    pub power_source: Option<String>,
+    /// The node's recent power reads, oldest first.
+    #[serde(default)]
+    pub reads: Vec<ReadInput>,
+    /// VolumeAttachments pointing at the node (when fencing: at fence time). `None` when the
+    /// VolumeAttachment watch was not available.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume_attachments: Option<Vec<String>>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FenceInput {
+    pub at: Timestamp,
+    pub boot_id: String,
+    pub taint_present: bool,
+}
+
+/// One power read as the journal keeps it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ReadInput {
+    /// When the answer arrived.
+    pub at: Timestamp,
+    /// `on`, `off`, `transitional` or `error`.
+    pub value: String,
+    /// The full answer as oobfence understood it (`Off`, `transitional (PoweringOff)`,
+    /// `error: timeout: no answer within 7s`).
+    pub raw: String,
+    pub latency_seconds: f64,
+    /// Extra evidence the power source reported with the state.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub details: Vec<String>,
+}
+
+impl From<&PowerReading> for ReadInput {
+    fn from(r: &PowerReading) -> Self {
+        ReadInput {
+            at: r.at,
+            value: r.state.label().to_string(),
+            raw: r.state.to_string(),
+            latency_seconds: r.latency.as_secs_f64(),
+            details: r
+                .details
+                .iter()
+                .map(|d| format!("{}: {}", d.name, d.value))
+                .collect(),
+        }
+    }
+}
+
+/// Power reads a record keeps, newest last: enough for any confirmation run.
+const READS_RECORDED: usize = 8;
+
+impl Inputs {
+    /// The inputs of a decision about one node.
+    pub fn new(
+        facts: &NodeFacts,
+        reads: &[PowerReading],
+        power_source: Option<String>,
+        volume_attachments: Option<Vec<String>>,
+    ) -> Inputs {
+        let (ready, not_ready_since) = match facts.readiness {
+            Readiness::Ready => ("Ready", None),
+            Readiness::NotReady { since } => ("NotReady", Some(since)),
+            Readiness::NoCondition => ("NoCondition", None),
+        };
+        Inputs {
+            ready: ready.to_string(),
+            not_ready_since,
+            lease_renewed: facts.lease_renewed,
+            boot_id: facts.boot_id.clone(),
+            fence: facts.fence.as_ref().map(|f| FenceInput {
+                at: f.at,
+                boot_id: f.boot_id.clone(),
+                taint_present: f.taint_present,
+            }),
+            power_source,
+            reads: reads
+                .iter()
+                .skip(reads.len().saturating_sub(READS_RECORDED))
+                .map(ReadInput::from)
+                .collect(),
+            volume_attachments,
+        }
+    }
+}
+
+/// The refusal a node is in after a decision with `rule`, given the one it was in: a refusal
+/// (power on, unknown or transitional, no power source, a live kubelet, a same-bootID return)
+/// holds while the daemon only waits for its next read, so that one episode is one journal
+/// record and one Event, and the blocked metrics do not flap between re-reads.
+pub fn refusal(rule: Rule, previous: Option<Rule>) -> Option<Rule> {
+    match rule {
+        Rule::PowerOn
+        | Rule::PowerUnknown
+        | Rule::PowerTransitional
+        | Rule::NoPowerSource
+        | Rule::LeaseRenewedRecently
+        | Rule::RecoveredSameBootId => Some(rule),
+        Rule::StalePowerRead | Rule::AwaitingPowerRead | Rule::RecoveryNeedsPowerOn => previous,
+        _ => None,
+    }
+}
+
+struct Entry {
+    line: Vec<u8>,
+    /// fsync after writing.
+    sync: bool,
+}
+
+/// The daemon's handle on the journal: cheap to clone, never blocks the caller for long.
+#[derive(Clone)]
+pub struct Journal {
+    tx: mpsc::Sender<Entry>,
+    counts: Family<JournalLabels, Counter>,
+    datacenter: String,
+    config_digest: String,
+}
+
+/// The writer thread; wait on it at shutdown so queued records reach the disk.
+pub struct JournalWriter {
+    handle: tokio::task::JoinHandle<()>,
+}
+
+impl JournalWriter {
+    /// Waits until every handle is dropped and the queue is written, at most `limit`.
+    pub async fn finish(self, limit: Duration) {
+        if tokio::time::timeout(limit, self.handle).await.is_err() {
+            tracing::warn!(
+                "decision journal writer did not finish in {limit:?}; records may be lost"
+            );
+        }
+    }
+}
+
+impl Journal {
+    /// Starts the writer for `path`. Opening happens in the writer: a journal that cannot be
+    /// opened is logged and counted, and retried on every record, but never stops the daemon.
+    pub fn start(
+        path: PathBuf,
+        datacenter: &str,
+        config_digest: &str,
+        counts: Family<JournalLabels, Counter>,
+    ) -> (Journal, JournalWriter) {
+        let (tx, rx) = mpsc::channel(QUEUE);
+        let writer_counts = counts.clone();
+        let handle = tokio::task::spawn_blocking(move || write_loop(rx, path, writer_counts));
+        (
+            Journal {
+                tx,
+                counts,
+                datacenter: datacenter.to_string(),
+                config_digest: config_digest.to_string(),
+            },
+            JournalWriter { handle },
+        )
+    }
+
+    /// A record with the fields every record shares filled in.
+    pub fn record(
+        &self,
+        node: &str,
+        uid: &str,
+        kind: RecordKind,
+        rule: &str,
+        inputs: Inputs,
+    ) -> Record {
+        Record {
+            ts: Timestamp::now(),
+            datacenter: self.datacenter.clone(),
+            node: node.to_string(),
+            uid: uid.to_string(),
+            kind,
+            event: String::new(),
+            rule: rule.to_string(),
+            action: "none".into(),
+            result: String::new(),
+            message: String::new(),
+            error: None,
+            inputs,
+            config_digest: self.config_digest.clone(),
+            version: env!("CARGO_PKG_VERSION").to_string(),
+        }
+    }
+
+    fn encode(&self, r: &Record) -> Option<Vec<u8>> {
+        match serde_json::to_vec(r) {
+            Ok(mut line) => {
+                line.push(b'\n');
+                Some(line)
+            }
+            Err(e) => {
+                // Cannot happen for these types; count it rather than panic in the loop.
+                self.count("failed");
+                tracing::error!(node = %r.node, error = %e, "cannot encode a journal record");
+                None
+            }
+        }
+    }
+
+    fn count(&self, result: &'static str) {
+        self.counts.get_or_create(&JournalLabels { result }).inc();
+    }
+
+    /// Queues a record without waiting; when the queue is full it is dropped and counted.
+    /// For the decision loop.
+    pub fn submit(&self, r: &Record) {
+        let Some(line) = self.encode(r) else { return };
+        let sync = r.kind == RecordKind::Action;
+        if self.tx.try_send(Entry { line, sync }).is_err() {
+            self.count("dropped");
+            tracing::warn!(node = %r.node, rule = %r.rule, "decision journal queue full; record dropped");
+        }
+    }
+
+    /// Queues a record, waiting a bounded time for room. For action tasks, whose records
+    /// matter most; the decision loop never calls this.
+    pub async fn submit_wait(&self, r: &Record) {
+        let Some(line) = self.encode(r) else { return };
+        let sync = r.kind == RecordKind::Action;
+        let sent =
+            tokio::time::timeout(ACTION_QUEUE_WAIT, self.tx.send(Entry { line, sync })).await;
+        if !matches!(sent, Ok(Ok(()))) {
+            self.count("dropped");
+            tracing::error!(node = %r.node, rule = %r.rule, action = %r.action, "decision journal did not take an action record; it is only in the log and Events");
+        }
+    }
+}
+
+/// The open journal file and what is needed to notice it was moved away.
+struct Writer {
+    path: PathBuf,
+    file: Option<File>,
+    /// (device, inode) of `file`.
+    ident: (u64, u64),
+    /// The last write failed part-way: start the next record on a fresh line.
+    torn: bool,
+    last_error_log: Option<Instant>,
+}
+
+fn write_loop(
+    mut rx: mpsc::Receiver<Entry>,
+    path: PathBuf,
+    counts: Family<JournalLabels, Counter>,
+) {
+    let mut w = Writer {
+        path,
+        file: None,
+        ident: (0, 0),
+        torn: false,
+        last_error_log: None,
+    };
+    if let Err(e) = w.ensure_open() {
+        w.report(&e);
+    }
+    while let Some(entry) = rx.blocking_recv() {
+        match w.write(&entry) {
+            Ok(()) => {
+                counts
+                    .get_or_create(&JournalLabels { result: "written" })
+                    .inc();
+            }
+            Err(e) => {
+                counts
+                    .get_or_create(&JournalLabels { result: "failed" })
+                    .inc();
+                w.report(&e);
+            }
+        }
+    }
+}
+
+impl Writer {
+    fn report(&mut self, e: &io::Error) {
+        if self
+            .last_error_log
+            .is_none_or(|t| t.elapsed() >= ERROR_LOG_EVERY)
+        {
+            self.last_error_log = Some(Instant::now());
+            tracing::error!(
+                path = %self.path.display(),
+                error = %e,
+                "cannot write the decision journal ([journal] path); records are lost until this is fixed (oobfence_journal_records_total{{result=\"failed\"}})"
+            );
+        }
+    }
+
+    /// Opens the file when it is not open, or reopens it when the path now names another
+    /// file (rotated by rename) or none.
+    fn ensure_open(&mut self) -> io::Result<&mut File> {
+        use std::os::unix::fs::MetadataExt;
+        if self.file.is_some() {
+            let moved = match std::fs::metadata(&self.path) {
+                Ok(m) => (m.dev(), m.ino()) != self.ident,
+                Err(_) => true,
+            };
+            if moved {
+                tracing::info!(path = %self.path.display(), "decision journal was moved away; opening a new file");
+                self.file = None;
+            }
+        }
+        if self.file.is_none() {
+            let file = open_append(&self.path)?;
+            let m = file.metadata()?;
+            self.ident = (m.dev(), m.ino());
+            // A file that does not end in a newline has a torn record at its end.
+            self.torn = m.len() > 0 && !ends_with_newline(&file, m.len());
+            self.file = Some(file);
+        }
+        Ok(self.file.as_mut().expect("opened above"))
+    }
+
+    fn write(&mut self, entry: &Entry) -> io::Result<()> {
+        let torn = self.torn;
+        let file = self.ensure_open()?;
+        let result = if torn {
+            let mut buf = Vec::with_capacity(entry.line.len() + 1);
+            buf.push(b'\n');
+            buf.extend_from_slice(&entry.line);
+            file.write_all(&buf)
+        } else {
+            // One write(2) for the whole line: with O_APPEND it lands in one piece.
+            file.write_all(&entry.line)
+        };
+        let result = result.and_then(|()| if entry.sync { file.sync_data() } else { Ok(()) });
+        match result {
+            Ok(()) => {
+                self.torn = false;
+                Ok(())
+            }
+            Err(e) => {
+                // Part of the line may be on disk; and the file may be gone or read-only now.
+                self.torn = true;
+                self.file = None;
+                Err(e)
+            }
+        }
+    }
+}
+
+fn ends_with_newline(file: &File, len: u64) -> bool {
+    use std::os::unix::fs::FileExt;
+    let mut last = [0u8; 1];
+    matches!(file.read_at(&mut last, len - 1), Ok(1)) && last[0] == b'\n'
+}
+
+/// Opens `path` for appending, creating it (mode 0640) and its directory (0750) if needed.
+/// Never truncates.
+pub fn open_append(path: &Path) -> io::Result<File> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
+        && !dir.exists()
+    {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o750)
+            .create(dir)?;
+    }
+    // Readable too, to check whether the file ends in a torn line.
+    OpenOptions::new()
+        .read(true)
+        .append(true)
+        .create(true)
+        .mode(0o640)
+        .open(path)
+}
+
+/// The newest records about one node, as `oobfence why` shows them.
+#[derive(Debug, Default)]
+pub struct Tail {
+    /// Newest last.
+    pub records: Vec<Record>,
+    /// Lines that were not journal records (a torn write, a foreign line).
+    pub unreadable: usize,
+    /// The file was longer than the part read.
+    pub truncated_scan: bool,
+}
+
+/// Reads the last `limit` records about `node` from the end of the journal (at most the last
+/// few MiB of it).
+pub fn tail(path: &Path, node: &str, limit: usize) -> io::Result<Tail> {
+    let mut file = File::open(path)?;
+    let len = file.metadata()?.len();
+    let start = len.saturating_sub(TAIL_SCAN_BYTES);
+    file.seek(SeekFrom::Start(start))?;
+    let mut buf = Vec::with_capacity((len - start) as usize);
+    file.take(TAIL_SCAN_BYTES).read_to_end(&mut buf)?;
+    let mut text = String::from_utf8_lossy(&buf).into_owned();
+    if start > 0 {
+        // The first line is probably cut; skip it.
+        let cut = text.find('\n').map(|i| i + 1).unwrap_or(text.len());
+        text.drain(..cut);
+    }
+    let mut out = Tail {
+        truncated_scan: start > 0,
+        ..Default::default()
+    };
+    let mut matching = std::collections::VecDeque::with_capacity(limit + 1);
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        match serde_json::from_str::<Record>(line) {
+            Ok(r) if r.node == node => {
+                matching.push_back(r);
+                if matching.len() > limit {
+                    matching.pop_front();
+                }
+            }
+            Ok(_) => {}
+            Err(_) => out.unreadable += 1,
+        }
+    }
+    out.records = matching.into();
+    Ok(out)
+}
+
+/// The journal part of `oobfence why`.
+pub fn render(records: &[Record]) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    for r in records {
+        let what = match r.kind {
+            RecordKind::Action => format!("{} {}", r.action, r.result),
+            RecordKind::Refusal => "refused".to_string(),
+            RecordKind::DryRun => format!("dry run: would {}", r.action),
+            RecordKind::Observation => r.result.clone(),
+        };
+        let _ = writeln!(
+            s,
+            "    {}  {:<22} rule {}{}",
+            r.ts.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            what,
+            r.rule,
+            if r.event.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", r.event)
+            }
+        );
+        let _ = writeln!(s, "        {}", one_line(&r.message, 300));
+        if let Some(e) = &r.error {
+            let _ = writeln!(s, "        error: {}", one_line(e, 300));
+        }
+        let i = &r.inputs;
+        let mut facts = vec![match i.not_ready_since {
+            Some(t) => format!("NotReady since {}", t.strftime("%H:%M:%SZ")),
+            None => i.ready.clone(),
+        }];
+        if let Some(t) = i.lease_renewed {
+            facts.push(format!("lease renewed {}", t.strftime("%H:%M:%SZ")));
+        }
+        if !i.boot_id.is_empty() {
+            facts.push(format!("boot id {}", i.boot_id));
+        }
+        if let Some(v) = &i.volume_attachments {
+            facts.push(format!("{} VolumeAttachment(s)", v.len()));
+        }
+        let _ = writeln!(s, "        inputs: {}", facts.join(", "));
+        if !i.reads.is_empty() {
+            let reads: Vec<String> = i
+                .reads
+                .iter()
+                .rev()
+                .take(3)
+                .rev()
+                .map(|x| {
+                    format!(
+                        "{} {} ({:.2}s)",
+                        x.at.strftime("%H:%M:%SZ"),
+                        x.raw,
+                        x.latency_seconds
+                    )
+                })
+                .collect();
+            let _ = writeln!(s, "        reads:  {}", one_line(&reads.join("; "), 300));
+        }
+    }
+    s
+}
+
+fn one_line(s: &str, max: usize) -> String {
+    let flat: String = s
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if flat.chars().count() <= max {
+        flat
+    } else {
+        let cut: String = flat.chars().take(max).collect();
+        format!("{cut}…")
+    }
+}
+
+/// SHA-256 of `data` as lowercase hex (FIPS 180-4). Used for the config digest, so a journal
+/// record says which config was in force without copying it.
+pub fn sha256_hex(data: &[u8]) -> String {
+    const K: [u32; 64] = [
+        0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4,
+        0xab1c5ed5, 0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe,
+        0x9bdc06a7, 0xc19bf174, 0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f,
+        0x4a7484aa, 0x5cb0a9dc, 0x76f988da, 0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7,
+        0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967, 0x27b70a85, 0x2e1b2138, 0x4d2c6dfc,
+        0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85, 0xa2bfe8a1, 0xa81a664b,
+        0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070, 0x19a4c116,
+        0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+        0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7,
+        0xc67178f2,
+    ];
+    let mut h: [u32; 8] = [
+        0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab,
+        0x5be0cd19,
+    ];
+    let mut msg = data.to_vec();
+    let bit_len = (data.len() as u64).wrapping_mul(8);
+    msg.push(0x80);
+    while msg.len() % 64 != 56 {
+        msg.push(0);
+    }
+    msg.extend_from_slice(&bit_len.to_be_bytes());
+    for block in msg.chunks_exact(64) {
+        let mut w = [0u32; 64];
+        for (i, word) in block.chunks_exact(4).enumerate() {
+            w[i] = u32::from_be_bytes([word[0], word[1], word[2], word[3]]);
+        }
+        for i in 16..64 {
+            let s0 = w[i - 15].rotate_right(7) ^ w[i - 15].rotate_right(18) ^ (w[i - 15] >> 3);
+            let s1 = w[i - 2].rotate_right(17) ^ w[i - 2].rotate_right(19) ^ (w[i - 2] >> 10);
+            w[i] = w[i - 16]
+                .wrapping_add(s0)
+                .wrapping_add(w[i - 7])
+                .wrapping_add(s1);
+        }
+        let [mut a, mut b, mut c, mut d, mut e, mut f, mut g, mut hh] = h;
+        for i in 0..64 {
+            let s1 = e.rotate_right(6) ^ e.rotate_right(11) ^ e.rotate_right(25);
+            let ch = (e & f) ^ (!e & g);
+            let t1 = hh
+                .wrapping_add(s1)
+                .wrapping_add(ch)
+                .wrapping_add(K[i])
+                .wrapping_add(w[i]);
+            let s0 = a.rotate_right(2) ^ a.rotate_right(13) ^ a.rotate_right(22);
+            let maj = (a & b) ^ (a & c) ^ (b & c);
+            let t2 = s0.wrapping_add(maj);
+            hh = g;
+            g = f;
+            f = e;
+            e = d.wrapping_add(t1);
+            d = c;
+            c = b;
+            b = a;
+            a = t1.wrapping_add(t2);
+        }
+        for (x, y) in h.iter_mut().zip([a, b, c, d, e, f, g, hh]) {
+            *x = x.wrapping_add(y);
+        }
+    }
+    h.iter().map(|x| format!("{x:08x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sha256_matches_the_standard_vectors() {
+        assert_eq!(
+            sha256_hex(b""),
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+        assert_eq!(
+            sha256_hex(b"abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        // Two blocks of padding.
+        assert_eq!(
+            sha256_hex(b"abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"),
+            "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1"
+        );
+        assert_eq!(
+            sha256_hex(&[b'a'; 1000]),
+            "41edece42d63e8d9bf515a9ba6932e1c20cbc9f5a5d134645adb5db1b9737ea3"
+        );
+    }
+
+    fn counts() -> Family<JournalLabels, Counter> {
+        Family::default()
+    }
+
+    fn count(f: &Family<JournalLabels, Counter>, result: &'static str) -> u64 {
+        f.get_or_create(&JournalLabels { result }).get()
+    }
+
+    fn sample(j: &Journal, node: &str, rule: &str) -> Record {
+        let mut r = j.record(
+            node,
+            "uid-1",
+            RecordKind::Action,
+            rule,
+            Inputs {
+                ready: "NotReady".into(),
+                reads: vec![ReadInput {
+                    at: Timestamp::now(),
+                    value: "off".into(),
+                    raw: "Off".into(),
+                    latency_seconds: 0.1,
+                    details: vec![],
+                }],
+                ..Default::default()
+            },
+        );
+        r.action = "taint".into();
+        r.result = "success".into();
+        r.message = "fenced".into();
+        r
+    }
+
+    #[tokio::test]
+    async fn appends_across_restarts_and_never_truncates() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sub/dc.journal.jsonl");
+        for round in 0..2 {
+            let c = counts();
+            let (j, w) = Journal::start(path.clone(), "dc", "digest", c.clone());
+            j.submit_wait(&sample(&j, "n1", &format!("round-{round}")))
+                .await;
+            j.submit(&sample(&j, "n2", "other"));
+            drop(j);
+            w.finish(Duration::from_secs(5)).await;
+            assert_eq!(count(&c, "written"), 2);
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text.lines().count(), 4, "{text}");
+        let t = tail(&path, "n1", 10).unwrap();
+        let rules: Vec<_> = t.records.iter().map(|r| r.rule.as_str()).collect();
+        assert_eq!(rules, ["round-0", "round-1"]);
+        assert_eq!(t.records[0].inputs.reads[0].raw, "Off");
+        assert_eq!(t.records[0].config_digest, "digest");
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o640);
+    }
+
+    #[tokio::test]
+    async fn a_torn_last_line_is_skipped_and_the_next_record_starts_fresh() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j.jsonl");
+        std::fs::write(
+            &path,
+            "{\"ts\":\"2026-01-01T00:00:00Z\",\"node\":\"n1\",\"ki",
+        )
+        .unwrap();
+        let (j, w) = Journal::start(path.clone(), "dc", "d", counts());
+        j.submit_wait(&sample(&j, "n1", "after-tear")).await;
+        drop(j);
+        w.finish(Duration::from_secs(5)).await;
+        let t = tail(&path, "n1", 5).unwrap();
+        assert_eq!(t.unreadable, 1);
+        assert_eq!(t.records.len(), 1);
+        assert_eq!(t.records[0].rule, "after-tear");
+    }
+
+    #[tokio::test]
+    async fn a_rotated_file_is_replaced_by_a_new_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j.jsonl");
+        let (j, w) = Journal::start(path.clone(), "dc", "d", counts());
+        j.submit_wait(&sample(&j, "n1", "before")).await;
+        // Wait until the first record is on disk, then rotate by rename.
+        for _ in 0..100 {
+            if std::fs::metadata(&path)
+                .map(|m| m.len() > 0)
+                .unwrap_or(false)
+            {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        std::fs::rename(&path, dir.path().join("j.jsonl.1")).unwrap();
+        j.submit_wait(&sample(&j, "n1", "after")).await;
+        drop(j);
+        w.finish(Duration::from_secs(5)).await;
+        let old = tail(&dir.path().join("j.jsonl.1"), "n1", 5).unwrap();
+        let new = tail(&path, "n1", 5).unwrap();
+        assert_eq!(old.records.len(), 1);
+        assert_eq!(old.records[0].rule, "before");
+        assert_eq!(new.records.len(), 1);
+        assert_eq!(new.records[0].rule, "after");
+    }
+
+    #[tokio::test]
+    async fn an_unwritable_journal_is_counted_not_fatal() {
+        let dir = tempfile::tempdir().unwrap();
+        // A directory where the file should be: opening it for writing fails, even as root.
+        let path = dir.path().join("is-a-dir");
+        std::fs::create_dir(&path).unwrap();
+        let c = counts();
+        let (j, w) = Journal::start(path, "dc", "d", c.clone());
+        j.submit_wait(&sample(&j, "n1", "x")).await;
+        j.submit(&sample(&j, "n1", "y"));
+        drop(j);
+        w.finish(Duration::from_secs(5)).await;
+        assert_eq!(count(&c, "failed"), 2);
+        assert_eq!(count(&c, "written"), 0);
+    }
+
+    #[test]
+    fn a_refusal_holds_between_reads_and_ends_with_progress() {
+        use Rule as R;
+        let mut state = None;
+        let mut starts = 0;
+        for rule in [
+            R::NotReadyGrace,
+            R::AwaitingPowerRead,
+            R::PowerUnknown,
+            R::StalePowerRead,
+            R::PowerUnknown,
+            R::StalePowerRead,
+            R::PowerUnknown,
+        ] {
+            let next = refusal(rule, state);
+            if next.is_some() && next != state {
+                starts += 1;
+            }
+            state = next;
+        }
+        assert_eq!(state, Some(R::PowerUnknown));
+        assert_eq!(starts, 1, "one unreachable episode is one refusal");
+        assert_eq!(refusal(R::PowerOn, state), Some(R::PowerOn));
+        assert_eq!(refusal(R::ConfirmingOff, Some(R::PowerOn)), None);
+        assert_eq!(refusal(R::NodeReady, Some(R::PowerOn)), None);
+        assert_eq!(refusal(R::StalePowerRead, None), None);
+    }
+
+    #[test]
+    fn tail_keeps_only_the_newest_for_the_node() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j.jsonl");
+        let (tx, _rx) = mpsc::channel(1);
+        let j = Journal {
+            tx,
+            counts: counts(),
+            datacenter: "dc".into(),
+            config_digest: "d".into(),
+        };
+        let mut text = String::new();
+        for i in 0..20 {
+            let node = if i % 2 == 0 { "a" } else { "b" };
+            text.push_str(&serde_json::to_string(&sample(&j, node, &format!("r{i}"))).unwrap());
+            text.push('\n');
+        }
+        std::fs::write(&path, text).unwrap();
+        let t = tail(&path, "a", 3).unwrap();
+        let rules: Vec<_> = t.records.iter().map(|r| r.rule.as_str()).collect();
+        assert_eq!(rules, ["r14", "r16", "r18"]);
+        assert!(!t.truncated_scan);
+        let shown = render(&t.records);
+        assert!(shown.contains("taint success"), "{shown}");
+        assert!(shown.contains("rule r18"), "{shown}");
+        assert!(shown.contains("Off (0.10s)"), "{shown}");
+    }
+}

@@ -1,0 +1,646 @@
+//! AWS EC2 power source: DescribeInstances (and DescribeVolumes for evidence), batched.
+//!
+//! EC2's Describe* calls share one account-wide rate limit, so reads are never one call per
+//! node: every node's read goes to one batching task that waits a moment for others, then asks
+//! for all of them in one DescribeInstances per 200 ids (an `instance-id` filter, so an unknown
+//! id is simply absent from the answer instead of failing the whole call). The SDK's adaptive
+//! retry handles `RequestLimitExceeded`; every attempt and every throttle is counted.
+//!
+//! State mapping: `stopped` → Off, `terminated` → Terminated, absent → NotFound (the core wants
+//! two of those), `running` → On, `pending`/`stopping`/`shutting-down` → transitional
+//! (hibernation writes RAM to EBS while stopping). Any API error or timeout → error read.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use aws_sdk_ec2::config::interceptors::BeforeDeserializationInterceptorContextRef;
+use aws_sdk_ec2::config::{ConfigBag, Intercept, RuntimeComponents};
+use aws_sdk_ec2::error::{BoxError, ProvideErrorMetadata, SdkError};
+use aws_sdk_ec2::types::{Filter, InstanceStateName, VolumeAttachmentState};
+use futures::future::BoxFuture;
+use tokio::sync::{mpsc, oneshot};
+
+use super::{PowerSource, PowerState, ReadDetail, ReadErrorKind};
+use crate::config::AwsConfig;
+
+/// Ids per Describe* call (filter values are capped at 200 per filter).
+pub const CHUNK: usize = 200;
+/// How long the batcher waits for more reads after the first one arrives.
+const BATCH_WINDOW: Duration = Duration::from_millis(50);
+/// Most ids taken into one batch.
+const MAX_BATCH: usize = 1000;
+/// Pages followed per call, as a bound (each page holds up to 1000 instances).
+const MAX_PAGES: usize = 20;
+
+/// Extracts the instance id from a node's `spec.providerID`: `aws:///us-east-1a/i-0abc…` or
+/// `aws:///i-0abc…`.
+pub fn instance_id_from_provider_id(provider_id: &str) -> Result<String, String> {
+    let rest = provider_id.strip_prefix("aws://").ok_or_else(|| {
+        format!("providerID {provider_id:?} is not an AWS one (expected aws:///ZONE/i-...)")
+    })?;
+    let id = rest.rsplit('/').next().unwrap_or_default();
+    let hex = id.strip_prefix("i-").unwrap_or_default();
+    if hex.len() < 8 || hex.len() > 17 || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
+        return Err(format!(
+            "providerID {provider_id:?} does not end in an instance id (i- followed by 8 or 17 hex digits)"
+        ));
+    }
+    Ok(id.to_string())
+}
+
+/// Request and throttle counts, shared with the metrics.
+#[derive(Default, Debug)]
+pub struct Ec2Stats {
+    pub describe_instances_calls: AtomicU64,
+    pub describe_volumes_calls: AtomicU64,
+    /// HTTP attempts, retries included.
+    pub attempts: AtomicU64,
+    /// Attempts answered with a throttling status (503 RequestLimitExceeded, 429).
+    pub throttled: AtomicU64,
+}
+
+#[derive(Debug)]
+struct CountAttempts(Arc<Ec2Stats>);
+
+impl Intercept for CountAttempts {
+    fn name(&self) -> &'static str {
+        "oobfence::CountAttempts"
+    }
+
+    fn read_after_transmit(
+        &self,
+        context: &BeforeDeserializationInterceptorContextRef<'_>,
+        _rc: &RuntimeComponents,
+        _cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        self.0.attempts.fetch_add(1, Ordering::Relaxed);
+        let status = context.response().status().as_u16();
+        if status == 503 || status == 429 {
+            self.0.throttled.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+}
+
+/// What EC2 said about one instance.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InstanceRead {
+    pub state: PowerState,
+    /// Non-root EBS volumes attached to it (read only for instances that are down), or why
+    /// they could not be listed.
+    pub volumes: Result<Vec<VolumeInfo>, String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VolumeInfo {
+    pub volume_id: String,
+    pub device: String,
+    /// `attached`, `attaching`, `detaching`, `detached`, `busy`.
+    pub attachment_state: String,
+}
+
+/// Maps an EC2 instance state name to a power state.
+pub fn map_state(name: &InstanceStateName) -> PowerState {
+    match name {
+        InstanceStateName::Stopped => PowerState::Off,
+        InstanceStateName::Terminated => PowerState::Terminated,
+        InstanceStateName::Running => PowerState::On,
+        InstanceStateName::Pending
+        | InstanceStateName::Stopping
+        | InstanceStateName::ShuttingDown => PowerState::Transitional {
+            detail: name.as_str().to_string(),
+        },
+        other => PowerState::error(
+            ReadErrorKind::BadReply,
+            format!("unknown EC2 instance state {:?}", other.as_str()),
+        ),
+    }
+}
+
+type Reply = (PowerState, Vec<ReadDetail>);
+
+struct ReadRequest {
+    instance_id: String,
+    reply: oneshot::Sender<Reply>,
+}
+
+/// One per daemon: the EC2 client and the batching task.
+pub struct Ec2Reader {
+    client: aws_sdk_ec2::Client,
+    region: String,
+    timeout: Duration,
+    requests: mpsc::Sender<ReadRequest>,
+    pub stats: Arc<Ec2Stats>,
+}
+
+impl std::fmt::Debug for Ec2Reader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ec2Reader")
+            .field("region", &self.region)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Ec2Reader {
+    /// Builds the client from `[aws]` (explicit region; endpoint and profile when given;
+    /// otherwise the standard credential chain) and starts the batching task.
+    pub async fn new(cfg: &AwsConfig) -> Arc<Ec2Reader> {
+        let stats = Arc::new(Ec2Stats::default());
+        let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .region(aws_config::Region::new(cfg.region.clone()))
+            .retry_config(aws_config::retry::RetryConfig::standard().with_max_attempts(3))
+            .timeout_config(
+                aws_config::timeout::TimeoutConfig::builder()
+                    .operation_timeout(cfg.timeout)
+                    .connect_timeout(cfg.timeout.min(Duration::from_secs(5)))
+                    .build(),
+            );
+        if let Some(url) = &cfg.endpoint_url {
+            loader = loader.endpoint_url(url);
+        }
+        if let Some(p) = &cfg.profile {
+            loader = loader.profile_name(p);
+        }
+        let sdk = loader.load().await;
+        let conf = aws_sdk_ec2::config::Builder::from(&sdk)
+            .interceptor(CountAttempts(stats.clone()))
+            .build();
+        let client = aws_sdk_ec2::Client::from_conf(conf);
+        let (tx, rx) = mpsc::channel(4096);
+        let reader = Arc::new(Ec2Reader {
+            client,
+            region: cfg.region.clone(),
+            timeout: cfg.timeout,
+            requests: tx,
+            stats,
+        });
+        tokio::spawn(batch_loop(Arc::downgrade(&reader), rx));
+        reader
+    }
+
+    pub fn region(&self) -> &str {
+        &self.region
+    }
+
+    /// Reads many instances: one DescribeInstances per [`CHUNK`] ids, then one DescribeVolumes
+    /// per chunk of the instances that are down. Ids absent from the answer are NotFound.
+    pub async fn read_many(
+        &self,
+        ids: &[String],
+    ) -> HashMap<String, Result<InstanceRead, PowerState>> {
+        let mut out = HashMap::new();
+        for chunk in ids.chunks(CHUNK) {
+            match self.describe_instances(chunk).await {
+                Ok(found) => {
+                    let down: Vec<String> = chunk
+                        .iter()
+                        .filter(|id| found.get(*id).is_none_or(|(s, _)| s.is_down()))
+                        .cloned()
+                        .collect();
+                    let mut volumes = if down.is_empty() {
+                        Ok(HashMap::new())
+                    } else {
+                        self.attached_volumes(&down).await
+                    };
+                    for id in chunk {
+                        let (state, root) = found
+                            .get(id)
+                            .cloned()
+                            .unwrap_or((PowerState::NotFound, None));
+                        let vols = match &mut volumes {
+                            Ok(v) => Ok(v
+                                .remove(id)
+                                .unwrap_or_default()
+                                .into_iter()
+                                .filter(|v| root.as_deref() != Some(v.device.as_str()))
+                                .collect()),
+                            Err(e) => Err(e.to_string()),
+                        };
+                        out.insert(
+                            id.clone(),
+                            Ok(InstanceRead {
+                                state,
+                                volumes: vols,
+                            }),
+                        );
+                    }
+                }
+                Err(e) => {
+                    for id in chunk {
+                        out.insert(id.clone(), Err(e.clone()));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// instance id → (state, root device name).
+    async fn describe_instances(
+        &self,
+        ids: &[String],
+    ) -> Result<HashMap<String, (PowerState, Option<String>)>, PowerState> {
+        let mut found = HashMap::new();
+        let mut token: Option<String> = None;
+        for _ in 0..MAX_PAGES {
+            self.stats
+                .describe_instances_calls
+                .fetch_add(1, Ordering::Relaxed);
+            let call = self
+                .client
+                .describe_instances()
+                .filters(
+                    Filter::builder()
+                        .name("instance-id")
+                        .set_values(Some(ids.to_vec()))
+                        .build(),
+                )
+                .max_results(1000)
+                .set_next_token(token.take())
+                .send();
+            let out = bounded(self.timeout, call).await?;
+            for r in out.reservations() {
+                for i in r.instances() {
+                    let Some(id) = i.instance_id() else { continue };
+                    let state = match i.state().and_then(|s| s.name()) {
+                        Some(name) => map_state(name),
+                        None => PowerState::error(
+                            ReadErrorKind::BadReply,
+                            "DescribeInstances answered without a state",
+                        ),
+                    };
+                    found.insert(
+                        id.to_string(),
+                        (state, i.root_device_name().map(String::from)),
+                    );
+                }
+            }
+            match out.next_token() {
+                Some(t) if !t.is_empty() => token = Some(t.to_string()),
+                _ => return Ok(found),
+            }
+        }
+        Err(PowerState::error(
+            ReadErrorKind::BadReply,
+            format!("DescribeInstances kept paging past {MAX_PAGES} pages"),
+        ))
+    }
+
+    /// instance id → volumes attached to it.
+    async fn attached_volumes(
+        &self,
+        ids: &[String],
+    ) -> Result<HashMap<String, Vec<VolumeInfo>>, PowerState> {
+        let mut by_instance: HashMap<String, Vec<VolumeInfo>> = HashMap::new();
+        let mut token: Option<String> = None;
+        for _ in 0..MAX_PAGES {
+            self.stats
+                .describe_volumes_calls
+                .fetch_add(1, Ordering::Relaxed);
+            let call = self
+                .client
+                .describe_volumes()
+                .filters(
+                    Filter::builder()
+                        .name("attachment.instance-id")
+                        .set_values(Some(ids.to_vec()))
+                        .build(),
+                )
+                .max_results(500)
+                .set_next_token(token.take())
+                .send();
+            let out = bounded(self.timeout, call).await?;
+            for v in out.volumes() {
+                let Some(vid) = v.volume_id() else { continue };
+                for a in v.attachments() {
+                    let Some(iid) = a.instance_id() else { continue };
+                    by_instance
+                        .entry(iid.to_string())
+                        .or_default()
+                        .push(VolumeInfo {
+                            volume_id: vid.to_string(),
+                            device: a.device().unwrap_or_default().to_string(),
+                            attachment_state: a
+                                .state()
+                                .map(VolumeAttachmentState::as_str)
+                                .unwrap_or("unknown")
+                                .to_string(),
+                        });
+                }
+            }
+            match out.next_token() {
+                Some(t) if !t.is_empty() => token = Some(t.to_string()),
+                _ => return Ok(by_instance),
+            }
+        }
+        Err(PowerState::error(
+            ReadErrorKind::BadReply,
+            format!("DescribeVolumes kept paging past {MAX_PAGES} pages"),
+        ))
+    }
+
+    /// Which of `volume_ids` are still attached to `instance_id` (for watching a fence's
+    /// volumes until they are released).
+    pub async fn still_attached(
+        &self,
+        instance_id: &str,
+        volume_ids: &[String],
+    ) -> Result<Vec<String>, PowerState> {
+        let held = self.attached_volumes(&[instance_id.to_string()]).await?;
+        Ok(held
+            .get(instance_id)
+            .map(|vs| {
+                vs.iter()
+                    .filter(|v| volume_ids.contains(&v.volume_id))
+                    .map(|v| v.volume_id.clone())
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+
+    /// Queues one instance's read into the next batch.
+    async fn read_one(&self, instance_id: &str) -> Reply {
+        let (tx, rx) = oneshot::channel();
+        let req = ReadRequest {
+            instance_id: instance_id.to_string(),
+            reply: tx,
+        };
+        if self.requests.send(req).await.is_err() {
+            return (
+                PowerState::error(ReadErrorKind::Config, "EC2 reader stopped"),
+                Vec::new(),
+            );
+        }
+        match tokio::time::timeout(self.timeout + Duration::from_secs(1), rx).await {
+            Ok(Ok(reply)) => reply,
+            Ok(Err(_)) => (
+                PowerState::error(ReadErrorKind::Config, "EC2 batch dropped the read"),
+                Vec::new(),
+            ),
+            Err(_) => (
+                PowerState::error(
+                    ReadErrorKind::Timeout,
+                    format!("no EC2 answer within {:?}", self.timeout),
+                ),
+                Vec::new(),
+            ),
+        }
+    }
+}
+
+async fn bounded<T, E>(
+    limit: Duration,
+    call: impl Future<Output = Result<T, SdkError<E>>>,
+) -> Result<T, PowerState>
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+{
+    match tokio::time::timeout(limit + Duration::from_millis(500), call).await {
+        Ok(Ok(out)) => Ok(out),
+        Ok(Err(e)) => Err(sdk_error(&e)),
+        Err(_) => Err(PowerState::error(
+            ReadErrorKind::Timeout,
+            format!("EC2 did not answer within {limit:?}"),
+        )),
+    }
+}
+
+fn sdk_error<E>(e: &SdkError<E>) -> PowerState
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+{
+    match e {
+        SdkError::TimeoutError(_) => {
+            PowerState::error(ReadErrorKind::Timeout, "EC2 call timed out")
+        }
+        SdkError::DispatchFailure(d) => {
+            let kind = if d.is_timeout() {
+                ReadErrorKind::Timeout
+            } else {
+                ReadErrorKind::Unreachable
+            };
+            PowerState::error(kind, format!("cannot reach EC2: {}", chain(e)))
+        }
+        SdkError::ServiceError(s) => {
+            let err = s.err();
+            let code = err.code().unwrap_or("unknown");
+            let kind = match code {
+                "AuthFailure"
+                | "UnauthorizedOperation"
+                | "InvalidClientTokenId"
+                | "SignatureDoesNotMatch"
+                | "ExpiredToken" => ReadErrorKind::Auth,
+                _ => ReadErrorKind::Protocol,
+            };
+            let msg = err.message().unwrap_or_default();
+            PowerState::error(
+                kind,
+                format!("EC2 {code} (HTTP {}): {msg}", s.raw().status().as_u16()),
+            )
+        }
+        SdkError::ResponseError(_) => PowerState::error(
+            ReadErrorKind::BadReply,
+            format!("EC2 reply unreadable: {}", chain(e)),
+        ),
+        _ => {
+            let text = chain(e);
+            let kind = if text.contains("credential") {
+                ReadErrorKind::Auth
+            } else {
+                ReadErrorKind::Config
+            };
+            PowerState::error(kind, format!("EC2 call failed: {text}"))
+        }
+    }
+}
+
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts = vec![e.to_string()];
+    let mut cur = e.source();
+    while let Some(s) = cur {
+        let t = s.to_string();
+        if !parts.iter().any(|p| p.contains(&t)) {
+            parts.push(t);
+        }
+        cur = s.source();
+    }
+    parts.join(": ")
+}
+
+/// Collects reads for [`BATCH_WINDOW`] after the first arrives, then answers them all from
+/// one [`Ec2Reader::read_many`].
+async fn batch_loop(reader: std::sync::Weak<Ec2Reader>, mut rx: mpsc::Receiver<ReadRequest>) {
+    while let Some(first) = rx.recv().await {
+        let mut batch = vec![first];
+        let deadline = tokio::time::Instant::now() + BATCH_WINDOW;
+        while batch.len() < MAX_BATCH {
+            match tokio::time::timeout_at(deadline, rx.recv()).await {
+                Ok(Some(r)) => batch.push(r),
+                _ => break,
+            }
+        }
+        let Some(reader) = reader.upgrade() else {
+            return;
+        };
+        let mut ids: Vec<String> = batch.iter().map(|r| r.instance_id.clone()).collect();
+        ids.sort();
+        ids.dedup();
+        let results = reader.read_many(&ids).await;
+        for req in batch {
+            let reply = match results.get(&req.instance_id) {
+                Some(Ok(read)) => (read.state.clone(), volume_details(&read.volumes)),
+                Some(Err(e)) => (e.clone(), Vec::new()),
+                None => (
+                    PowerState::error(ReadErrorKind::Config, "instance missing from its batch"),
+                    Vec::new(),
+                ),
+            };
+            let _ = req.reply.send(reply);
+        }
+    }
+}
+
+/// The `volumes` evidence: `vol-… on /dev/sdf (attached), …`, `none` for no data volumes, or
+/// `unknown (why)`.
+pub fn volume_details(volumes: &Result<Vec<VolumeInfo>, String>) -> Vec<ReadDetail> {
+    let volumes = match volumes {
+        Ok(v) => v,
+        Err(e) => return vec![ReadDetail::new("volumes", format!("unknown ({e})"))],
+    };
+    let value = if volumes.is_empty() {
+        "none".to_string()
+    } else {
+        volumes
+            .iter()
+            .map(|v| format!("{} on {} ({})", v.volume_id, v.device, v.attachment_state))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    vec![ReadDetail::new("volumes", value)]
+}
+
+/// Volume ids back out of a read's `volumes` detail.
+pub fn volume_ids(details: &[ReadDetail]) -> Vec<String> {
+    details
+        .iter()
+        .filter(|d| d.name == "volumes")
+        .flat_map(|d| d.value.split(", "))
+        .filter_map(|v| v.split(' ').next())
+        .filter(|v| v.starts_with("vol-"))
+        .map(String::from)
+        .collect()
+}
+
+/// One node's view of EC2.
+pub struct Ec2Source {
+    reader: Arc<Ec2Reader>,
+    instance_id: String,
+}
+
+impl Ec2Source {
+    pub fn new(reader: Arc<Ec2Reader>, instance_id: String) -> Ec2Source {
+        Ec2Source {
+            reader,
+            instance_id,
+        }
+    }
+
+    pub fn instance_id(&self) -> &str {
+        &self.instance_id
+    }
+
+    pub fn reader(&self) -> &Arc<Ec2Reader> {
+        &self.reader
+    }
+}
+
+impl PowerSource for Ec2Source {
+    fn backend(&self) -> &'static str {
+        "ec2"
+    }
+
+    fn address(&self) -> String {
+        format!("{}/{}", self.reader.region, self.instance_id)
+    }
+
+    fn read(&self) -> BoxFuture<'_, PowerState> {
+        Box::pin(async move { self.read_detailed().await.0 })
+    }
+
+    fn read_detailed(&self) -> BoxFuture<'_, (PowerState, Vec<ReadDetail>)> {
+        Box::pin(self.reader.read_one(&self.instance_id))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn provider_ids() {
+        assert_eq!(
+            instance_id_from_provider_id("aws:///us-east-1a/i-0123456789abcdef0").unwrap(),
+            "i-0123456789abcdef0"
+        );
+        assert_eq!(
+            instance_id_from_provider_id("aws:///i-0123abcd").unwrap(),
+            "i-0123abcd"
+        );
+        for bad in [
+            "",
+            "gce://p/z/i-0123abcd",
+            "aws:///us-east-1a/",
+            "aws:///us-east-1a/i-xyz",
+            "aws:///us-east-1a/vol-0123abcd",
+            "aws:///us-east-1a/i-0123456789abcdef0123",
+        ] {
+            assert!(instance_id_from_provider_id(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn state_mapping_only_stopped_is_off() {
+        use InstanceStateName as N;
+        assert_eq!(map_state(&N::Stopped), PowerState::Off);
+        assert_eq!(map_state(&N::Terminated), PowerState::Terminated);
+        assert_eq!(map_state(&N::Running), PowerState::On);
+        for s in [N::Pending, N::Stopping, N::ShuttingDown] {
+            assert!(
+                matches!(map_state(&s), PowerState::Transitional { .. }),
+                "{s:?}"
+            );
+        }
+        assert!(matches!(
+            map_state(&N::from("hibernating-maybe")),
+            PowerState::Error { .. }
+        ));
+    }
+
+    #[test]
+    fn volume_details_round_trip() {
+        let vols = vec![
+            VolumeInfo {
+                volume_id: "vol-1".into(),
+                device: "/dev/sdf".into(),
+                attachment_state: "attached".into(),
+            },
+            VolumeInfo {
+                volume_id: "vol-2".into(),
+                device: "/dev/sdg".into(),
+                attachment_state: "detaching".into(),
+            },
+        ];
+        let d = volume_details(&Ok(vols));
+        assert_eq!(
+            d[0].value,
+            "vol-1 on /dev/sdf (attached), vol-2 on /dev/sdg (detaching)"
+        );
+        assert_eq!(volume_ids(&d), vec!["vol-1", "vol-2"]);
+        assert!(volume_ids(&volume_details(&Ok(Vec::new()))).is_empty());
+        let unknown = volume_details(&Err("DescribeVolumes failed".into()));
+        assert!(unknown[0].value.starts_with("unknown"));
+        assert!(volume_ids(&unknown).is_empty());
+    }
+}

@@ -1,0 +1,1114 @@
+//! IPMI over LAN (RMCP+, "lanplus") power source: Get Chassis Status, byte 1 bit 0.
+//!
+//! 1 is On, 0 is Off; an Off read with power fault bits set is still Off. The fault bits
+//! (byte 1 bits 1-4) and the last power event (byte 2) go into the read's details. Every failure
+//! — silence, refused credentials or cipher, a failed integrity check, a wrong sequence number, a
+//! short reply — is an error read, never Off.
+//!
+//! The RMCP+ work (RAKP key exchange, AES-CBC-128, HMAC-SHA1-96) is done by the `ipmi-rs`
+//! crate, which is blocking and leaves gaps this module covers:
+//!
+//! - it runs on tokio's blocking pool, inside a detached task with its own deadline, and a panic
+//!   inside it becomes an error read;
+//! - it talks only to the wire guard in [`link`], which checks what it does not (no IPMI 1.5
+//!   fallback, cipher suite 3 exactly, session IDs and sequence numbers, one answer per request)
+//!   and adds retransmission and timeouts;
+//! - it never closes a session: here at most one session per BMC exists at a time (BMCs have
+//!   only a handful of slots), it is reused while fresh and closed with Close Session when it is
+//!   retired, idle, failed, or its last source goes away.
+//!
+//! What the crate cannot do at all is refused as a config error: cipher suites other than 3
+//! (17 included) and accounts without the Administrator role (the crate always asks for it in
+//! RAKP message 1). It never sends Set Session Privilege Level, so sessions run at the User
+//! level a new session starts with, which is all Get Chassis Status needs.
+
+pub mod commands;
+mod link;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+use ipmi_rs::Ipmi;
+use ipmi_rs::connection::{IpmiConnection, LogicalUnit, Request, RequestTargetAddress};
+use ipmi_rs::rmcp::{
+    ActivationError, ParseSessionResponseError, RakpMessage2ParseError, RakpMessage4ParseError,
+    Rmcp, RmcpIpmiError, RmcpIpmiReceiveError, V2_0ActivationError,
+};
+
+use self::commands::{ChassisStatus, CloseSession, GetChassisStatus, WrongLength};
+use self::link::{Link, Trouble, Waker};
+use super::{PowerSource, PowerState, ReadDetail, ReadErrorKind};
+use crate::config::BmcEntry;
+use crate::secret::Secret;
+
+/// The RMCP+ port (IANA "asf-rmcp").
+pub const DEFAULT_PORT: u16 = 623;
+
+/// The one cipher suite this build speaks: RAKP-HMAC-SHA1, HMAC-SHA1-96, AES-CBC-128.
+pub const CIPHER_SUITE: u8 = 3;
+
+/// A kept session is used again only if it was idle less than this. The IPMI default session
+/// inactivity timeout is 60 s; a BMC that forgets sooner is noticed and remembered (see
+/// `Slot::max_idle`).
+const MAX_IDLE: Duration = Duration::from_secs(45);
+
+/// A kept session is retired after this long or this many reads, whichever comes first.
+const MAX_AGE: Duration = Duration::from_secs(600);
+const MAX_READS: u32 = 10_000;
+
+/// The most a user name may have: 16 bytes in RAKP message 1.
+const MAX_USERNAME: usize = 16;
+
+/// The most an IPMI 2.0 password may have.
+const MAX_PASSWORD: usize = 20;
+
+/// IPMI-only settings of a `[[bmc]]` entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IpmiOptions {
+    pub cipher_suite: u8,
+    pub privilege: Privilege,
+}
+
+impl Default for IpmiOptions {
+    fn default() -> Self {
+        IpmiOptions {
+            cipher_suite: CIPHER_SUITE,
+            privilege: Privilege::Administrator,
+        }
+    }
+}
+
+/// The role an account logs in with (requested maximum privilege level in RAKP message 1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Privilege {
+    User,
+    Operator,
+    Administrator,
+}
+
+impl Privilege {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Privilege::User => "user",
+            Privilege::Operator => "operator",
+            Privilege::Administrator => "administrator",
+        }
+    }
+}
+
+/// Validates the `cipher_suite` key: only suite 3 can be spoken by this build.
+pub fn check_cipher_suite(suite: u8) -> Result<u8, String> {
+    match suite {
+        CIPHER_SUITE => Ok(suite),
+        0..=2 => Err(format!(
+            "cipher suite {suite} has no {}: refused; use 3",
+            if suite == 2 {
+                "encryption"
+            } else {
+                "integrity protection"
+            }
+        )),
+        4..=19 => Err(format!(
+            "cipher suite {suite} is not supported by this build (its IPMI library, ipmi-rs 0.6, \
+             speaks only suite 3: RAKP-HMAC-SHA1, HMAC-SHA1-96, AES-CBC-128); enable suite 3 \
+             on the BMC, or use protocol = \"redfish\""
+        )),
+        _ => Err(format!(
+            "{suite} is not an IPMI cipher suite (0 to 19); use 3"
+        )),
+    }
+}
+
+/// Validates the `privilege` key. Only "administrator" can work with this build.
+pub fn check_privilege(s: &str) -> Result<Privilege, String> {
+    let p = match s {
+        "administrator" => return Ok(Privilege::Administrator),
+        "operator" => Privilege::Operator,
+        "user" => Privilege::User,
+        other => {
+            return Err(format!(
+                "{other:?} is not a privilege: use \"administrator\" (\"operator\" and \"user\" \
+                 are not supported by this build)"
+            ));
+        }
+    };
+    Err(format!(
+        "privilege = \"{}\" is not supported by this build: its IPMI library (ipmi-rs 0.6) \
+         always asks for the Administrator role when logging in, which the BMC refuses to a \
+         {} account; use an account with the Administrator role (oobfence only reads: its \
+         sessions stay at the User level, and it never sends a power command), or use protocol \
+         = \"redfish\"",
+        p.as_str(),
+        p.as_str()
+    ))
+}
+
+/// Validates an IPMI user name: at most 16 printable ASCII characters. (The library silently
+/// shortens longer names, and logs in with an empty name — anonymously — when it meets a
+/// non-ASCII character.)
+pub fn check_username(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("must not be empty".into());
+    }
+    if name.len() > MAX_USERNAME || !name.bytes().all(|b| (0x20..0x7F).contains(&b)) {
+        return Err(format!(
+            "{name:?} is not an IPMI user name: at most {MAX_USERNAME} printable ASCII characters"
+        ));
+    }
+    Ok(())
+}
+
+/// Validates an IPMI 2.0 password's length (at most 20 bytes); never shows it.
+pub fn check_password(password: &Secret) -> Result<(), String> {
+    let n = password.expose().len();
+    if n > MAX_PASSWORD {
+        return Err(format!(
+            "the password has {n} bytes; IPMI 2.0 passwords have at most {MAX_PASSWORD}"
+        ));
+    }
+    Ok(())
+}
+
+/// Parses an IPMI address: `host`, `host:port`, `[v6]`, `[v6]:port` or a bare IPv6 address.
+/// The port defaults to 623.
+pub fn parse_address(address: &str) -> Result<(String, u16), String> {
+    let example = "examples: \"{node}-ipmi.dc1.example\", \"10.0.0.5:623\", \"[fd00::5]\"";
+    let s = address.trim();
+    if s.is_empty() {
+        return Err(format!("is empty; {example}"));
+    }
+    if s.contains('@') {
+        // Never echo it: the part before '@' may be a password.
+        return Err("must not contain credentials; use username and password_file".into());
+    }
+    if s.contains("://") {
+        return Err(format!(
+            "{s:?} must be host or host:port, without a scheme; {example}"
+        ));
+    }
+    let port = |p: &str| -> Result<u16, String> {
+        match p.parse::<u16>() {
+            Ok(0) | Err(_) => Err(format!("{s:?} has a bad port {p:?} (1 to 65535)")),
+            Ok(n) => Ok(n),
+        }
+    };
+    let (host, port) = if let Some(rest) = s.strip_prefix('[') {
+        let Some((h, after)) = rest.split_once(']') else {
+            return Err(format!("{s:?} has an unclosed '['"));
+        };
+        if h.parse::<Ipv6Addr>().is_err() {
+            return Err(format!("{s:?}: {h:?} is not an IPv6 address"));
+        }
+        match after {
+            "" => (h.to_string(), DEFAULT_PORT),
+            p if p.starts_with(':') => (h.to_string(), port(&p[1..])?),
+            _ => return Err(format!("{s:?} must be [IPv6] or [IPv6]:port")),
+        }
+    } else if s.parse::<Ipv6Addr>().is_ok() {
+        (s.to_string(), DEFAULT_PORT)
+    } else {
+        match s.rsplit_once(':') {
+            Some((h, p)) => (h.to_string(), port(p)?),
+            None => (s.to_string(), DEFAULT_PORT),
+        }
+    };
+    if host.parse::<Ipv6Addr>().is_err() && host.parse::<Ipv4Addr>().is_err() {
+        let label_ok = |l: &str| {
+            !l.is_empty()
+                && l.len() <= 63
+                && l.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        };
+        let name = host.strip_suffix('.').unwrap_or(&host);
+        if name.len() > 253 || !name.split('.').all(label_ok) {
+            return Err(format!(
+                "{s:?} must be host or host:port (a DNS name or an IP address); {example}"
+            ));
+        }
+    }
+    Ok((host, port))
+}
+
+/// Reads one machine's power state through its BMC over RMCP+.
+pub struct IpmiSource {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    /// Tells this source's sessions from those of another source for the same BMC.
+    id: u64,
+    node: String,
+    host: String,
+    port: u16,
+    username: String,
+    password: Secret,
+    timeout: Duration,
+    slot: Arc<tokio::sync::Mutex<Slot>>,
+}
+
+impl fmt::Debug for IpmiSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = &self.shared;
+        f.debug_struct("IpmiSource")
+            .field("address", &self.address())
+            .field("node", &s.node)
+            .field("username", &s.username)
+            .field("password", &s.password)
+            .field("cipher_suite", &CIPHER_SUITE)
+            .field("timeout", &s.timeout)
+            .finish()
+    }
+}
+
+impl IpmiSource {
+    /// Builds the source for `node` from its `[[bmc]]` entry. Fails on settings this build
+    /// cannot honour; opens nothing yet.
+    pub fn new(entry: &BmcEntry, node: &str) -> Result<IpmiSource, String> {
+        let options = entry.ipmi.unwrap_or_default();
+        check_cipher_suite(options.cipher_suite)?;
+        check_privilege(options.privilege.as_str())?;
+        let address = entry.address_for(node);
+        let (host, port) = parse_address(&address).map_err(|e| format!("address {e}"))?;
+        check_username(&entry.username).map_err(|e| format!("username {e}"))?;
+        check_password(&entry.password)?;
+        let key = format!("{}:{port}", host.to_ascii_lowercase());
+        Ok(IpmiSource {
+            shared: Arc::new(Shared {
+                id: NEXT_SOURCE_ID.fetch_add(1, Ordering::Relaxed),
+                node: node.to_string(),
+                host,
+                port,
+                username: entry.username.clone(),
+                password: entry.password.clone(),
+                timeout: entry.timeout,
+                slot: slot_for(&key),
+            }),
+        })
+    }
+}
+
+impl PowerSource for IpmiSource {
+    fn backend(&self) -> &'static str {
+        "ipmi"
+    }
+
+    fn address(&self) -> String {
+        let s = &self.shared;
+        if s.host.contains(':') {
+            format!("[{}]:{}", s.host, s.port)
+        } else {
+            format!("{}:{}", s.host, s.port)
+        }
+    }
+
+    fn read(&self) -> BoxFuture<'_, PowerState> {
+        Box::pin(async move { self.read_detailed().await.0 })
+    }
+
+    fn read_detailed(&self) -> BoxFuture<'_, (PowerState, Vec<ReadDetail>)> {
+        let shared = self.shared.clone();
+        Box::pin(async move {
+            // Detached: if the caller gives up, the read still ends by its own deadline and
+            // leaves the session slot in order.
+            let task = tokio::spawn(read_task(shared.clone()));
+            let (state, details) = match task.await {
+                Ok(done) => done,
+                Err(e) => (
+                    PowerState::error(
+                        ReadErrorKind::BadReply,
+                        format!("the IPMI read failed internally: {e}"),
+                    ),
+                    Vec::new(),
+                ),
+            };
+            (scrub(&shared.password, state), details)
+        })
+    }
+}
+
+// --- one session per BMC ----------------------------------------------------------------------
+
+static NEXT_SOURCE_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Session slots by BMC (`host:port`), shared by every source that reads that BMC, so that one
+/// process never holds more than one session on it.
+static SLOTS: LazyLock<Mutex<HashMap<String, Weak<tokio::sync::Mutex<Slot>>>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
+
+fn slot_for(key: &str) -> Arc<tokio::sync::Mutex<Slot>> {
+    let mut slots = SLOTS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(slot) = slots.get(key).and_then(Weak::upgrade) {
+        return slot;
+    }
+    slots.retain(|_, w| w.strong_count() > 0);
+    let slot = Arc::new(tokio::sync::Mutex::new(Slot {
+        session: None,
+        closer_armed: false,
+        max_idle: MAX_IDLE,
+    }));
+    slots.insert(key.to_string(), Arc::downgrade(&slot));
+    slot
+}
+
+/// The one session a process may hold on a BMC, when it holds one.
+struct Slot {
+    session: Option<Session>,
+    /// A task is waiting to close the session once it has been idle for `max_idle`.
+    closer_armed: bool,
+    /// How long a session may sit idle and still be used again. Lowered when the BMC turns out
+    /// to forget idle sessions sooner.
+    max_idle: Duration,
+}
+
+/// An RMCP+ session: the crate's state and the wire guard it talks through. Closing is
+/// best-effort and happens on drop.
+struct Session {
+    owner: u64,
+    ipmi: Option<Ipmi<Rmcp>>,
+    link: Link,
+    waker: Waker,
+    opened: Instant,
+    last_used: Instant,
+    reads: u32,
+    /// The crate panicked while using it: its state is unknown, so it is not touched again.
+    broken: bool,
+}
+
+impl Session {
+    fn open(owner: u64, bmc: SocketAddr) -> std::io::Result<Session> {
+        let (link, waker) = Link::open(bmc)?;
+        let now = Instant::now();
+        Ok(Session {
+            owner,
+            ipmi: None,
+            link,
+            waker,
+            opened: now,
+            last_used: now,
+            reads: 0,
+            broken: false,
+        })
+    }
+
+    fn reusable(&self, owner: u64, max_idle: Duration) -> bool {
+        self.owner == owner
+            && !self.broken
+            && self.link.wire.established
+            && self.last_used.elapsed() < max_idle
+            && self.opened.elapsed() < MAX_AGE
+            && self.reads < MAX_READS
+    }
+
+    /// Sends Close Session for the BMC's session ID, without waiting for the answer.
+    fn close(&mut self) {
+        if self.broken || !self.link.wire.established {
+            return;
+        }
+        let (Some(id), Some(ipmi)) = (self.link.wire.bmc_session_id, self.ipmi.as_mut()) else {
+            return;
+        };
+        let sent = catch_unwind(AssertUnwindSafe(|| {
+            let mut request = Request::new(
+                CloseSession { bmc_session_id: id }.into(),
+                RequestTargetAddress::Bmc(LogicalUnit::Zero),
+            );
+            ipmi.inner_mut().send(&mut request).is_ok()
+        }))
+        .unwrap_or(false);
+        if sent {
+            self.link.forward_one();
+        }
+        self.link.wire.established = false;
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+/// Closes the slot's session once it has sat idle for the slot's `max_idle`. Holds only a weak
+/// reference: when the last source of the BMC goes, the slot and its session go at once.
+async fn close_when_idle(slot: Weak<tokio::sync::Mutex<Slot>>) {
+    let step = MAX_IDLE / 3;
+    // Bounded: a session is retired after MAX_AGE anyway.
+    let passes = (MAX_AGE.as_secs() / step.as_secs().max(1)) as usize + 2;
+    for _ in 0..passes {
+        tokio::time::sleep(step).await;
+        let Some(slot) = slot.upgrade() else { return };
+        let mut g = slot.lock().await;
+        let max_idle = g.max_idle;
+        let finished = match &g.session {
+            None => true,
+            Some(s) => s.last_used.elapsed() >= max_idle || s.opened.elapsed() >= MAX_AGE,
+        };
+        if finished {
+            g.closer_armed = false;
+            let session = g.session.take();
+            drop(g);
+            drop(session);
+            return;
+        }
+    }
+    if let Some(slot) = slot.upgrade() {
+        let mut g = slot.lock().await;
+        g.closer_armed = false;
+        g.session.take();
+    }
+}
+
+// --- one read -----------------------------------------------------------------------------------
+
+type Reply = (PowerState, Vec<ReadDetail>);
+
+async fn read_task(shared: Arc<Shared>) -> Reply {
+    let deadline = Instant::now() + shared.timeout;
+    let slot = shared.slot.clone();
+    let mut slot = match tokio::time::timeout_at(deadline.into(), slot.clone().lock_owned()).await {
+        Ok(g) => g,
+        Err(_) => {
+            return failed(Trouble::new(
+                ReadErrorKind::Timeout,
+                "an earlier read of this BMC still holds its session (one IPMI session per \
+                     BMC at a time)",
+            ));
+        }
+    };
+
+    let mut kept_failure: Option<Trouble> = None;
+    if let Some(session) = slot.session.take() {
+        let max_idle = slot.max_idle;
+        if session.reusable(shared.id, max_idle) {
+            let idle = session.last_used.elapsed();
+            let now = Instant::now();
+            // Half the time for the kept session; the rest for a new one if the BMC forgot it.
+            let half = now + deadline.saturating_duration_since(now) / 2;
+            match run_blocking(shared.clone(), Job::Reuse(Box::new(session)), half).await {
+                (kept, Ok(status)) => {
+                    slot.session = kept;
+                    arm_closer(&shared.slot, &mut slot);
+                    return succeeded(&shared, status);
+                }
+                (_, Err(t)) => {
+                    tracing::debug!(
+                        node = %shared.node,
+                        idle_ms = idle.as_millis() as u64,
+                        error = %t.detail,
+                        "kept IPMI session failed; opening a new one"
+                    );
+                    if t.kind == ReadErrorKind::Timeout {
+                        // The BMC dropped a session idle this long: keep them shorter.
+                        slot.max_idle = (idle / 2).max(Duration::from_secs(1)).min(max_idle);
+                    }
+                    kept_failure = Some(t);
+                }
+            }
+        }
+        // Anything else left in the slot was dropped (and closed) above.
+    }
+
+    let remaining = deadline.saturating_duration_since(Instant::now());
+    let lookup = tokio::net::lookup_host((shared.host.as_str(), shared.port));
+    let bmc = match tokio::time::timeout(remaining, lookup).await {
+        Ok(Ok(mut addrs)) => match addrs.next() {
+            Some(a) => a,
+            None => {
+                return failed(Trouble::new(
+                    ReadErrorKind::Unreachable,
+                    format!("{} resolves to no address", shared.host),
+                ));
+            }
+        },
+        Ok(Err(e)) => {
+            return failed(Trouble::new(
+                ReadErrorKind::Unreachable,
+                format!("cannot resolve {}: {e}", shared.host),
+            ));
+        }
+        Err(_) => {
+            return failed(Trouble::new(
+                ReadErrorKind::Timeout,
+                format!("resolving {} took longer than the deadline", shared.host),
+            ));
+        }
+    };
+    match run_blocking(shared.clone(), Job::Fresh(bmc), deadline).await {
+        (kept, Ok(status)) => {
+            slot.session = kept;
+            if slot.session.is_some() {
+                arm_closer(&shared.slot, &mut slot);
+            }
+            succeeded(&shared, status)
+        }
+        (_, Err(mut t)) => {
+            if let Some(first) = kept_failure {
+                t.detail = format!(
+                    "{} (the kept session failed first: {})",
+                    t.detail, first.detail
+                );
+            }
+            failed(t)
+        }
+    }
+}
+
+fn arm_closer(slot_arc: &Arc<tokio::sync::Mutex<Slot>>, slot: &mut Slot) {
+    if !slot.closer_armed && slot.session.is_some() {
+        slot.closer_armed = true;
+        tokio::spawn(close_when_idle(Arc::downgrade(slot_arc)));
+    }
+}
+
+fn succeeded(shared: &Shared, status: ChassisStatus) -> Reply {
+    let faults = status.faults();
+    let events = status.last_events();
+    let list = |v: &[&str]| {
+        if v.is_empty() {
+            "none".to_string()
+        } else {
+            v.join(", ")
+        }
+    };
+    if !faults.is_empty() {
+        tracing::warn!(
+            node = %shared.node,
+            power = if status.is_on() { "on" } else { "off" },
+            faults = %faults.join(", "),
+            "IPMI chassis status reports power faults"
+        );
+    }
+    let state = if status.is_on() {
+        PowerState::On
+    } else {
+        PowerState::Off
+    };
+    (
+        state,
+        vec![
+            ReadDetail::new("chassis power faults", list(&faults)),
+            ReadDetail::new("last power event", list(&events)),
+            ReadDetail::new("chassis status bytes", status.hex()),
+        ],
+    )
+}
+
+fn failed(t: Trouble) -> Reply {
+    (PowerState::error(t.kind, t.detail), Vec::new())
+}
+
+enum Job {
+    Reuse(Box<Session>),
+    Fresh(SocketAddr),
+}
+
+/// Runs one job on the blocking pool. Returns the session when it may be used again.
+async fn run_blocking(
+    shared: Arc<Shared>,
+    job: Job,
+    deadline: Instant,
+) -> (Option<Session>, Result<ChassisStatus, Trouble>) {
+    let joined = tokio::task::spawn_blocking(move || {
+        catch_unwind(AssertUnwindSafe(|| run_job(&shared, job, deadline)))
+    })
+    .await;
+    match joined {
+        Ok(Ok(done)) => done,
+        Ok(Err(panic)) => (
+            None,
+            Err(Trouble::new(
+                ReadErrorKind::BadReply,
+                format!("the IPMI read failed internally: {}", panic_text(&*panic)),
+            )),
+        ),
+        Err(e) => (
+            None,
+            Err(Trouble::new(
+                ReadErrorKind::BadReply,
+                format!("the IPMI read failed internally: {e}"),
+            )),
+        ),
+    }
+}
+
+/// How often an unanswered datagram is sent again: a fifth of the timeout, 0.2 s to 1 s.
+fn resend_interval(timeout: Duration) -> Duration {
+    (timeout / 5).clamp(Duration::from_millis(200), Duration::from_secs(1))
+}
+
+fn run_job(
+    shared: &Shared,
+    job: Job,
+    deadline: Instant,
+) -> (Option<Session>, Result<ChassisStatus, Trouble>) {
+    let mut session = match job {
+        Job::Reuse(s) => *s,
+        Job::Fresh(bmc) => match Session::open(shared.id, bmc) {
+            Ok(s) => s,
+            Err(e) => {
+                return (
+                    None,
+                    Err(Trouble::new(
+                        ReadErrorKind::Config,
+                        format!("cannot open local UDP sockets: {e}"),
+                    )),
+                );
+            }
+        },
+    };
+    session.link.wire.trouble = None;
+    let stray_before = session.link.wire.stray;
+    let resent_before = session.link.wire.resent;
+    let peer = match session.link.crate_peer() {
+        Ok(p) => p,
+        Err(e) => {
+            return (
+                None,
+                Err(Trouble::new(
+                    ReadErrorKind::Config,
+                    format!("local relay socket: {e}"),
+                )),
+            );
+        }
+    };
+    // The crate's own receive timeout is only a backstop: the guard wakes it at the deadline.
+    let backstop = shared.timeout + Duration::from_secs(1);
+    let stop = AtomicBool::new(false);
+    let resend_every = resend_interval(shared.timeout);
+
+    let Session {
+        link, ipmi, waker, ..
+    } = &mut session;
+    let (answer, relay_ok) = std::thread::scope(|scope| {
+        let relay = std::thread::Builder::new()
+            .name("oobfence-ipmi".into())
+            .spawn_scoped(scope, || link.serve(&stop, deadline, resend_every));
+        let relay = match relay {
+            Ok(r) => r,
+            Err(e) => {
+                let t = Trouble::new(ReadErrorKind::Config, format!("cannot start a thread: {e}"));
+                return (Ok(Err(t)), true);
+            }
+        };
+        let answer = catch_unwind(AssertUnwindSafe(|| {
+            talk(ipmi, peer, backstop, &shared.username, &shared.password)
+        }));
+        stop.store(true, Ordering::Release);
+        waker.wake();
+        (answer, relay.join().is_ok())
+    });
+
+    let wire_trouble = session.link.wire.trouble.take();
+    let result = match answer {
+        Err(panic) => {
+            session.broken = true;
+            Err(wire_trouble.unwrap_or_else(|| {
+                Trouble::new(
+                    ReadErrorKind::BadReply,
+                    format!(
+                        "the IPMI library panicked on the BMC's answer: {}",
+                        panic_text(&*panic)
+                    ),
+                )
+            }))
+        }
+        // What the guard saw on the wire explains a failure better than the crate's error,
+        // and no answer counts while the guard has an objection.
+        Ok(Err(crate_error)) => Err(wire_trouble.unwrap_or(crate_error)),
+        Ok(Ok(status)) => match wire_trouble {
+            Some(t) => Err(t),
+            None => Ok(status),
+        },
+    };
+    if !relay_ok {
+        session.broken = true;
+        return (
+            None,
+            Err(Trouble::new(
+                ReadErrorKind::BadReply,
+                "the IPMI relay failed internally",
+            )),
+        );
+    }
+    match result {
+        Ok(status) => {
+            session.reads += 1;
+            session.last_used = Instant::now();
+            // Something odd on the wire (a late answer, a resend): start clean next time.
+            let odd = session.link.wire.stray != stray_before
+                || session.link.wire.resent != resent_before;
+            (if odd { None } else { Some(session) }, Ok(status))
+        }
+        Err(t) => (None, Err(t)),
+    }
+}
+
+/// Logs in if needed, then asks for the chassis status.
+fn talk(
+    ipmi: &mut Option<Ipmi<Rmcp>>,
+    peer: SocketAddr,
+    backstop: Duration,
+    username: &str,
+    password: &Secret,
+) -> Result<ChassisStatus, Trouble> {
+    let ipmi = match ipmi {
+        Some(i) => i,
+        None => {
+            let mut rmcp = Rmcp::new(peer, backstop).map_err(|e| {
+                Trouble::new(
+                    ReadErrorKind::Config,
+                    format!("cannot set up the IPMI library: {e}"),
+                )
+            })?;
+            rmcp.activate(true, Some(username), Some(password.expose().as_bytes()))
+                .map_err(|e| activation_trouble(&e, username))?;
+            ipmi.insert(Ipmi::new(rmcp))
+        }
+    };
+    ipmi.send_recv(GetChassisStatus)
+        .map_err(|e| command_trouble(&e))
+}
+
+fn io_trouble(what: &str, e: &std::io::Error) -> Trouble {
+    use std::io::ErrorKind as K;
+    match e.kind() {
+        K::WouldBlock | K::TimedOut => {
+            Trouble::new(ReadErrorKind::Timeout, format!("no {what} in time"))
+        }
+        _ => Trouble::new(ReadErrorKind::Unreachable, format!("{what}: {e}")),
+    }
+}
+
+fn receive_trouble(what: &str, e: &RmcpIpmiReceiveError) -> Trouble {
+    match e {
+        RmcpIpmiReceiveError::Io(io) => io_trouble(what, io),
+        RmcpIpmiReceiveError::Session(s) => Trouble::new(
+            ReadErrorKind::BadReply,
+            format!("{what} fails its integrity check or cannot be decrypted ({s:?})"),
+        ),
+        other => Trouble::new(
+            ReadErrorKind::BadReply,
+            format!("{what} is malformed ({other:?})"),
+        ),
+    }
+}
+
+fn activation_trouble(e: &ActivationError, username: &str) -> Trouble {
+    let user = format!("{username:?}");
+    match e {
+        ActivationError::BindSocket(io) => Trouble::new(
+            ReadErrorKind::Config,
+            format!("the IPMI library cannot open its UDP socket (it binds [::]:0): {io}"),
+        ),
+        ActivationError::PingSend(io) | ActivationError::PongReceive(io) => {
+            io_trouble("answer to the RMCP presence ping", io)
+        }
+        ActivationError::PongRead => Trouble::new(
+            ReadErrorKind::BadReply,
+            "answer to the RMCP presence ping is not a pong",
+        ),
+        ActivationError::IpmiNotSupported => Trouble::new(
+            ReadErrorKind::Protocol,
+            "the BMC's pong says it does not support IPMI",
+        ),
+        ActivationError::NoSupportedIpmiLANVersions => Trouble::new(
+            ReadErrorKind::Protocol,
+            "the BMC offers neither IPMI 2.0 nor 1.5 on this channel",
+        ),
+        ActivationError::GetChannelAuthenticationCapabilities(e) => Trouble::new(
+            ReadErrorKind::Protocol,
+            format!(
+                "Get Channel Authentication Capabilities failed: {}",
+                short_debug(e)
+            ),
+        ),
+        ActivationError::V1_5(_) => Trouble::new(
+            ReadErrorKind::Protocol,
+            "refused to fall back to IPMI 1.5; enable RMCP+ (IPMI 2.0) on the BMC",
+        ),
+        ActivationError::RmcpError(h) => Trouble::new(
+            ReadErrorKind::BadReply,
+            format!("malformed RMCP header in an answer ({h:?})"),
+        ),
+        ActivationError::V2_0(v2) => match v2 {
+            V2_0ActivationError::ServerAuthenticationFailed => Trouble::new(
+                ReadErrorKind::Auth,
+                format!(
+                    "login of user {user} refused: the BMC's RAKP 2 key-exchange code does not \
+                     match the configured password (wrong password, or not the expected BMC)"
+                ),
+            ),
+            V2_0ActivationError::RakpMessage4InvalidIntegrityCheckValue => Trouble::new(
+                ReadErrorKind::Auth,
+                format!("login of user {user}: RAKP 4 integrity check value does not match"),
+            ),
+            V2_0ActivationError::OpenSessionResponseParse(
+                ParseSessionResponseError::HaveErrorCode(code),
+            ) => Trouble::new(
+                ReadErrorKind::Protocol,
+                format!("the BMC refused the RMCP+ session ({})", short_debug(code)),
+            ),
+            V2_0ActivationError::RakpMessage2Parse(
+                RakpMessage2ParseError::UnknownErrorStatusCode(code),
+            )
+            | V2_0ActivationError::RakpMessage4Parse(
+                RakpMessage4ParseError::UnknownErrorStatusCode(code),
+            ) => link::status_trouble("a RAKP answer", *code),
+            V2_0ActivationError::RakpMessage2Parse(RakpMessage2ParseError::ErrorStatusCode(c)) => {
+                Trouble::new(
+                    ReadErrorKind::Auth,
+                    format!("login of user {user} refused at RAKP 2 ({c:?})"),
+                )
+            }
+            V2_0ActivationError::RakpMessage4Parse(RakpMessage4ParseError::ErrorStatusCode(c)) => {
+                Trouble::new(
+                    ReadErrorKind::Auth,
+                    format!("login of user {user} refused at RAKP 4 ({c:?})"),
+                )
+            }
+            V2_0ActivationError::OpenSessionResponseReceive(r) => {
+                receive_trouble("RMCP+ Open Session Response", r)
+            }
+            V2_0ActivationError::RakpMessage2Receive(r) => receive_trouble("RAKP message 2", r),
+            V2_0ActivationError::RakpMessage4Receive(r) => receive_trouble("RAKP message 4", r),
+            other => Trouble::new(
+                ReadErrorKind::BadReply,
+                format!("RMCP+ login failed: {}", short_debug(other)),
+            ),
+        },
+    }
+}
+
+fn command_trouble(e: &ipmi_rs::IpmiError<RmcpIpmiError, WrongLength>) -> Trouble {
+    use ipmi_rs::IpmiError as E;
+    match e {
+        E::Connection(RmcpIpmiError::Receive(r)) => {
+            receive_trouble("answer to Get Chassis Status", r)
+        }
+        E::Connection(RmcpIpmiError::Send(s)) => Trouble::new(
+            ReadErrorKind::Unreachable,
+            format!("cannot send Get Chassis Status: {}", short_debug(s)),
+        ),
+        E::Connection(RmcpIpmiError::NotActive) => Trouble::new(
+            ReadErrorKind::Config,
+            "the IPMI library has no active session",
+        ),
+        E::Failed {
+            completion_code, ..
+        } => Trouble::new(
+            ReadErrorKind::Protocol,
+            format!("Get Chassis Status refused with completion code {completion_code:?}"),
+        ),
+        E::Command { error, .. } => Trouble::new(ReadErrorKind::BadReply, error.to_string()),
+        E::UnexpectedResponse {
+            netfn_recvd,
+            cmd_recvd,
+            ..
+        } => Trouble::new(
+            ReadErrorKind::BadReply,
+            format!(
+                "answer is for NetFn {netfn_recvd:?} command {cmd_recvd:#04x}, not Get Chassis \
+                 Status"
+            ),
+        ),
+        E::NetFnIsResponse(n) => Trouble::new(
+            ReadErrorKind::BadReply,
+            format!("request NetFn {n:?} is a response NetFn"),
+        ),
+    }
+}
+
+fn short_debug(v: &dyn fmt::Debug) -> String {
+    let s = format!("{v:?}");
+    match s.char_indices().nth(200) {
+        Some((i, _)) => format!("{}...", &s[..i]),
+        None => s,
+    }
+}
+
+fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
+    let text = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into());
+    short_debug(&text)
+}
+
+/// Last line of defence: no detail string leaves this source with the password in it.
+fn scrub(password: &Secret, state: PowerState) -> PowerState {
+    let secret = password.expose();
+    match state {
+        PowerState::Error { kind, detail } if !secret.is_empty() && detail.contains(secret) => {
+            PowerState::Error {
+                kind,
+                detail: detail.replace(secret, "<redacted>"),
+            }
+        }
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::config::Config;
+
+    #[test]
+    fn addresses() {
+        let ok = [
+            ("bmc.example", ("bmc.example", 623)),
+            ("n1-ipmi.dc1.example:6230", ("n1-ipmi.dc1.example", 6230)),
+            ("10.0.0.5", ("10.0.0.5", 623)),
+            ("127.0.0.1:9623", ("127.0.0.1", 9623)),
+            ("[fd00::5]:700", ("fd00::5", 700)),
+            ("[fd00::5]", ("fd00::5", 623)),
+            ("fd00::5", ("fd00::5", 623)),
+            ("bmc.example.", ("bmc.example.", 623)),
+        ];
+        for (input, (host, port)) in ok {
+            assert_eq!(
+                parse_address(input),
+                Ok((host.to_string(), port)),
+                "{input}"
+            );
+        }
+        let bad = [
+            ("", "empty"),
+            ("ipmi://bmc", "without a scheme"),
+            ("https://bmc", "without a scheme"),
+            ("bmc:0", "bad port"),
+            ("bmc:70000", "bad port"),
+            ("bmc:", "bad port"),
+            ("bmc/x", "host or host:port"),
+            ("bm c", "host or host:port"),
+            ("a..b", "host or host:port"),
+            ("[fd00::5", "unclosed"),
+            ("[bmc]:1", "not an IPv6"),
+            ("[fd00::5]x", "[IPv6]:port"),
+        ];
+        for (input, want) in bad {
+            let e = parse_address(input).unwrap_err();
+            assert!(e.contains(want), "{input}: {e}");
+        }
+        let e = parse_address("admin:hunter2@bmc").unwrap_err();
+        assert!(e.contains("credentials") && !e.contains("hunter2"), "{e}");
+    }
+
+    #[test]
+    fn suites_and_privileges() {
+        assert_eq!(check_cipher_suite(3), Ok(3));
+        let e = check_cipher_suite(17).unwrap_err();
+        assert!(
+            e.starts_with("cipher suite 17 is not supported by this build"),
+            "{e}"
+        );
+        assert!(check_cipher_suite(0).unwrap_err().contains("refused"));
+        assert!(check_cipher_suite(2).unwrap_err().contains("encryption"));
+        assert!(
+            check_cipher_suite(20)
+                .unwrap_err()
+                .contains("not an IPMI cipher suite")
+        );
+        assert_eq!(
+            check_privilege("administrator"),
+            Ok(Privilege::Administrator)
+        );
+        let e = check_privilege("operator").unwrap_err();
+        assert!(e.contains("not supported by this build"), "{e}");
+        assert!(
+            check_privilege("Admin")
+                .unwrap_err()
+                .contains("not a privilege")
+        );
+    }
+
+    #[test]
+    fn user_names_and_password_lengths() {
+        assert!(check_username("admin").is_ok());
+        assert!(check_username(&"a".repeat(16)).is_ok());
+        assert!(check_username(&"a".repeat(17)).is_err());
+        assert!(check_username("admïn").is_err());
+        assert!(check_username("ad\0min").is_err());
+        assert!(check_password(&Secret::new("x".repeat(20))).is_ok());
+        let e = check_password(&Secret::new("y".repeat(21))).unwrap_err();
+        assert!(e.contains("21 bytes") && !e.contains("yyy"), "{e}");
+    }
+
+    fn entry(dir: &Path, address: &str) -> BmcEntry {
+        let pw = dir.join("pw");
+        std::fs::write(&pw, "very-secret-pw\n").unwrap();
+        let text = format!(
+            "datacenter = \"t\"\n[[bmc]]\nnodes = [\"n1\"]\nprotocol = \"ipmi\"\n\
+             address = \"{address}\"\nusername = \"admin\"\npassword_file = \"{}\"\n",
+            pw.display()
+        );
+        Config::parse(&text, Path::new("t.toml")).unwrap().bmc[0].clone()
+    }
+
+    #[test]
+    fn debug_and_address_hide_the_password() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = IpmiSource::new(&entry(dir.path(), "{node}-ipmi.example"), "n1").unwrap();
+        let dbg = format!("{src:?}");
+        assert!(!dbg.contains("very-secret-pw"), "{dbg}");
+        assert!(dbg.contains("<redacted>"), "{dbg}");
+        assert_eq!(src.address(), "n1-ipmi.example:623");
+        assert_eq!(src.backend(), "ipmi");
+        let v6 = IpmiSource::new(&entry(dir.path(), "[fd00::1]:6230"), "n1").unwrap();
+        assert_eq!(v6.address(), "[fd00::1]:6230");
+    }
+
+    #[test]
+    fn scrub_redacts_the_password() {
+        let pw = Secret::new("very-secret-pw");
+        let s = scrub(
+            &pw,
+            PowerState::error(ReadErrorKind::Auth, "x very-secret-pw y"),
+        );
+        assert_eq!(s.to_string(), "error: auth: x <redacted> y");
+    }
+
+    #[test]
+    fn off_with_faults_is_off_and_shows_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = IpmiSource::new(&entry(dir.path(), "bmc.example"), "n1").unwrap();
+        let status = ChassisStatus::parse(&[0x08, 0x01, 0x00]).unwrap();
+        let (state, details) = succeeded(&src.shared, status);
+        assert_eq!(state, PowerState::Off);
+        let text: Vec<String> = details
+            .iter()
+            .map(|d| format!("{}: {}", d.name, d.value))
+            .collect();
+        assert_eq!(
+            text,
+            [
+                "chassis power faults: main power fault",
+                "last power event: AC failed",
+                "chassis status bytes: 08 01 00",
+            ]
+        );
+        let (state, _) = succeeded(&src.shared, ChassisStatus::parse(&[0x01, 0, 0]).unwrap());
+        assert_eq!(state, PowerState::On);
+    }
+
+    #[test]
+    fn sources_of_one_bmc_share_one_slot() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = entry(dir.path(), "Shared-BMC.example:623");
+        let a = IpmiSource::new(&e, "n1").unwrap();
+        let b = IpmiSource::new(&e, "n1").unwrap();
+        assert!(Arc::ptr_eq(&a.shared.slot, &b.shared.slot));
+        assert_ne!(a.shared.id, b.shared.id);
+        let other = IpmiSource::new(&entry(dir.path(), "other.example"), "n1").unwrap();
+        assert!(!Arc::ptr_eq(&a.shared.slot, &other.shared.slot));
+    }
+}

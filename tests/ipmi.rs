@@ -1,0 +1,855 @@
+//! The IPMI (RMCP+) power source against real BMC simulators (OpenIPMI's `ipmi_sim`),
+//! cross-checked with `ipmitool`; against peers that misbehave at the UDP level (nothing
+//! listening, silence, nonsense, a replaying man in the middle); and end to end through the
+//! CLI and the daemon on a real kube-apiserver.
+
+mod support;
+
+use std::net::{SocketAddr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+
+use futures::future::join_all;
+use std::time::{Duration, Instant};
+
+use oobfence::config::{BmcEntry, Config};
+use oobfence::power::ipmi::IpmiSource;
+use oobfence::power::{PowerSource, PowerState, ReadErrorKind};
+use support::ipmi_sim::{self, IpmiSim};
+
+/// A `[[bmc]]` entry built through the real config parser. `extra` adds TOML keys.
+fn bmc(dir: &Path, address: &str, user: &str, password: &str, extra: &str) -> BmcEntry {
+    let pw: PathBuf = dir.join(format!("pw-{}", unique()));
+    std::fs::write(&pw, format!("{password}\n")).unwrap();
+    let text = format!(
+        "datacenter = \"test\"\n\
+         [[bmc]]\n\
+         nodes = [\"n1\"]\n\
+         protocol = \"ipmi\"\n\
+         address = \"{address}\"\n\
+         username = \"{user}\"\n\
+         password_file = \"{}\"\n\
+         {extra}\n",
+        pw.display()
+    );
+    let cfg = Config::parse(&text, Path::new("test.toml"))
+        .unwrap_or_else(|e| panic!("test config does not parse: {e}\n{text}"));
+    cfg.bmc.into_iter().next().unwrap()
+}
+
+fn unique() -> u64 {
+    use std::sync::atomic::AtomicU64;
+    static N: AtomicU64 = AtomicU64::new(0);
+    N.fetch_add(1, Ordering::Relaxed)
+}
+
+fn admin_source(sim: &IpmiSim, extra: &str) -> IpmiSource {
+    let e = bmc(
+        sim.dir(),
+        &sim.address(),
+        ipmi_sim::USERNAME,
+        ipmi_sim::PASSWORD,
+        extra,
+    );
+    IpmiSource::new(&e, "n1").unwrap_or_else(|e| panic!("IpmiSource::new: {e}"))
+}
+
+fn error_of(state: &PowerState) -> (ReadErrorKind, &str) {
+    match state {
+        PowerState::Error { kind, detail } => (*kind, detail.as_str()),
+        other => panic!("expected an error, got {other:?}"),
+    }
+}
+
+fn label(state: &PowerState) -> &'static str {
+    state.label()
+}
+
+/// A UDP peer on loopback that answers every datagram with `answer(datagram)` (or nothing, for
+/// `None`), in a thread bounded by a stop flag, 60 s and 1000 datagrams. Counts what it got.
+struct Peer {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    got: Arc<AtomicU32>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Peer {
+    fn start(answer: fn(&[u8]) -> Option<Vec<u8>>) -> Peer {
+        let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+        socket
+            .set_read_timeout(Some(Duration::from_millis(50)))
+            .unwrap();
+        let addr = socket.local_addr().unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let got = Arc::new(AtomicU32::new(0));
+        let (s, g) = (stop.clone(), got.clone());
+        let thread = std::thread::spawn(move || {
+            let start = Instant::now();
+            let mut buf = [0u8; 4096];
+            let mut handled = 0;
+            while !s.load(Ordering::Relaxed) && start.elapsed() < Duration::from_secs(60) {
+                if let Ok((n, from)) = socket.recv_from(&mut buf) {
+                    g.fetch_add(1, Ordering::Relaxed);
+                    if let Some(reply) = answer(&buf[..n]) {
+                        let _ = socket.send_to(&reply, from);
+                    }
+                    handled += 1;
+                    if handled >= 1000 {
+                        return;
+                    }
+                }
+            }
+        });
+        Peer {
+            addr,
+            stop,
+            got,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn source_at(dir: &Path, address: &str, extra: &str) -> IpmiSource {
+    let e = bmc(dir, address, "admin", "Peer-S3cret-pw", extra);
+    IpmiSource::new(&e, "n1").unwrap()
+}
+
+/// Reads through oobfence and through ipmitool; both must say `want`.
+async fn both_say(src: &IpmiSource, sim: &IpmiSim, want: PowerState) -> Duration {
+    let start = Instant::now();
+    let (state, details) = src.read_detailed().await;
+    let took = start.elapsed();
+    assert_eq!(state, want, "details: {details:?}");
+    assert_eq!(
+        sim.ipmitool_power(),
+        label(&want),
+        "ipmitool disagrees with oobfence"
+    );
+    let names: Vec<&str> = details.iter().map(|d| d.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "chassis power faults",
+            "last power event",
+            "chassis status bytes"
+        ]
+    );
+    assert_eq!(details[0].value, "none", "{details:?}");
+    took
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_on_off_and_flips_as_ipmitool_does() {
+    let sim = IpmiSim::start();
+    let src = admin_source(&sim, "");
+    assert_eq!(src.backend(), "ipmi");
+    assert_eq!(src.address(), sim.address());
+
+    let first = both_say(&src, &sim, PowerState::On).await;
+    let again = both_say(&src, &sim, PowerState::On).await;
+    sim.set_power(false);
+    let off = both_say(&src, &sim, PowerState::Off).await;
+    sim.set_power(true);
+    both_say(&src, &sim, PowerState::On).await;
+    sim.set_power(false);
+    both_say(&src, &sim, PowerState::Off).await;
+    sim.set_power(true);
+    both_say(&src, &sim, PowerState::On).await;
+    eprintln!("ipmi_sim read latency: new session {first:?}, kept session {again:?} and {off:?}");
+    // One session was kept for all of them.
+    assert_eq!(sim.other_sessions(), 1);
+    // It runs at the User privilege level it started with: oobfence only reads.
+    let privileges = sim.session_privileges();
+    assert!(
+        privileges.iter().any(|p| p == "USER"),
+        "sessions: {privileges:?}"
+    );
+    drop(src);
+    // Dropping the last source closes its session on the BMC.
+    assert_eq!(sim.other_sessions(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_password_is_auth_and_never_shown() {
+    let sim = IpmiSim::start();
+    let wrong = "Wr0ng-but-S3cret";
+    let e = bmc(sim.dir(), &sim.address(), ipmi_sim::USERNAME, wrong, "");
+    let src = IpmiSource::new(&e, "n1").unwrap();
+    let start = Instant::now();
+    let state = src.read().await;
+    let (kind, detail) = error_of(&state);
+    assert_eq!(kind, ReadErrorKind::Auth, "{detail}");
+    assert!(detail.contains("password"), "{detail}");
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        start.elapsed()
+    );
+    for text in [
+        state.to_string(),
+        format!("{state:?}"),
+        format!("{src:?}"),
+        format!("{e:?}"),
+    ] {
+        assert!(!text.contains(wrong), "password leaked: {text}");
+    }
+    assert_eq!(sim.other_sessions(), 0, "a refused login leaves no session");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_user_is_auth() {
+    let sim = IpmiSim::start();
+    let e = bmc(sim.dir(), &sim.address(), "nobody", ipmi_sim::PASSWORD, "");
+    let state = IpmiSource::new(&e, "n1").unwrap().read().await;
+    let (kind, detail) = error_of(&state);
+    assert_eq!(kind, ReadErrorKind::Auth, "{detail}");
+    assert!(detail.contains("no such user"), "{detail}");
+}
+
+/// ipmi-rs always asks for the Administrator role in RAKP message 1, so an Operator-only
+/// account is refused by the BMC: this is why the config refuses `privilege = "operator"`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_only_account_is_refused_because_the_library_asks_for_administrator() {
+    let sim = IpmiSim::start();
+    let e = bmc(
+        sim.dir(),
+        &sim.address(),
+        ipmi_sim::OPERATOR,
+        ipmi_sim::OPERATOR_PASSWORD,
+        "",
+    );
+    let state = IpmiSource::new(&e, "n1").unwrap().read().await;
+    let (kind, detail) = error_of(&state);
+    assert_eq!(kind, ReadErrorKind::Auth, "{detail}");
+    assert!(detail.contains("Administrator role"), "{detail}");
+    // The same account works for ipmitool, which can ask for the Operator role.
+    let out = std::process::Command::new("ipmitool")
+        .args(["-I", "lanplus", "-H", "127.0.0.1", "-p"])
+        .arg(sim.port().to_string())
+        .args(["-U", ipmi_sim::OPERATOR, "-P", ipmi_sim::OPERATOR_PASSWORD])
+        .args(["-L", "OPERATOR", "-C", "3", "chassis", "power", "status"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "Chassis Power is on"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_listening_is_unreachable_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = ipmi_sim::free_udp_port();
+    let src = source_at(dir.path(), &format!("127.0.0.1:{port}"), "timeout = \"3s\"");
+    let start = Instant::now();
+    let state = src.read().await;
+    let (kind, detail) = error_of(&state);
+    assert_eq!(kind, ReadErrorKind::Unreachable, "{detail}");
+    assert!(detail.contains("port unreachable"), "{detail}");
+    assert!(
+        start.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_peer_times_out_within_the_deadline_after_resending() {
+    let peer = Peer::start(|_| None);
+    let dir = tempfile::tempdir().unwrap();
+    let src = source_at(dir.path(), &peer.addr.to_string(), "timeout = \"1s\"");
+    let start = Instant::now();
+    let state = src.read().await;
+    let took = start.elapsed();
+    let (kind, detail) = error_of(&state);
+    assert_eq!(kind, ReadErrorKind::Timeout, "{detail}");
+    assert!(detail.contains("presence ping"), "{detail}");
+    assert!(took >= Duration::from_millis(900), "{took:?}");
+    assert!(took < Duration::from_millis(1600), "{took:?}");
+    // The ping went out three times: once, then twice more while no answer came.
+    assert_eq!(peer.got.load(Ordering::Relaxed), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nonsense_answers_are_bad_replies_at_once() {
+    let answers: [fn(&[u8]) -> Option<Vec<u8>>; 4] = [
+        |_| Some(b"HTTP/1.1 400 Bad Request\r\n\r\n".to_vec()),
+        |_| Some(vec![0x06; 2000]),
+        // An ASF pong cut short after its header.
+        |_| {
+            Some(vec![
+                0x06, 0x00, 0xFF, 0x06, 0x00, 0x00, 0x11, 0xBE, 0x40, 0xC8, 0x00, 0x10,
+            ])
+        },
+        // A full-length pong that answers another ping (wrong message tag).
+        |_| {
+            let mut d = vec![
+                0x06, 0x00, 0xFF, 0x06, 0x00, 0x00, 0x11, 0xBE, 0x40, 0x01, 0x00,
+            ];
+            d.push(0x10);
+            d.extend([
+                0x00, 0x00, 0x11, 0xBE, 0, 0, 0, 0, 0x81, 0x00, 0, 0, 0, 0, 0, 0,
+            ]);
+            Some(d)
+        },
+    ];
+    for answer in answers {
+        let peer = Peer::start(answer);
+        let dir = tempfile::tempdir().unwrap();
+        let src = source_at(dir.path(), &peer.addr.to_string(), "timeout = \"5s\"");
+        let start = Instant::now();
+        let state = src.read().await;
+        let (kind, detail) = error_of(&state);
+        assert_eq!(kind, ReadErrorKind::BadReply, "{detail}");
+        assert!(
+            start.elapsed() < Duration::from_secs(1),
+            "{:?}",
+            start.elapsed()
+        );
+        assert!(!detail.contains("Peer-S3cret-pw"), "{detail}");
+    }
+}
+
+/// A man in the middle between oobfence and a real BMC that, once armed, answers every
+/// in-session request with the first in-session answer it saw (a genuine, authenticated,
+/// but old answer). Bounded by a stop flag and 60 s.
+struct Replayer {
+    addr: SocketAddr,
+    armed: Arc<AtomicBool>,
+    replays: Arc<AtomicU32>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+fn in_session(d: &[u8]) -> bool {
+    d.len() > 6 && d[3] == 0x07 && d[4] == 0x06 && d[5] == 0xC0
+}
+
+impl Replayer {
+    fn start(bmc: SocketAddr) -> Replayer {
+        let front = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let back = UdpSocket::bind("127.0.0.1:0").unwrap();
+        back.connect(bmc).unwrap();
+        front.set_nonblocking(true).unwrap();
+        back.set_nonblocking(true).unwrap();
+        let addr = front.local_addr().unwrap();
+        let armed = Arc::new(AtomicBool::new(false));
+        let replays = Arc::new(AtomicU32::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (a, r, s) = (armed.clone(), replays.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            let start = Instant::now();
+            let mut buf = [0u8; 2048];
+            let mut client = None;
+            let mut recorded: Option<Vec<u8>> = None;
+            while !s.load(Ordering::Relaxed) && start.elapsed() < Duration::from_secs(60) {
+                let mut idle = true;
+                if let Ok((n, from)) = front.recv_from(&mut buf) {
+                    idle = false;
+                    client = Some(from);
+                    let d = &buf[..n];
+                    match (&recorded, a.load(Ordering::Relaxed) && in_session(d)) {
+                        (Some(old), true) => {
+                            let _ = front.send_to(old, from);
+                            r.fetch_add(1, Ordering::Relaxed);
+                        }
+                        _ => {
+                            let _ = back.send(d);
+                        }
+                    }
+                }
+                if let Ok(n) = back.recv(&mut buf) {
+                    idle = false;
+                    let d = &buf[..n];
+                    if recorded.is_none() && in_session(d) {
+                        recorded = Some(d.to_vec());
+                    }
+                    if let Some(c) = client {
+                        let _ = front.send_to(d, c);
+                    }
+                }
+                if idle {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        });
+        Replayer {
+            addr,
+            armed,
+            replays,
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Replayer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replayed_old_off_answer_is_refused() {
+    let sim = IpmiSim::start();
+    let mitm = Replayer::start(format!("127.0.0.1:{}", sim.port()).parse().unwrap());
+    let e = bmc(
+        sim.dir(),
+        &mitm.addr.to_string(),
+        ipmi_sim::USERNAME,
+        ipmi_sim::PASSWORD,
+        "timeout = \"2s\"",
+    );
+    let src = IpmiSource::new(&e, "n1").unwrap();
+    sim.set_power(false);
+    assert_eq!(src.read().await, PowerState::Off);
+    // The machine comes back on; the man in the middle replays the authenticated Off answer.
+    sim.set_power(true);
+    mitm.armed.store(true, Ordering::Relaxed);
+    let state = src.read().await;
+    let (kind, detail) = error_of(&state);
+    assert_eq!(kind, ReadErrorKind::BadReply, "{detail}");
+    // The kept session refuses it by its sequence number, a new one by its session ID.
+    assert!(detail.contains("replayed or reordered"), "{detail}");
+    assert!(detail.contains("not ours"), "{detail}");
+    assert!(mitm.replays.load(Ordering::Relaxed) >= 2);
+    // Let the Close Session requests of the refused sessions pass the (still armed) relay
+    // before it is disarmed: it sends every answer to its latest client.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    mitm.armed.store(false, Ordering::Relaxed);
+    assert_eq!(src.read().await, PowerState::On);
+    assert_eq!(sim.ipmitool_power(), "on");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_session_per_bmc_whatever_the_concurrency() {
+    let sim = IpmiSim::start();
+    let a = Arc::new(admin_source(&sim, ""));
+    let reads = join_all((0..8).map(|_| a.read())).await;
+    assert!(reads.iter().all(|r| *r == PowerState::On), "{reads:?}");
+    assert_eq!(sim.other_sessions(), 1);
+    // A second source for the same BMC takes the slot over: still one session.
+    let b = admin_source(&sim, "");
+    let both = join_all([a.read(), b.read(), a.read(), b.read()]).await;
+    assert!(both.iter().all(|r| *r == PowerState::On), "{both:?}");
+    assert_eq!(sim.other_sessions(), 1);
+    drop(a);
+    assert_eq!(sim.other_sessions(), 1, "b still holds the slot");
+    drop(b);
+    assert_eq!(sim.other_sessions(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bmc_that_forgot_the_session_is_read_through_a_new_one() {
+    let mut sim = IpmiSim::start();
+    let src = admin_source(&sim, "timeout = \"2s\"");
+    assert_eq!(src.read().await, PowerState::On);
+    sim.restart();
+    sim.set_power(false);
+    let start = Instant::now();
+    let state = src.read().await;
+    let took = start.elapsed();
+    assert_eq!(state, PowerState::Off, "after {took:?}");
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    assert_eq!(sim.other_sessions(), 1);
+    eprintln!("read after a BMC restart took {took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_bmcs_read_concurrently_without_session_leaks() {
+    let started = Instant::now();
+    let sims: Vec<IpmiSim> = (0..20).map(|_| IpmiSim::start()).collect();
+    eprintln!("20 simulators up in {:?}", started.elapsed());
+    for sim in sims.iter().step_by(2) {
+        sim.set_power(false);
+    }
+    let sources: Vec<IpmiSource> = sims.iter().map(|s| admin_source(s, "")).collect();
+    let want = |i: usize| {
+        if i % 2 == 0 {
+            PowerState::Off
+        } else {
+            PowerState::On
+        }
+    };
+    let mut rounds = Vec::new();
+    for round in 0..5 {
+        let start = Instant::now();
+        let reads = join_all(sources.iter().map(|s| s.read())).await;
+        rounds.push(start.elapsed());
+        for (i, r) in reads.iter().enumerate() {
+            assert_eq!(*r, want(i), "round {round}, BMC {i}");
+        }
+    }
+    eprintln!("20 concurrent reads per round: {rounds:?}");
+    let counts: Vec<u32> = sims.iter().map(|s| s.other_sessions()).collect();
+    eprintln!("sessions per simulator after 100 reads: {counts:?}");
+    assert!(counts.iter().all(|&c| c == 1), "{counts:?}");
+    for (i, sim) in sims.iter().enumerate() {
+        assert_eq!(sim.ipmitool_power(), label(&want(i)), "BMC {i}");
+    }
+    drop(sources);
+    let counts: Vec<u32> = sims.iter().map(|s| s.other_sessions()).collect();
+    assert!(counts.iter().all(|&c| c == 0), "left open: {counts:?}");
+}
+
+// --- the binary: probe and check-config ----------------------------------------------------
+
+fn oobfence(args: &[&str], config: &Path) -> std::process::Output {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_oobfence"));
+    cmd.args(&args[..1])
+        .arg("--config")
+        .arg(config)
+        .args(&args[1..]);
+    cmd.env_remove("CREDENTIALS_DIRECTORY");
+    cmd.output().expect("run oobfence")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn ipmi_config(dir: &Path, kubeconfig: &Path, nodes: &str, address: &str, extra: &str) -> String {
+    format!(
+        r#"datacenter = "dc1"
+[kubernetes]
+kubeconfig = "{}"
+[server]
+listen = "127.0.0.1:{}"
+[[bmc]]
+nodes = [{nodes}]
+protocol = "ipmi"
+address = "{address}"
+username = "{}"
+password_file = "{}"
+{extra}
+"#,
+        kubeconfig.display(),
+        support::k8s::free_port(),
+        ipmi_sim::USERNAME,
+        dir.join("pw").display()
+    )
+}
+
+#[test]
+fn probe_reads_an_ipmi_node_from_the_config_alone() {
+    let sim = IpmiSim::start();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("pw"), format!("{}\n", ipmi_sim::PASSWORD)).unwrap();
+    let path = dir.path().join("dc1.toml");
+    // No kubeconfig exists: probe must not need the cluster for a BMC-mapped node.
+    let kubeconfig = dir.path().join("kubeconfig");
+    let cfg = ipmi_config(dir.path(), &kubeconfig, "\"rack1-01\"", &sim.address(), "");
+    std::fs::write(&path, cfg).unwrap();
+
+    let o = oobfence(&["probe", "rack1-01"], &path);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    assert!(out.starts_with("rack1-01: On"), "{out}");
+    assert!(out.contains(&format!("ipmi {}", sim.address())), "{out}");
+
+    sim.set_power(false);
+    let o = oobfence(&["probe", "rack1-01"], &path);
+    assert!(
+        text(&o.stdout).starts_with("rack1-01: Off"),
+        "{}",
+        text(&o.stdout)
+    );
+    assert_eq!(sim.ipmitool_power(), "off");
+    // Each probe closed its session on the way out.
+    assert_eq!(sim.other_sessions(), 0);
+
+    std::fs::write(dir.path().join("pw"), "Wr0ng-pw-4711\n").unwrap();
+    let o = oobfence(&["probe", "rack1-01"], &path);
+    assert_eq!(o.status.code(), Some(1));
+    let err = text(&o.stderr);
+    assert!(err.contains("auth"), "{err}");
+    assert!(!err.contains("Wr0ng-pw-4711"), "{err}");
+}
+
+/// What this build cannot do is a config error: exit 2, one line naming file and key.
+#[test]
+fn unsupported_ipmi_settings_are_config_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("pw"), "sup3r-secret-pw\n").unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    let good = ipmi_config(
+        dir.path(),
+        &kubeconfig,
+        "\"rack1-*\"",
+        "{node}-ipmi.dc1.example",
+        "",
+    );
+    let path = dir.path().join("dc1.toml");
+    std::fs::write(&path, &good).unwrap();
+    let o = oobfence(&["check-config"], &path);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+
+    let with = |extra: &str| good.clone() + extra + "\n";
+    let cases: Vec<(String, &str, &str)> = vec![
+        (
+            with("cipher_suite = 17"),
+            "bmc[0].cipher_suite",
+            "cipher suite 17 is not supported by this build",
+        ),
+        (with("cipher_suite = 0"), "bmc[0].cipher_suite", "refused"),
+        (
+            with("privilege = \"operator\""),
+            "bmc[0].privilege",
+            "privilege = \"operator\" is not supported by this build",
+        ),
+        (
+            with("system = \"/redfish/v1/Systems/1\""),
+            "bmc[0].system",
+            "redfish",
+        ),
+        (
+            with("tls_insecure = true"),
+            "bmc[0].tls_insecure",
+            "redfish",
+        ),
+        (
+            good.replace("{node}-ipmi.dc1.example", "ipmi.dc1.example"),
+            "bmc[0].address",
+            "same machine",
+        ),
+        (
+            good.replace("{node}-ipmi.dc1.example", "https://{node}-ipmi.dc1.example"),
+            "bmc[0].address",
+            "without a scheme",
+        ),
+        (
+            good.replace("{node}-ipmi.dc1.example", "{node}-ipmi.dc1.example:99999"),
+            "bmc[0].address",
+            "bad port",
+        ),
+        (
+            good.replace(
+                "username = \"admin\"",
+                "username = \"a-very-long-user-name\"",
+            ),
+            "bmc[0].username",
+            "at most 16",
+        ),
+    ];
+    for (cfg, key, want) in cases {
+        std::fs::write(&path, &cfg).unwrap();
+        let o = oobfence(&["check-config"], &path);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{key}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{key}: {err}");
+        assert!(err.contains(&path.display().to_string()), "{err}");
+        assert!(
+            err.contains(key) && err.contains(want),
+            "{key}/{want}: {err}"
+        );
+        assert!(!err.contains("sup3r-secret-pw"), "{err}");
+    }
+    // A password no IPMI 2.0 BMC can hold.
+    std::fs::write(dir.path().join("pw"), format!("{}\n", "p".repeat(21))).unwrap();
+    std::fs::write(&path, &good).unwrap();
+    let o = oobfence(&["check-config"], &path);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("bmc[0].password_file") && err.contains("21 bytes"),
+        "{err}"
+    );
+    assert!(!err.contains("ppppp"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_config_probe_reads_ipmi_nodes_of_the_cluster() {
+    let client = support::k8s::client().await;
+    let sim = IpmiSim::start();
+    let group = support::k8s::unique("ipmiprobe");
+    let mapped = format!("{group}-a");
+    let a = support::k8s::FakeNode::create(&client, &mapped, &group, "b").await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("pw"), format!("{}\n", ipmi_sim::PASSWORD)).unwrap();
+    let path = dir.path().join("dc1.toml");
+    let cfg = ipmi_config(
+        dir.path(),
+        &support::k8s::kubeconfig_path(),
+        &format!("\"{mapped}\""),
+        &sim.address(),
+        "",
+    )
+    .replace(
+        "[server]",
+        &format!(
+            "node_selector = \"{}={group}\"\n[server]",
+            support::k8s::TEST_LABEL
+        ),
+    );
+    std::fs::write(&path, cfg).unwrap();
+    let o = tokio::task::spawn_blocking(move || oobfence(&["check-config", "--probe"], &path))
+        .await
+        .unwrap();
+    let out = text(&o.stdout);
+    assert!(o.status.success(), "{out} {}", text(&o.stderr));
+    let row = out
+        .lines()
+        .find(|l| l.starts_with(&mapped))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(row.contains("ipmi") && row.contains(" On"), "{row}");
+    assert_eq!(sim.other_sessions(), 0);
+    a.delete().await;
+}
+
+// --- end to end: the daemon on a real kube-apiserver ------------------------------------------
+
+const DECISION: Duration = Duration::from_secs(45);
+
+fn daemon_config(group: &str, bmcs: &str) -> String {
+    format!(
+        r#"
+datacenter = "test"
+[kubernetes]
+kubeconfig = "{{kubeconfig}}"
+node_selector = "{}={group}"
+[policy]
+not_ready_grace = "2s"
+confirm_reads = 2
+confirm_interval = "1s"
+read_max_age = "10s"
+recheck_interval = "2s"
+[server]
+listen = "{{listen}}"
+{bmcs}
+"#,
+        support::k8s::TEST_LABEL
+    )
+}
+
+fn ipmi_bmc(node: &str, sim: &IpmiSim, dir: &Path) -> String {
+    let pw = dir.join(format!("pw-{node}"));
+    std::fs::write(&pw, format!("{}\n", ipmi_sim::PASSWORD)).unwrap();
+    format!(
+        r#"
+[[bmc]]
+nodes = ["{node}"]
+protocol = "ipmi"
+address = "{}"
+username = "{}"
+password_file = "{}"
+cipher_suite = 3
+privilege = "administrator"
+timeout = "3s"
+"#,
+        sim.address(),
+        ipmi_sim::USERNAME,
+        pw.display()
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_daemon_fences_an_ipmi_node_that_reads_off_never_one_that_reads_on() {
+    use oobfence::cluster;
+    use support::k8s::{FakeNode, RunningDaemon, annotation, keep_taint, taints, unique, wait_for};
+
+    let client = support::k8s::client().await;
+    let off_sim = IpmiSim::start();
+    let on_sim = IpmiSim::start();
+    let group = unique("ipmi");
+    let dir = tempfile::tempdir().unwrap();
+    let dead = format!("{group}-off");
+    let alive = format!("{group}-on");
+    let bmcs = ipmi_bmc(&dead, &off_sim, dir.path()) + &ipmi_bmc(&alive, &on_sim, dir.path());
+    let dead_node = FakeNode::create(&client, &dead, &group, "boot-1").await;
+    let alive_node = FakeNode::create(&client, &alive, &group, "boot-1").await;
+    let daemon = RunningDaemon::start(&daemon_config(&group, &bmcs), dir).await;
+
+    off_sim.set_power(false);
+    dead_node.die("boot-1").await;
+    alive_node.die("boot-1").await;
+
+    let has_taint = |name: String| {
+        let client = client.clone();
+        async move {
+            let api: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client);
+            let n = api.get(&name).await.ok()?;
+            FakeNode::has_oos_taint(&n).then_some(n)
+        }
+    };
+    let fenced = wait_for("IPMI node that reads Off is tainted", DECISION, || {
+        has_taint(dead.clone())
+    })
+    .await;
+    assert!(taints(&fenced).contains(&keep_taint()));
+    assert_eq!(
+        annotation(&fenced, cluster::ANNOTATION_FENCED_BOOT_ID).as_deref(),
+        Some("boot-1")
+    );
+    let report = daemon
+        .wait_rule(&dead, "fenced-awaiting-recovery", DECISION)
+        .await;
+    assert_eq!(report["power_source"]["backend"], "ipmi");
+    assert_eq!(report["power_source"]["address"], off_sim.address());
+    let reads = report["reads"].as_array().unwrap();
+    let offs: Vec<_> = reads.iter().filter(|r| r["result"] == "off").collect();
+    assert!(
+        offs.len() >= 2,
+        "fenced on at least two Off reads: {reads:?}"
+    );
+    let details = offs[0]["details"].to_string();
+    assert!(details.contains("chassis power faults: none"), "{details}");
+    assert_eq!(off_sim.ipmitool_power(), "off");
+
+    // The node whose BMC says On is blocked and never tainted.
+    let report = daemon.wait_rule(&alive, "power-on", DECISION).await;
+    assert_eq!(report["state"], "blocked");
+    assert_eq!(on_sim.ipmitool_power(), "on");
+
+    // `why` shows the IPMI evidence.
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_oobfence"))
+        .args(["why", "--config"])
+        .arg(&daemon.config_path)
+        .arg(&dead)
+        .output()
+        .await
+        .unwrap();
+    let why = text(&out.stdout);
+    assert!(out.status.success(), "{why} {}", text(&out.stderr));
+    assert!(why.contains("ipmi"), "{why}");
+    assert!(why.contains("chassis power faults: none"), "{why}");
+
+    // Power back on with a new boot: the fence comes off, as for Redfish nodes.
+    off_sim.set_power(true);
+    dead_node.come_back("boot-2").await;
+    wait_for("taint removed", DECISION, || {
+        let client = client.clone();
+        let name = dead.clone();
+        async move {
+            let api: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client);
+            let n = api.get(&name).await.ok()?;
+            (!FakeNode::has_oos_taint(&n)).then_some(())
+        }
+    })
+    .await;
+    assert!(!FakeNode::has_oos_taint(&alive_node.get().await));
+    let metrics = daemon.metrics().await;
+    assert!(
+        metrics.contains("oobfence_power_reads_total{backend=\"ipmi\",result=\"off\""),
+        "{metrics}"
+    );
+    daemon.stop().await;
+    dead_node.delete().await;
+    alive_node.delete().await;
+    // The daemon closed its sessions when it stopped.
+    assert_eq!(off_sim.other_sessions(), 0);
+    assert_eq!(on_sim.other_sessions(), 0);
+}

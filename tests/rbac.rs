@@ -1,0 +1,467 @@
+//! deploy/rbac.yaml on a real kube-apiserver with RBAC on: the token that
+//! `oobfence make-kubeconfig` mints for its ServiceAccount lets the daemon do its whole job
+//! (watch, fence, report) and nothing else (no Secrets, no Pods, no other namespace).
+
+mod support;
+
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Output, Stdio};
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Event, Node, ObjectReference, Pod, PodSpec, Secret, ServiceAccount,
+};
+use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+use k8s_openapi::api::storage::v1::VolumeAttachment;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::core::GroupVersionKind;
+use kube::discovery::Scope;
+use kube::{Client, ResourceExt};
+use serde_json::json;
+
+use oobfence::kubeconfig::{NEEDED, NOT_NEEDED, allowed};
+use support::k8s::{FakeNode, RunningDaemon, TEST_LABEL, events_for, unique, wait_for};
+use support::sushy::SushyEmulator;
+
+const RBAC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/rbac.yaml");
+
+/// The documents of deploy/rbac.yaml as JSON, parsed by PyYAML (Debian's python3-yaml).
+fn rbac_documents() -> Vec<serde_json::Value> {
+    let out = std::process::Command::new("/usr/bin/python3")
+        .args([
+            "-c",
+            "import json, sys, yaml\n\
+             json.dump([d for d in yaml.safe_load_all(sys.stdin) if d], sys.stdout)",
+        ])
+        .stdin(std::fs::File::open(RBAC).expect("open deploy/rbac.yaml"))
+        .output()
+        .expect("run /usr/bin/python3 (scripts/install-deps installs it with python3-yaml)");
+    assert!(
+        out.status.success(),
+        "parsing deploy/rbac.yaml: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON from python")
+}
+
+/// `kubectl apply -f deploy/rbac.yaml`, as a server-side apply of each document.
+async fn apply_rbac(admin: &Client) {
+    let docs = rbac_documents();
+    assert!(
+        docs.len() >= 4,
+        "deploy/rbac.yaml has {} documents",
+        docs.len()
+    );
+    for doc in docs {
+        let obj: DynamicObject = serde_json::from_value(doc.clone()).expect("a Kubernetes object");
+        let types = obj.types.as_ref().expect("apiVersion and kind");
+        let gvk = GroupVersionKind::try_from(types).expect("group/version/kind");
+        let (resource, caps) = kube::discovery::pinned_kind(admin, &gvk)
+            .await
+            .unwrap_or_else(|e| panic!("the API server does not serve {gvk:?}: {e}"));
+        let api: Api<DynamicObject> = match caps.scope {
+            Scope::Namespaced => Api::namespaced_with(
+                admin.clone(),
+                obj.namespace()
+                    .as_deref()
+                    .expect("namespace of a namespaced object"),
+                &resource,
+            ),
+            Scope::Cluster => Api::all_with(admin.clone(), &resource),
+        };
+        api.patch(
+            &obj.name_any(),
+            &PatchParams::apply("oobfence-tests").force(),
+            &Patch::Apply(&doc),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("apply {} {}: {e}", gvk.kind, obj.name_any()));
+    }
+    // The controller-manager fills nothing in here: TokenRequest needs only the account.
+    let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), "oobfence");
+    accounts
+        .get("oobfence")
+        .await
+        .expect("the ServiceAccount exists");
+}
+
+/// Runs the real `oobfence make-kubeconfig` with the test cluster's admin kubeconfig.
+async fn make_kubeconfig(output: &Path, extra: &[&str]) -> Output {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_oobfence"))
+        .arg("make-kubeconfig")
+        .arg("--kubeconfig")
+        .arg(support::k8s::kubeconfig_path())
+        .arg("--output")
+        .arg(output)
+        .args(extra)
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .expect("run oobfence make-kubeconfig")
+}
+
+/// A fresh token kubeconfig for the ServiceAccount, and a client using it.
+async fn service_account_client(admin: &Client, dir: &Path) -> (PathBuf, Client) {
+    apply_rbac(admin).await;
+    let path = dir.join("oobfence.kubeconfig");
+    let out = make_kubeconfig(&path, &["--duration", "1h"]).await;
+    assert!(
+        out.status.success(),
+        "make-kubeconfig: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let kc = kube::config::Kubeconfig::read_from(&path).expect("read the minted kubeconfig");
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .expect("the minted kubeconfig is usable");
+    (path, Client::try_from(cfg).expect("client"))
+}
+
+fn assert_forbidden<T: std::fmt::Debug>(what: &str, result: Result<T, kube::Error>) {
+    match result {
+        Err(kube::Error::Api(s)) if s.code == 403 => {}
+        other => panic!("{what}: wanted 403 Forbidden, got {other:?}"),
+    }
+}
+
+fn assert_allowed<T>(what: &str, result: Result<T, kube::Error>) -> T {
+    result.unwrap_or_else(|e| panic!("{what}: {e}"))
+}
+
+fn node_event(node: &str, namespace: &str) -> Event {
+    Event {
+        metadata: kube::api::ObjectMeta {
+            generate_name: Some(format!("{node}.rbac-test.")),
+            namespace: Some(namespace.into()),
+            ..Default::default()
+        },
+        involved_object: ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Node".into()),
+            name: Some(node.into()),
+            uid: Some(node.into()),
+            ..Default::default()
+        },
+        reason: Some("RbacTest".into()),
+        message: Some("written by tests/rbac.rs".into()),
+        type_: Some("Normal".into()),
+        ..Default::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn make_kubeconfig_writes_a_private_expiring_token_kubeconfig() {
+    let admin = support::k8s::client().await;
+    apply_rbac(&admin).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("dc1.kubeconfig");
+
+    let out = make_kubeconfig(&path, &["--duration", "2h"]).await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(
+        stderr.trim().is_empty(),
+        "no warning about the ServiceAccount's permissions: {stderr}"
+    );
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "the token file is private");
+
+    // The expiry asked for, as the API server granted it.
+    let line = stdout
+        .lines()
+        .find(|l| l.contains("token valid until"))
+        .unwrap_or_else(|| panic!("no expiry printed: {stdout}"));
+    let expires: jiff::Timestamp = line
+        .rsplit(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .expect("an RFC 3339 expiry");
+    let left = expires.duration_since(jiff::Timestamp::now());
+    assert!(
+        left > jiff::SignedDuration::from_mins(115) && left < jiff::SignedDuration::from_mins(125),
+        "token lifetime {left:?}, asked for 2h"
+    );
+
+    // Only the token: nothing of the administrator's certificate or key.
+    let text = std::fs::read_to_string(&path).unwrap();
+    let kc = kube::config::Kubeconfig::read_from(&path).unwrap();
+    let user = serde_json::to_value(kc.auth_infos[0].auth_info.as_ref().unwrap()).unwrap();
+    assert!(
+        user["token"].as_str().is_some_and(|t| t.len() > 100),
+        "a JWT"
+    );
+    assert!(!text.contains("client-key-data") && !text.contains("client-certificate-data"));
+    let admin_text = std::fs::read_to_string(support::k8s::kubeconfig_path()).unwrap();
+    let admin_ca = admin_text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("certificate-authority-data:"))
+        .map(str::trim);
+    if let Some(ca) = admin_ca {
+        assert!(text.contains(ca), "the cluster's CA is carried over as is");
+    }
+
+    // The API server's minimum lifetime, and a missing account.
+    let short = make_kubeconfig(&dir.path().join("short"), &["--duration", "5m"]).await;
+    assert_eq!(short.status.code(), Some(2), "{short:?}");
+    assert!(String::from_utf8_lossy(&short.stderr).contains("at least 10m"));
+    let missing = make_kubeconfig(
+        &dir.path().join("missing"),
+        &["--service-account", "no-such-account"],
+    )
+    .await;
+    assert_eq!(missing.status.code(), Some(1), "{missing:?}");
+    let why = String::from_utf8_lossy(&missing.stderr);
+    assert!(
+        why.contains("oobfence/no-such-account not found") && why.contains("rbac.yaml"),
+        "{why}"
+    );
+    assert!(!dir.path().join("missing").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_token_may_do_the_daemons_work_and_nothing_more() {
+    let admin = support::k8s::client().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (_, sa) = service_account_client(&admin, dir.path()).await;
+
+    // What the API server's authorizer says, for the whole list the daemon relies on...
+    for p in NEEDED {
+        assert_eq!(allowed(&sa, p).await, Ok(true), "the token may {p}");
+    }
+    for p in NOT_NEEDED {
+        assert_eq!(allowed(&sa, p).await, Ok(false), "the token may not {p}");
+    }
+
+    // ...and real calls. What the daemon does:
+    let nodes: Api<Node> = Api::all(sa.clone());
+    assert_allowed("list nodes", nodes.list(&ListParams::default()).await);
+    let leases: Api<Lease> = Api::namespaced(sa.clone(), "kube-node-lease");
+    assert_allowed(
+        "list leases in kube-node-lease",
+        leases.list(&ListParams::default()).await,
+    );
+    let vas: Api<VolumeAttachment> = Api::all(sa.clone());
+    assert_allowed(
+        "list volumeattachments",
+        vas.list(&ListParams::default()).await,
+    );
+    let group = unique("rbac");
+    let scratch = FakeNode::create(&admin, &format!("{group}-x"), &group, "boot-1").await;
+    let events: Api<Event> = Api::namespaced(sa.clone(), "default");
+    let ev = assert_allowed(
+        "create an Event in default",
+        events
+            .create(
+                &PostParams::default(),
+                &node_event(&scratch.name, "default"),
+            )
+            .await,
+    );
+    let _ = Api::<Event>::namespaced(admin.clone(), "default")
+        .delete(&ev.name_any(), &DeleteParams::default())
+        .await;
+    assert_allowed(
+        "patch a node",
+        nodes
+            .patch(
+                &scratch.name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": {"oobfence.test/rbac": "yes"}}})),
+            )
+            .await,
+    );
+    assert_allowed(
+        "delete a node",
+        nodes.delete(&scratch.name, &DeleteParams::default()).await,
+    );
+
+    // What it must not do.
+    assert_forbidden(
+        "list secrets",
+        Api::<Secret>::all(sa.clone())
+            .list(&ListParams::default())
+            .await,
+    );
+    assert_forbidden(
+        "list secrets in kube-system",
+        Api::<Secret>::namespaced(sa.clone(), "kube-system")
+            .list(&ListParams::default())
+            .await,
+    );
+    assert_forbidden(
+        "get a secret in oobfence's own namespace",
+        Api::<Secret>::namespaced(sa.clone(), "oobfence")
+            .get("anything")
+            .await,
+    );
+    assert_forbidden(
+        "list pods",
+        Api::<Pod>::all(sa.clone())
+            .list(&ListParams::default())
+            .await,
+    );
+    let pod = Pod {
+        metadata: kube::api::ObjectMeta {
+            name: Some(format!("{group}-pod")),
+            ..Default::default()
+        },
+        spec: Some(PodSpec::default()),
+        ..Default::default()
+    };
+    assert_forbidden(
+        "create a pod",
+        Api::<Pod>::namespaced(sa.clone(), "default")
+            .create(&PostParams::default(), &pod)
+            .await,
+    );
+    assert_forbidden(
+        "list configmaps",
+        Api::<ConfigMap>::all(sa.clone())
+            .list(&ListParams::default())
+            .await,
+    );
+    assert_forbidden(
+        "list leases in kube-system",
+        Api::<Lease>::namespaced(sa.clone(), "kube-system")
+            .list(&ListParams::default())
+            .await,
+    );
+    assert_forbidden(
+        "create an Event in kube-system",
+        Api::<Event>::namespaced(sa.clone(), "kube-system")
+            .create(&PostParams::default(), &node_event("x", "kube-system"))
+            .await,
+    );
+    assert_forbidden(
+        "create a node",
+        nodes
+            .create(
+                &PostParams::default(),
+                &Node {
+                    metadata: kube::api::ObjectMeta {
+                        name: Some(format!("{group}-new")),
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                },
+            )
+            .await,
+    );
+    assert_forbidden(
+        "bind itself to cluster-admin",
+        Api::<ClusterRoleBinding>::all(sa.clone())
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({
+                    "metadata": {"name": format!("{group}-escalate")},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                "name": "cluster-admin"},
+                    "subjects": [{"kind": "ServiceAccount", "name": "oobfence",
+                                  "namespace": "oobfence"}]
+                }))
+                .unwrap(),
+            )
+            .await,
+    );
+    assert_forbidden(
+        "mint itself a new token",
+        Api::<ServiceAccount>::namespaced(sa.clone(), "oobfence")
+            .create_token_request("oobfence", &PostParams::default(), &Default::default())
+            .await,
+    );
+    scratch.delete().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_daemon_fences_with_nothing_but_the_minted_kubeconfig() {
+    let admin = support::k8s::client().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (kubeconfig, _) = service_account_client(&admin, dir.path()).await;
+    let emu = SushyEmulator::start(1).await;
+    let group = unique("rbac-fence");
+    let name = format!("{group}-a");
+    let node = FakeNode::create(&admin, &name, &group, "boot-1").await;
+    let password = dir.path().join("bmc-password");
+    std::fs::write(&password, format!("{}\n", support::sushy::PASSWORD)).unwrap();
+    let config = format!(
+        r#"
+datacenter = "rbac-test"
+[kubernetes]
+kubeconfig = "{kubeconfig}"
+node_selector = "{TEST_LABEL}={group}"
+[policy]
+not_ready_grace = "2s"
+confirm_reads = 2
+confirm_interval = "1s"
+read_max_age = "10s"
+recheck_interval = "2s"
+[server]
+listen = "{{listen}}"
+[journal]
+path = "{journal}"
+[[bmc]]
+nodes = ["{name}"]
+protocol = "redfish"
+address = "{address}"
+system = "{system}"
+username = "{user}"
+password_file = "{password}"
+ca_file = "{ca}"
+"#,
+        kubeconfig = kubeconfig.display(),
+        journal = dir.path().join("journal.jsonl").display(),
+        address = emu.base_url(),
+        system = emu.system_path(0),
+        user = support::sushy::USERNAME,
+        password = password.display(),
+        ca = emu.cert_pem_path().display(),
+    );
+    // Ready only once both watches (Nodes, Leases) work with the ServiceAccount's token.
+    let daemon_dir = tempfile::tempdir().unwrap();
+    let daemon = RunningDaemon::start(&config, daemon_dir).await;
+
+    emu.set_power(0, false).await;
+    emu.wait_power(0, "Off", Duration::from_secs(30)).await;
+    node.die("boot-1").await;
+    let nodes: Api<Node> = Api::all(admin.clone());
+    wait_for(
+        "the out-of-service taint",
+        Duration::from_secs(45),
+        || async {
+            let n = nodes.get(&name).await.ok()?;
+            FakeNode::has_oos_taint(&n).then_some(())
+        },
+    )
+    .await;
+    // The Event is the ServiceAccount's too.
+    let events = wait_for(
+        "an OobfenceFenced Event",
+        Duration::from_secs(15),
+        || async {
+            let ev = events_for(&admin, &name).await;
+            ev.iter()
+                .any(|e| e.reason.as_deref() == Some("OobfenceFenced"))
+                .then_some(ev)
+        },
+    )
+    .await;
+    assert!(
+        !events
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("OobfenceFenceFailed")),
+        "no failed write on the way: {events:?}"
+    );
+    let metrics = daemon.metrics().await;
+    let failed: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("oobfence_actions") && l.contains("result=\"failure\""))
+        .collect();
+    assert!(failed.is_empty(), "failed actions: {failed:?}");
+    daemon.stop().await;
+    node.delete().await;
+}

@@ -1,0 +1,451 @@
+//! The daemon speaks systemd's notify protocol (what `Type=notify` and `WatchdogSec=` in
+//! systemd/oobfence@.service rely on), checked without systemd: the test binds the Unix
+//! datagram socket a service manager would, points NOTIFY_SOCKET at it, runs the real
+//! `oobfence run` against the test kube-apiserver, and reads what arrives.
+//!
+//! READY=1 must come only once the node cache has synced with a reachable API server, STATUS=
+//! must say what the daemon is doing, and WATCHDOG=1 must come from the decision loop: steady
+//! while the loop runs (also idle), and silent while the loop is stuck.
+
+mod support;
+
+use std::io::Write as _;
+use std::os::unix::fs::OpenOptionsExt as _;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use support::k8s::{FakeNode, TEST_LABEL, free_port, kubeconfig_path, unique};
+
+/// What WatchdogSec=30s hands a service: the daemon must ping well within half of it.
+const WATCHDOG_USEC: &str = "30000000";
+/// Longest gap between two keep-alives of a healthy loop (it ticks every second).
+const MAX_HEALTHY_GAP: Duration = Duration::from_millis(2500);
+
+/// The service manager's end of NOTIFY_SOCKET: every assignment received, with its arrival.
+struct NotifySocket {
+    socket: tokio::net::UnixDatagram,
+    path: PathBuf,
+    seen: Vec<(Instant, String)>,
+}
+
+impl NotifySocket {
+    fn bind(dir: &Path) -> NotifySocket {
+        let path = dir.join("notify.sock");
+        let socket = tokio::net::UnixDatagram::bind(&path).expect("bind the notify socket");
+        NotifySocket {
+            socket,
+            path,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Receives until an assignment satisfies `want` (returned) or `limit` passes (None).
+    async fn until(&mut self, limit: Duration, want: impl Fn(&str) -> bool) -> Option<String> {
+        let deadline = Instant::now() + limit;
+        let mut buf = vec![0u8; 4096];
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return None;
+            }
+            let Ok(received) = tokio::time::timeout(left, self.socket.recv(&mut buf)).await else {
+                return None;
+            };
+            let n = received.expect("receive from the notify socket");
+            let text = String::from_utf8_lossy(&buf[..n]).into_owned();
+            let now = Instant::now();
+            let mut hit = None;
+            for line in text.lines().filter(|l| !l.is_empty()) {
+                self.seen.push((now, line.to_string()));
+                if hit.is_none() && want(line) {
+                    hit = Some(line.to_string());
+                }
+            }
+            if hit.is_some() {
+                return hit;
+            }
+        }
+    }
+
+    /// Receives everything for `span`.
+    async fn collect(&mut self, span: Duration) {
+        let _ = self.until(span, |_| false).await;
+    }
+
+    fn lines(&self) -> Vec<&str> {
+        self.seen.iter().map(|(_, l)| l.as_str()).collect()
+    }
+
+    fn watchdogs_since(&self, since: Instant) -> Vec<Instant> {
+        self.seen
+            .iter()
+            .filter(|(t, l)| *t >= since && l == "WATCHDOG=1")
+            .map(|(t, _)| *t)
+            .collect()
+    }
+}
+
+/// `oobfence run` as a child process with NOTIFY_SOCKET set; killed (by PID) on drop.
+struct Daemon {
+    child: tokio::process::Child,
+    log: PathBuf,
+    listen: String,
+}
+
+impl Daemon {
+    fn spawn(config: &Path, notify: &Path, listen: &str, dir: &Path) -> Daemon {
+        let log = dir.join("daemon.log");
+        let out = std::fs::File::create(&log).expect("create the daemon log");
+        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_oobfence"))
+            .arg("run")
+            .arg("--config")
+            .arg(config)
+            .env("NOTIFY_SOCKET", notify)
+            .env("WATCHDOG_USEC", WATCHDOG_USEC)
+            .env("OOBFENCE_LOG", "info")
+            .env_remove("CREDENTIALS_DIRECTORY")
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().expect("clone the log handle"))
+            .stderr(out)
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start oobfence run");
+        Daemon {
+            child,
+            log,
+            listen: listen.to_string(),
+        }
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    async fn readyz(&self) -> Option<u16> {
+        let client = reqwest::Client::builder()
+            .no_proxy()
+            .timeout(Duration::from_secs(5))
+            .build()
+            .unwrap();
+        client
+            .get(format!("http://{}/readyz", self.listen))
+            .send()
+            .await
+            .ok()
+            .map(|r| r.status().as_u16())
+    }
+
+    /// SIGTERM, as `systemctl stop` sends; the exit status within `limit`.
+    async fn terminate(&mut self, limit: Duration) -> std::process::ExitStatus {
+        let pid = self.child.id().expect("daemon still has a PID");
+        let status = std::process::Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -TERM {pid}");
+        match tokio::time::timeout(limit, self.child.wait()).await {
+            Ok(status) => status.expect("wait for the daemon"),
+            Err(_) => panic!(
+                "the daemon did not exit within {limit:?} of SIGTERM; log:\n{}",
+                self.log_text()
+            ),
+        }
+    }
+}
+
+fn config(dir: &Path, kubeconfig: &Path, group: &str, listen: &str, bmcs: &str) -> PathBuf {
+    let text = format!(
+        r#"
+datacenter = "notify-test"
+[kubernetes]
+kubeconfig = "{}"
+node_selector = "{TEST_LABEL}={group}"
+[policy]
+not_ready_grace = "2s"
+[server]
+listen = "{listen}"
+[journal]
+path = "{}"
+{bmcs}
+"#,
+        kubeconfig.display(),
+        dir.join("journal.jsonl").display()
+    );
+    let path = dir.join("dc.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// Largest gap between consecutive instants, and from the last one to `end`.
+fn largest_gap(times: &[Instant], end: Instant) -> Duration {
+    times
+        .windows(2)
+        .map(|w| w[1] - w[0])
+        .chain(times.last().map(|t| end - *t))
+        .max()
+        .unwrap_or(Duration::MAX)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reports_ready_after_sync_then_status_and_a_steady_watchdog() {
+    let client = support::k8s::client().await;
+    let group = unique("notify");
+    let a = FakeNode::create(&client, &format!("{group}-a"), &group, "boot-a").await;
+    let b = FakeNode::create(&client, &format!("{group}-b"), &group, "boot-b").await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut notify = NotifySocket::bind(dir.path());
+    let listen = format!("127.0.0.1:{}", free_port());
+    let cfg = config(dir.path(), &kubeconfig_path(), &group, &listen, "");
+    let mut daemon = Daemon::spawn(&cfg, &notify.path, &listen, dir.path());
+
+    let ready = notify
+        .until(Duration::from_secs(60), |l| l == "READY=1")
+        .await;
+    assert!(
+        ready.is_some(),
+        "no READY=1 within 60s; received {:?}; log:\n{}",
+        notify.lines(),
+        daemon.log_text()
+    );
+    // READY=1 means what /readyz means: synced and the API server answering.
+    assert_eq!(
+        daemon.readyz().await,
+        Some(200),
+        "/readyz right after READY=1"
+    );
+    let before_ready: Vec<&str> = notify
+        .lines()
+        .into_iter()
+        .take_while(|l| *l != "READY=1")
+        .collect();
+    assert!(
+        before_ready
+            .iter()
+            .any(|l| l.starts_with("STATUS=listing nodes and leases")),
+        "a STATUS= while syncing: {before_ready:?}"
+    );
+    assert!(
+        !before_ready.contains(&"WATCHDOG=1"),
+        "no keep-alive before the decision loop runs: {before_ready:?}"
+    );
+
+    let status = notify
+        .until(Duration::from_secs(5), |l| l.starts_with("STATUS=watching"))
+        .await
+        .unwrap_or_else(|| panic!("no STATUS=watching...; received {:?}", notify.lines()));
+    assert!(
+        status.starts_with("STATUS=watching 2 nodes, 0 fenced, 0 blocked"),
+        "{status}"
+    );
+
+    // An idle, healthy loop keeps feeding the watchdog: about once a second.
+    let from = Instant::now();
+    notify.collect(Duration::from_secs(6)).await;
+    let pings = notify.watchdogs_since(from);
+    assert!(
+        pings.len() >= 4,
+        "{} WATCHDOG=1 in 6s: {:?}",
+        pings.len(),
+        notify.lines()
+    );
+    let gap = largest_gap(&pings, Instant::now());
+    assert!(gap < MAX_HEALTHY_GAP, "a {gap:?} gap between keep-alives");
+
+    let exit = daemon.terminate(Duration::from_secs(15)).await;
+    assert!(exit.success(), "exit after SIGTERM: {exit}");
+    notify.collect(Duration::from_millis(200)).await;
+    assert!(
+        notify.lines().contains(&"STOPPING=1"),
+        "STOPPING=1 on SIGTERM: {:?}",
+        notify.lines()
+    );
+    a.delete().await;
+    b.delete().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn never_ready_while_the_api_server_cannot_be_reached() {
+    let dir = tempfile::tempdir().unwrap();
+    // The test cluster's kubeconfig, pointed at a loopback port nothing listens on.
+    let text = std::fs::read_to_string(kubeconfig_path()).unwrap();
+    let dead = format!("https://127.0.0.1:{}", free_port());
+    let replaced: Vec<String> = text
+        .lines()
+        .map(|l| match l.split_once("server:") {
+            Some((indent, _)) if indent.trim().is_empty() => format!("{indent}server: {dead}"),
+            _ => l.to_string(),
+        })
+        .collect();
+    assert!(
+        replaced.iter().any(|l| l.ends_with(&dead)),
+        "no server: line"
+    );
+    let kubeconfig = dir.path().join("unreachable.kubeconfig");
+    std::fs::write(&kubeconfig, replaced.join("\n")).unwrap();
+
+    let mut notify = NotifySocket::bind(dir.path());
+    let listen = format!("127.0.0.1:{}", free_port());
+    let cfg = config(dir.path(), &kubeconfig, &unique("nowhere"), &listen, "");
+    let mut daemon = Daemon::spawn(&cfg, &notify.path, &listen, dir.path());
+
+    notify.collect(Duration::from_secs(8)).await;
+    let lines = notify.lines();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("STATUS=listing nodes and leases")),
+        "it says what it waits for: {lines:?}; log:\n{}",
+        daemon.log_text()
+    );
+    assert!(!lines.contains(&"READY=1"), "READY=1 without an API server");
+    assert!(
+        !lines.contains(&"WATCHDOG=1"),
+        "keep-alives before the loop runs"
+    );
+    assert!(daemon.is_running(), "it keeps retrying, it does not exit");
+    assert_eq!(daemon.readyz().await, Some(503), "/readyz agrees");
+    let exit = daemon.terminate(Duration::from_secs(15)).await;
+    assert!(exit.success(), "exit after SIGTERM while syncing: {exit}");
+}
+
+/// Serves a PEM through a named pipe, or stops serving: a reader of the pipe then blocks in
+/// open(2) until serving resumes, like a read from a hung network file system.
+struct PemPipe {
+    path: PathBuf,
+    serving: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl PemPipe {
+    fn start(path: PathBuf, pem: Vec<u8>) -> PemPipe {
+        let made = std::process::Command::new("mkfifo")
+            .arg(&path)
+            .status()
+            .expect("run mkfifo");
+        assert!(made.success(), "mkfifo {}", path.display());
+        let serving = Arc::new(AtomicBool::new(true));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (p, s, st) = (path.clone(), serving.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            // O_NONBLOCK: opening for writing fails at once (ENXIO) while nobody reads, so
+            // the flags are looked at every few milliseconds. Bounded by the test's lifetime.
+            const O_NONBLOCK: i32 = 0o4000;
+            while !st.load(Ordering::Relaxed) {
+                if s.load(Ordering::Relaxed)
+                    && let Ok(mut f) = std::fs::OpenOptions::new()
+                        .write(true)
+                        .custom_flags(O_NONBLOCK)
+                        .open(&p)
+                {
+                    let _ = f.write_all(&pem);
+                    continue;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        });
+        PemPipe {
+            path,
+            serving,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn serve(&self, on: bool) {
+        self.serving.store(on, Ordering::Relaxed);
+    }
+}
+
+impl Drop for PemPipe {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stuck_decision_loop_stops_the_keepalives() {
+    let client = support::k8s::client().await;
+    let group = unique("wedge");
+    let node_name = format!("{group}-a");
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, _key) = support::sushy::self_signed_cert(dir.path(), "wedge");
+    let pipe = PemPipe::start(dir.path().join("bmc-ca.pem"), std::fs::read(&cert).unwrap());
+    let password = dir.path().join("bmc-password");
+    std::fs::write(&password, "unused\n").unwrap();
+    // The loop builds a node's power source the first time it evaluates the node, reading
+    // ca_file then: with the pipe not serving, that read blocks the loop.
+    let bmcs = format!(
+        r#"
+[[bmc]]
+nodes = ["{node_name}"]
+protocol = "redfish"
+address = "https://127.0.0.1:{}"
+username = "fence"
+password_file = "{}"
+ca_file = "{}"
+"#,
+        free_port(),
+        password.display(),
+        pipe.path.display()
+    );
+    let mut notify = NotifySocket::bind(dir.path());
+    let listen = format!("127.0.0.1:{}", free_port());
+    let cfg = config(dir.path(), &kubeconfig_path(), &group, &listen, &bmcs);
+    let mut daemon = Daemon::spawn(&cfg, &notify.path, &listen, dir.path());
+
+    assert!(
+        notify
+            .until(Duration::from_secs(60), |l| l == "READY=1")
+            .await
+            .is_some(),
+        "no READY=1; log:\n{}",
+        daemon.log_text()
+    );
+    let from = Instant::now();
+    notify.collect(Duration::from_secs(3)).await;
+    assert!(
+        notify.watchdogs_since(from).len() >= 2,
+        "keep-alives flow before the loop is stuck: {:?}",
+        notify.lines()
+    );
+
+    pipe.serve(false);
+    let node = FakeNode::create(&client, &node_name, &group, "boot-1").await;
+    // The node reaches the cache and the loop's next pass blocks on the pipe.
+    let stuck_from = Instant::now();
+    notify.collect(Duration::from_secs(8)).await;
+    let during = notify.watchdogs_since(stuck_from + Duration::from_secs(2));
+    assert!(
+        during.is_empty(),
+        "the loop is stuck on ca_file, yet {} WATCHDOG=1 arrived: the keep-alive must come \
+         from the decision loop (if the loop no longer reads ca_file, this test needs another \
+         way to stop it); log:\n{}",
+        during.len(),
+        daemon.log_text()
+    );
+    assert!(daemon.is_running(), "the process itself is alive");
+
+    pipe.serve(true);
+    let resumed = notify
+        .until(Duration::from_secs(5), |l| l == "WATCHDOG=1")
+        .await;
+    assert!(
+        resumed.is_some(),
+        "keep-alives resume once the loop can go on: {:?}",
+        notify.lines()
+    );
+    let exit = daemon.terminate(Duration::from_secs(15)).await;
+    assert!(exit.success(), "exit after SIGTERM: {exit}");
+    node.delete().await;
+}
