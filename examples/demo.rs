@@ -21,8 +21,18 @@ use support::k8s::{FakeNode, free_port, taints};
 use support::sushy::SushyEmulator;
 use tokio::sync::Mutex;
 
-const NODES: [&str; 3] = ["rack1-01", "rack1-02", "rack1-03"];
+/// Three bare-metal nodes with Redfish BMCs, then two EC2 instances.
+const NODES: [&str; 5] = [
+    "rack1-01",
+    "rack1-02",
+    "rack1-03",
+    "ip-10-0-1-17",
+    "ip-10-0-1-18",
+];
+const BMC_NODES: usize = 3;
 const VICTIM: usize = 1;
+const EC2_STOPPED: usize = 3;
+const EC2_TERMINATED: usize = 4;
 
 struct Clock(Instant);
 
@@ -40,7 +50,12 @@ async fn main() {
     let group = support::k8s::unique("demo");
 
     clock.say("starting the Redfish emulator (sushy-tools) with 3 BMCs on 127.0.0.1");
-    let emu = SushyEmulator::start(NODES.len()).await;
+    let emu = SushyEmulator::start(BMC_NODES).await;
+    clock.say("starting the EC2 emulator (moto) with 2 instances, one with a data volume");
+    let moto = support::moto::MotoServer::start().await;
+    let ec2 = moto.client();
+    let instances = support::moto::run_instances(&ec2, 2).await;
+    let data_volume = support::moto::attach_data_volume(&ec2, &instances[0]).await;
 
     // Leftovers from an interrupted run would confuse the story.
     for name in NODES {
@@ -60,7 +75,41 @@ async fn main() {
     for name in NODES {
         nodes.push(FakeNode::create(&client, name, &group, "boot-1").await);
     }
-    clock.say("registered Nodes rack1-01..03 (Ready, bootID boot-1), each with a Lease");
+    for (node, instance) in [(EC2_STOPPED, &instances[0]), (EC2_TERMINATED, &instances[1])] {
+        nodes[node]
+            .nodes()
+            .patch(
+                NODES[node],
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(serde_json::json!({
+                    "spec": {"providerID": format!("aws:///us-east-1a/{instance}")}
+                })),
+            )
+            .await
+            .unwrap();
+    }
+    // The CSI driver's record that the terminated instance's node has a volume attached.
+    let va_name = format!("csi-{}", NODES[EC2_TERMINATED]);
+    let vas: kube::Api<k8s_openapi::api::storage::v1::VolumeAttachment> =
+        kube::Api::all(client.clone());
+    let _ = vas.delete(&va_name, &Default::default()).await;
+    vas.create(
+        &Default::default(),
+        &serde_json::from_value(serde_json::json!({
+            "metadata": {"name": va_name},
+            "spec": {
+                "attacher": "ebs.csi.aws.com",
+                "nodeName": NODES[EC2_TERMINATED],
+                "source": {"persistentVolumeName": "pv-demo"}
+            }
+        }))
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    clock.say(
+        "registered Nodes rack1-01..03 and ip-10-0-1-17/18 (EC2 providerIDs), Ready, each with a Lease",
+    );
 
     // The stand-in kubelets: renew Leases and post Ready for every node still "alive".
     let alive: Arc<Mutex<HashSet<usize>>> = Arc::new(Mutex::new((0..NODES.len()).collect()));
@@ -101,11 +150,18 @@ confirm_reads = 2
 confirm_interval = "5s"
 [server]
 listen = "{listen}"
+[journal]
+path = "{}"
 "#,
         support::k8s::kubeconfig_path().display(),
         support::k8s::TEST_LABEL,
+        dir.path().join("journal.jsonl").display(),
     );
-    for (i, name) in NODES.iter().enumerate() {
+    config.push_str(&format!(
+        "\n[aws]\nregion = \"us-east-1\"\nnodes = [\"ip-10-*\"]\nendpoint_url = \"{}\"\n",
+        moto.endpoint()
+    ));
+    for (i, name) in NODES[..BMC_NODES].iter().enumerate() {
         config.push_str(&format!(
             r#"
 [[bmc]]
@@ -149,7 +205,7 @@ ca_file = "{}"
         r.status().is_success().then_some(())
     })
     .await;
-    clock.say("oobfence is watching 3 nodes");
+    clock.say("oobfence is watching 5 nodes");
 
     let victim = &nodes[VICTIM];
     clock.say(&format!(
@@ -232,6 +288,52 @@ ca_file = "{}"
     ));
     seen.push_str("unfenced");
 
+    clock.say(&format!(
+        "=== EC2: {} stopped (instance {}), {} terminated (instance {}) ===",
+        NODES[EC2_STOPPED], instances[0], NODES[EC2_TERMINATED], instances[1]
+    ));
+    ec2.stop_instances()
+        .instance_ids(&instances[0])
+        .send()
+        .await
+        .unwrap();
+    ec2.terminate_instances()
+        .instance_ids(&instances[1])
+        .send()
+        .await
+        .unwrap();
+    alive.lock().await.remove(&EC2_STOPPED);
+    alive.lock().await.remove(&EC2_TERMINATED);
+    let stopped = follow(
+        &http,
+        &listen,
+        &client,
+        NODES[EC2_STOPPED],
+        "fenced-awaiting-recovery",
+        Duration::from_secs(120),
+    )
+    .await
+    .expect("the stopped instance's node was not fenced within 2 minutes");
+    clock.say(&format!(
+        "{}: FENCED (out-of-service taint: {}); EBS volume {data_volume} recorded as evidence",
+        NODES[EC2_STOPPED],
+        FakeNode::has_oos_taint(&stopped)
+    ));
+    let terminated = &nodes[EC2_TERMINATED];
+    support::k8s::wait_for("terminated node deleted", Duration::from_secs(60), || async {
+        terminated.try_get().await.is_none().then_some(())
+    })
+    .await;
+    let va_left = vas.get_opt(&va_name).await.unwrap().is_some();
+    clock.say(&format!(
+        "{}: Node DELETED (instance terminated); VolumeAttachment {va_name} {}",
+        NODES[EC2_TERMINATED],
+        if va_left { "STILL PRESENT" } else { "deleted" }
+    ));
+    if !va_left && FakeNode::has_oos_taint(&stopped) {
+        seen.push_str(" ec2");
+    }
+
     let metrics = http
         .get(format!("http://{listen}/metrics"))
         .send()
@@ -242,7 +344,9 @@ ca_file = "{}"
         .unwrap();
     println!("\nmetrics (excerpt):");
     for l in metrics.lines().filter(|l| {
-        l.starts_with("oobfence_actions_total") || l.starts_with("oobfence_power_reads_total")
+        l.starts_with("oobfence_actions_total")
+            || l.starts_with("oobfence_power_reads_total")
+            || l.starts_with("oobfence_node_state{") && l.ends_with(" 1")
     }) {
         println!("  {l}");
     }
@@ -250,11 +354,14 @@ ca_file = "{}"
     for n in &nodes {
         n.delete().await;
     }
-    if still_oos || seen != "fenced unfenced" {
+    if still_oos || seen != "fenced unfenced ec2" {
         eprintln!("demo did not complete: {seen}");
         std::process::exit(1);
     }
-    println!("\ndemo complete: node fenced on proven power-off, unfenced after a new boot");
+    println!(
+        "\ndemo complete: a bare-metal node fenced on proven power-off and unfenced after a new boot; \
+         a stopped EC2 instance's node fenced; a terminated one's Node and VolumeAttachment deleted"
+    );
 }
 
 /// Prints each change in oobfence's view of `name` (rule, or a new power read) until its

@@ -296,9 +296,16 @@ impl RunningDaemon {
     /// Starts a daemon from config text; `{kubeconfig}`, `{listen}` are filled in here.
     pub async fn start(config_text: &str, dir: tempfile::TempDir) -> RunningDaemon {
         let listen = format!("127.0.0.1:{}", free_port());
-        let text = config_text
+        let mut text = config_text
             .replace("{kubeconfig}", &kubeconfig_path().display().to_string())
             .replace("{listen}", &listen);
+        if !text.contains("[journal]") {
+            // Each test's journal stays in its own directory.
+            text.push_str(&format!(
+                "\n[journal]\npath = \"{}\"\n",
+                dir.path().join("journal.jsonl").display()
+            ));
+        }
         let config_path = dir.path().join("dc.toml");
         std::fs::write(&config_path, &text).unwrap();
         let cfg = oobfence::config::Config::load(&config_path).expect("test config is valid");
