@@ -301,6 +301,15 @@ impl Cluster {
         self.on_conflict_retry(|| async {
             let attempt = attempts.fetch_add(1, Ordering::Relaxed) + 1;
             let node = self.fresh_not_ready(name, uid).await?;
+            // Our own fence already in place (a retry after the cache lagged): nothing to do.
+            if let Some(record) = fence_record(&node).filter(|r| r.taint_present) {
+                return Ok(FenceWrite {
+                    boot_id: record.boot_id,
+                    at: record.at,
+                    backup: None,
+                    attempts: attempt,
+                });
+            }
             if taints(&node).iter().any(is_out_of_service) {
                 return Err(ClusterError::Precondition(format!(
                     "node {name} already has an out-of-service taint; not adding another"

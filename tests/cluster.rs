@@ -381,6 +381,17 @@ async fn taint_write_retries_on_conflict_and_keeps_concurrent_changes() {
         assert!(FakeNode::has_oos_taint(&n));
         assert!(taints(&n).contains(&keep_taint()));
         assert_eq!(n.labels().get("writer").map(String::as_str), Some("39"));
+        // Writing again (a decision from a lagging cache) is a no-op, not a second taint.
+        cluster
+            .apply_fence_taint(&name, &uid, "test")
+            .await
+            .expect("repeat write");
+        let n = node.get().await;
+        let oos = taints(&n)
+            .iter()
+            .filter(|t| t.key == cluster::OUT_OF_SERVICE_KEY)
+            .count();
+        assert_eq!(oos, 1);
         node.delete().await;
         if write.attempts > 1 {
             saw_conflict = true;
