@@ -160,6 +160,20 @@ impl BmcEntry {
         self.system.as_ref().map(|s| s.replace("{node}", node))
     }
 
+    /// (protocol, address, system) when this entry names one fixed machine whatever the node
+    /// (no `{node}` in address or system), normalised for comparison.
+    fn fixed_target(&self) -> Option<(Protocol, String, String)> {
+        let system = self.system.clone().unwrap_or_default();
+        if self.address.contains("{node}") || system.contains("{node}") {
+            return None;
+        }
+        let mut address = self.address.trim_end_matches('/').to_ascii_lowercase();
+        if self.protocol != Protocol::Redfish && !address.contains(':') {
+            address.push_str(":623");
+        }
+        Some((self.protocol, address, system.trim_end_matches('/').to_string()))
+    }
+
     pub fn matches(&self, node: &str) -> bool {
         self.nodes.iter().any(|p| p.matches(node))
     }
@@ -513,9 +527,22 @@ impl RawConfig {
             }
         };
 
-        let mut bmc = Vec::with_capacity(self.bmc.len());
+        let mut bmc: Vec<BmcEntry> = Vec::with_capacity(self.bmc.len());
         for (index, raw) in self.bmc.into_iter().enumerate() {
-            bmc.push(raw.validate(index, path)?);
+            let entry = raw.validate(index, path)?;
+            // Two entries naming one fixed machine would fence both nodes when it is off.
+            if let Some(target) = entry.fixed_target()
+                && let Some(other) = bmc.iter().find(|b| b.fixed_target() == Some(target.clone()))
+            {
+                return Err(err(
+                    &format!("bmc[{index}].address"),
+                    format!(
+                        "reads the same machine as bmc[{}] ({} {}): one machine cannot be two nodes, and its being off would fence both",
+                        other.index, target.1, target.2
+                    ),
+                ));
+            }
+            bmc.push(entry);
         }
 
         let aws = self.aws.map(|a| a.validate(path)).transpose()?;
@@ -1010,6 +1037,31 @@ password_file = "{}"
             "{e}"
         );
         assert_eq!(parse(&minimal(&pw)).unwrap().bmc[0].ipmi, None);
+    }
+
+    #[test]
+    fn two_entries_for_one_machine_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let pw = write_pw(dir.path());
+        let entry = |node: &str, system: &str| {
+            format!(
+                "[[bmc]]\nnodes = [\"{node}\"]\nprotocol = \"redfish\"\naddress = \"https://10.0.0.5/\"\nsystem = \"{system}\"\nusername = \"u\"\npassword_file = \"{}\"\n",
+                pw.display()
+            )
+        };
+        let ok = format!(
+            "datacenter = \"dc1\"\n{}{}",
+            entry("n1", "/redfish/v1/Systems/1"),
+            entry("n2", "/redfish/v1/Systems/2")
+        );
+        assert!(parse(&ok).is_ok());
+        let dup = format!(
+            "datacenter = \"dc1\"\n{}{}",
+            entry("n1", "/redfish/v1/Systems/1"),
+            entry("n2", "/redfish/v1/Systems/1/")
+        );
+        let e = parse(&dup).unwrap_err().to_string();
+        assert!(e.contains("bmc[1].address") && e.contains("same machine as bmc[0]"), "{e}");
     }
 
     #[test]

@@ -66,6 +66,9 @@ fn label(state: &PowerState) -> &'static str {
     state.label()
 }
 
+/// How a test peer answers a datagram: with these bytes, or not at all.
+type Answer = fn(&[u8]) -> Option<Vec<u8>>;
+
 /// A UDP peer on loopback that answers every datagram with `answer(datagram)` (or nothing, for
 /// `None`), in a thread bounded by a stop flag, 60 s and 1000 datagrams. Counts what it got.
 struct Peer {
@@ -76,7 +79,7 @@ struct Peer {
 }
 
 impl Peer {
-    fn start(answer: fn(&[u8]) -> Option<Vec<u8>>) -> Peer {
+    fn start(answer: Answer) -> Peer {
         let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
         socket
             .set_read_timeout(Some(Duration::from_millis(50)))
@@ -283,7 +286,7 @@ async fn a_silent_peer_times_out_within_the_deadline_after_resending() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nonsense_answers_are_bad_replies_at_once() {
-    let answers: [fn(&[u8]) -> Option<Vec<u8>>; 4] = [
+    let answers: [Answer; 4] = [
         |_| Some(b"HTTP/1.1 400 Bad Request\r\n\r\n".to_vec()),
         |_| Some(vec![0x06; 2000]),
         // An ASF pong cut short after its header.
@@ -479,7 +482,7 @@ async fn twenty_bmcs_read_concurrently_without_session_leaks() {
     }
     let sources: Vec<IpmiSource> = sims.iter().map(|s| admin_source(s, "")).collect();
     let want = |i: usize| {
-        if i % 2 == 0 {
+        if i.is_multiple_of(2) {
             PowerState::Off
         } else {
             PowerState::On

@@ -58,6 +58,10 @@ pub const CIPHER_SUITE: u8 = 3;
 /// `Slot::max_idle`).
 const MAX_IDLE: Duration = Duration::from_secs(45);
 
+/// A kept session that failed after less idle time than this says nothing about the BMC's
+/// inactivity timeout (a BMC reset, a lost datagram), and never lowers `Slot::max_idle` below it.
+const MIN_IDLE_EVIDENCE: Duration = Duration::from_secs(5);
+
 /// A kept session is retired after this long or this many reads, whichever comes first.
 const MAX_AGE: Duration = Duration::from_secs(600);
 const MAX_READS: u32 = 10_000;
@@ -470,8 +474,8 @@ type Reply = (PowerState, Vec<ReadDetail>);
 
 async fn read_task(shared: Arc<Shared>) -> Reply {
     let deadline = Instant::now() + shared.timeout;
-    let slot = shared.slot.clone();
-    let mut slot = match tokio::time::timeout_at(deadline.into(), slot.clone().lock_owned()).await {
+    let lock = shared.slot.clone().lock_owned();
+    let mut slot = match tokio::time::timeout_at(deadline.into(), lock).await {
         Ok(g) => g,
         Err(_) => {
             return failed(Trouble::new(
@@ -503,9 +507,9 @@ async fn read_task(shared: Arc<Shared>) -> Reply {
                         error = %t.detail,
                         "kept IPMI session failed; opening a new one"
                     );
-                    if t.kind == ReadErrorKind::Timeout {
-                        // The BMC dropped a session idle this long: keep them shorter.
-                        slot.max_idle = (idle / 2).max(Duration::from_secs(1)).min(max_idle);
+                    if t.kind == ReadErrorKind::Timeout && idle >= MIN_IDLE_EVIDENCE {
+                        // The BMC forgot a session idle this long: keep them idle less.
+                        slot.max_idle = (idle * 3 / 4).max(MIN_IDLE_EVIDENCE).min(max_idle);
                     }
                     kept_failure = Some(t);
                 }
@@ -614,27 +618,26 @@ async fn run_blocking(
     job: Job,
     deadline: Instant,
 ) -> (Option<Session>, Result<ChassisStatus, Trouble>) {
-    let joined = tokio::task::spawn_blocking(move || {
-        catch_unwind(AssertUnwindSafe(|| run_job(&shared, job, deadline)))
-    })
-    .await;
-    match joined {
-        Ok(Ok(done)) => done,
-        Ok(Err(panic)) => (
-            None,
-            Err(Trouble::new(
-                ReadErrorKind::BadReply,
-                format!("the IPMI read failed internally: {}", panic_text(&*panic)),
-            )),
-        ),
-        Err(e) => (
-            None,
-            Err(Trouble::new(
-                ReadErrorKind::BadReply,
-                format!("the IPMI read failed internally: {e}"),
-            )),
-        ),
+    match on_blocking_pool(move || run_job(&shared, job, deadline)).await {
+        Ok(done) => done,
+        Err(t) => (None, Err(t)),
     }
+}
+
+/// Runs `f` on tokio's blocking pool; a panic inside it becomes a read failure.
+async fn on_blocking_pool<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, Trouble> {
+    let joined = tokio::task::spawn_blocking(move || catch_unwind(AssertUnwindSafe(f))).await;
+    let why = match joined {
+        Ok(Ok(done)) => return Ok(done),
+        Ok(Err(panic)) => panic_text(&*panic),
+        Err(e) => e.to_string(),
+    };
+    Err(Trouble::new(
+        ReadErrorKind::BadReply,
+        format!("the IPMI read failed internally: {why}"),
+    ))
 }
 
 /// How often an unanswered datagram is sent again: a fifth of the timeout, 0.2 s to 1 s.
@@ -1098,6 +1101,16 @@ mod tests {
         );
         let (state, _) = succeeded(&src.shared, ChassisStatus::parse(&[0x01, 0, 0]).unwrap());
         assert_eq!(state, PowerState::On);
+    }
+
+    #[tokio::test]
+    async fn a_panic_on_the_blocking_pool_is_a_failed_read() {
+        let t = on_blocking_pool(|| -> u8 { panic!("index out of range in a reply") })
+            .await
+            .unwrap_err();
+        assert_eq!(t.kind, ReadErrorKind::BadReply);
+        assert!(t.detail.contains("index out of range in a reply"), "{t:?}");
+        assert_eq!(on_blocking_pool(|| 7).await, Ok(7));
     }
 
     #[test]
