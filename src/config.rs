@@ -171,7 +171,11 @@ impl BmcEntry {
         if self.protocol != Protocol::Redfish && !address.contains(':') {
             address.push_str(":623");
         }
-        Some((self.protocol, address, system.trim_end_matches('/').to_string()))
+        Some((
+            self.protocol,
+            address,
+            system.trim_end_matches('/').to_string(),
+        ))
     }
 
     pub fn matches(&self, node: &str) -> bool {
@@ -190,10 +194,26 @@ impl Config {
         Config::parse(&text, path)
     }
 
+    /// Reads and validates a config file without reading any password: for commands that
+    /// only talk to the running daemon or read its journal (`why`), so an operator can run
+    /// them from a shell without the daemon's credentials. Every password is left empty.
+    pub fn load_without_secrets(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            file: path.to_owned(),
+            key: String::new(),
+            problem: format!("cannot read config file: {e}"),
+        })?;
+        Config::parse_with(&text, path, Secrets::Skip)
+    }
+
     /// Validates config text; `path` is only used for messages and relative paths stay as given.
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        Config::parse_with(text, path, Secrets::Load)
+    }
+
+    fn parse_with(text: &str, path: &Path, secrets: Secrets) -> Result<Config, ConfigError> {
         let raw = parse_raw(text, path)?;
-        let mut cfg = raw.validate(path)?;
+        let mut cfg = raw.validate(path, secrets)?;
         cfg.digest = crate::journal::sha256_hex(text.as_bytes());
         Ok(cfg)
     }
@@ -213,6 +233,13 @@ impl Config {
             .filter(|a| a.matches(node))
             .map(Mapping::Aws)
     }
+}
+
+/// Whether validation reads the passwords.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Secrets {
+    Load,
+    Skip,
 }
 
 fn parse_raw(text: &str, path: &Path) -> Result<RawConfig, ConfigError> {
@@ -451,7 +478,7 @@ fn default_bmc_timeout() -> Duration {
 }
 
 impl RawConfig {
-    fn validate(self, path: &Path) -> Result<Config, ConfigError> {
+    fn validate(self, path: &Path, secrets: Secrets) -> Result<Config, ConfigError> {
         let err = |key: &str, problem: String| ConfigError {
             file: path.to_owned(),
             key: key.to_string(),
@@ -529,10 +556,12 @@ impl RawConfig {
 
         let mut bmc: Vec<BmcEntry> = Vec::with_capacity(self.bmc.len());
         for (index, raw) in self.bmc.into_iter().enumerate() {
-            let entry = raw.validate(index, path)?;
+            let entry = raw.validate(index, path, secrets)?;
             // Two entries naming one fixed machine would fence both nodes when it is off.
             if let Some(target) = entry.fixed_target()
-                && let Some(other) = bmc.iter().find(|b| b.fixed_target() == Some(target.clone()))
+                && let Some(other) = bmc
+                    .iter()
+                    .find(|b| b.fixed_target() == Some(target.clone()))
             {
                 return Err(err(
                     &format!("bmc[{index}].address"),
@@ -587,7 +616,12 @@ impl RawConfig {
 }
 
 impl RawBmc {
-    fn validate(self, index: usize, path: &Path) -> Result<BmcEntry, ConfigError> {
+    fn validate(
+        self,
+        index: usize,
+        path: &Path,
+        secrets: Secrets,
+    ) -> Result<BmcEntry, ConfigError> {
         let err = |key: &str, problem: String| ConfigError {
             file: path.to_owned(),
             key: format!("bmc[{index}].{key}"),
@@ -715,6 +749,7 @@ impl RawBmc {
                     "missing: set password_file = \"/etc/oobfence/secrets/NAME\" or password_credential = \"NAME\"".into(),
                 ));
             }
+            _ if secrets == Secrets::Skip => Secret::new(""),
             (Some(file), None) => {
                 secret::read_password_file(file).map_err(|e| err("password_file", e))?
             }
@@ -899,6 +934,20 @@ password_file = "{}"
     }
 
     #[test]
+    fn clients_can_load_the_config_without_the_secrets() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = minimal(Path::new("/nonexistent/pw"));
+        let path = dir.path().join("dc1.toml");
+        std::fs::write(&path, &text).unwrap();
+        assert!(Config::load(&path).is_err());
+        let cfg = Config::load_without_secrets(&path).unwrap();
+        assert_eq!(cfg.bmc[0].password.expose(), "");
+        // Everything else is still validated.
+        std::fs::write(&path, text.replace("[0-9]", "[0-9")).unwrap();
+        assert!(Config::load_without_secrets(&path).is_err());
+    }
+
+    #[test]
     fn bad_glob_is_rejected() {
         let dir = tempfile::tempdir().unwrap();
         let text = minimal(&write_pw(dir.path())).replace("db-[0-9]", "db-[0-9");
@@ -1061,7 +1110,10 @@ password_file = "{}"
             entry("n2", "/redfish/v1/Systems/1/")
         );
         let e = parse(&dup).unwrap_err().to_string();
-        assert!(e.contains("bmc[1].address") && e.contains("same machine as bmc[0]"), "{e}");
+        assert!(
+            e.contains("bmc[1].address") && e.contains("same machine as bmc[0]"),
+            "{e}"
+        );
     }
 
     #[test]

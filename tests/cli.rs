@@ -131,6 +131,25 @@ fn why_without_a_daemon_says_none_runs() {
     let err = stderr(&o);
     assert!(err.contains("no oobfence daemon answers"), "{err}");
     assert!(err.contains("oobfence@dc1"), "{err}");
+    // An operator's shell has no $CREDENTIALS_DIRECTORY: why never needs the passwords.
+    let text = std::fs::read_to_string(&path).unwrap();
+    let pw_line = text
+        .lines()
+        .find(|l| l.starts_with("password_file"))
+        .unwrap()
+        .to_string();
+    std::fs::write(
+        &path,
+        text.replace(&pw_line, "password_credential = \"rack1\""),
+    )
+    .unwrap();
+    let o = oobfence(&["why", "rack1-01"], &path);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("no oobfence daemon answers"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
