@@ -75,7 +75,10 @@ async fn main() {
     for name in NODES {
         nodes.push(FakeNode::create(&client, name, &group, "boot-1").await);
     }
-    for (node, instance) in [(EC2_STOPPED, &instances[0]), (EC2_TERMINATED, &instances[1])] {
+    for (node, instance) in [
+        (EC2_STOPPED, &instances[0]),
+        (EC2_TERMINATED, &instances[1]),
+    ] {
         nodes[node]
             .nodes()
             .patch(
@@ -320,9 +323,11 @@ ca_file = "{}"
         FakeNode::has_oos_taint(&stopped)
     ));
     let terminated = &nodes[EC2_TERMINATED];
-    support::k8s::wait_for("terminated node deleted", Duration::from_secs(60), || async {
-        terminated.try_get().await.is_none().then_some(())
-    })
+    support::k8s::wait_for(
+        "terminated node deleted",
+        Duration::from_secs(60),
+        || async { terminated.try_get().await.is_none().then_some(()) },
+    )
     .await;
     let va_left = vas.get_opt(&va_name).await.unwrap().is_some();
     clock.say(&format!(

@@ -77,8 +77,10 @@ pub enum Command {
         /// Context of that kubeconfig (default: its current context).
         #[arg(long)]
         context: Option<String>,
+        /// Namespace of the ServiceAccount.
         #[arg(long, default_value = "oobfence")]
         namespace: String,
+        /// The ServiceAccount that deploy/rbac.yaml binds.
         #[arg(long, default_value = "oobfence")]
         service_account: String,
         /// Token lifetime ("720h", "1y"); at least 10m. The daemon stops seeing the cluster
@@ -422,7 +424,11 @@ fn daemon_url(cfg: &Config) -> String {
 }
 
 async fn why(path: &Path, node: &str, json: bool) -> Result<ExitCode, ExitCode> {
-    let cfg = load(path)?;
+    // `why` needs the daemon's address and journal, never a password.
+    let cfg = Config::load_without_secrets(path).map_err(|e| {
+        eprintln!("oobfence: {e}");
+        ExitCode::from(2)
+    })?;
     let live = ask_daemon(&cfg, path, node, json).await;
     if !json {
         print_journal(&cfg, node, live.is_ok());

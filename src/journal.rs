@@ -562,10 +562,12 @@ pub fn render(records: &[Record]) -> String {
             let _ = writeln!(s, "        error: {}", one_line(e, 300));
         }
         let i = &r.inputs;
-        let mut facts = vec![match i.not_ready_since {
-            Some(t) => format!("NotReady since {}", t.strftime("%H:%M:%SZ")),
-            None => i.ready.clone(),
-        }];
+        let mut facts = Vec::new();
+        match i.not_ready_since {
+            Some(t) => facts.push(format!("NotReady since {}", t.strftime("%H:%M:%SZ"))),
+            None if !i.ready.is_empty() => facts.push(i.ready.clone()),
+            None => {}
+        }
         if let Some(t) = i.lease_renewed {
             facts.push(format!("lease renewed {}", t.strftime("%H:%M:%SZ")));
         }
@@ -575,7 +577,9 @@ pub fn render(records: &[Record]) -> String {
         if let Some(v) = &i.volume_attachments {
             facts.push(format!("{} VolumeAttachment(s)", v.len()));
         }
-        let _ = writeln!(s, "        inputs: {}", facts.join(", "));
+        if !facts.is_empty() {
+            let _ = writeln!(s, "        inputs: {}", facts.join(", "));
+        }
         if !i.reads.is_empty() {
             let reads: Vec<String> = i
                 .reads

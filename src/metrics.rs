@@ -307,10 +307,10 @@ impl Metrics {
         }
         // Counters an alert takes increase() of start at 0, so that their first event counts.
         for result in ["written", "failed", "dropped"] {
-            journal_records.get_or_create(&JournalLabels { result });
+            let _ = journal_records.get_or_create(&JournalLabels { result });
         }
         for action in ["taint", "delete_node", "untaint"] {
-            would_act.get_or_create(&WouldActLabels { action });
+            let _ = would_act.get_or_create(&WouldActLabels { action });
         }
         Metrics {
             registry,
@@ -379,7 +379,9 @@ impl Metrics {
                 self.fenced_since.get_or_create(&labels).set(at);
             }
             None => {
-                self.fenced_since.remove(&labels);
+                if self.fenced_since.get(&labels).is_some() {
+                    self.fenced_since.remove(&labels);
+                }
                 let Ok(mut deleted) = self.deleted_fences.lock() else {
                     return;
                 };
@@ -433,7 +435,9 @@ impl Metrics {
             };
             if Some(r) == reason {
                 self.node_blocked.get_or_create(&labels).set(1);
-            } else {
+            } else if self.node_blocked.get(&labels).is_some() {
+                // Checked first: called for every node on every pass, and a read lock does
+                // not hold up a scrape.
                 self.node_blocked.remove(&labels);
             }
         }
@@ -449,7 +453,9 @@ impl Metrics {
                 self.taint_age.get_or_create(&labels).set(age);
             }
             None => {
-                self.taint_age.remove(&labels);
+                if self.taint_age.get(&labels).is_some() {
+                    self.taint_age.remove(&labels);
+                }
             }
         }
     }

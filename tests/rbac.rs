@@ -196,14 +196,21 @@ async fn make_kubeconfig_writes_a_private_expiring_token_kubeconfig() {
         "a JWT"
     );
     assert!(!text.contains("client-key-data") && !text.contains("client-certificate-data"));
-    let admin_text = std::fs::read_to_string(support::k8s::kubeconfig_path()).unwrap();
-    let admin_ca = admin_text
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("certificate-authority-data:"))
-        .map(str::trim);
-    if let Some(ca) = admin_ca {
-        assert!(text.contains(ca), "the cluster's CA is carried over as is");
-    }
+    // Same API server, same CA certificates as the administrator's kubeconfig.
+    let load = |path: PathBuf| async move {
+        let kc = kube::config::Kubeconfig::read_from(&path).unwrap();
+        kube::Config::from_custom_kubeconfig(kc, &Default::default())
+            .await
+            .unwrap()
+    };
+    let theirs = load(support::k8s::kubeconfig_path()).await;
+    let ours = load(path.clone()).await;
+    assert_eq!(ours.cluster_url, theirs.cluster_url);
+    assert_eq!(
+        ours.root_cert, theirs.root_cert,
+        "the cluster's CA is carried over"
+    );
+    assert_eq!(ours.accept_invalid_certs, theirs.accept_invalid_certs);
 
     // The API server's minimum lifetime, and a missing account.
     let short = make_kubeconfig(&dir.path().join("short"), &["--duration", "5m"]).await;
