@@ -315,7 +315,7 @@ async fn check_config(path: &Path, probe: bool) -> Result<ExitCode, ExitCode> {
         .await
         .map_err(|e| fail(format!("cannot list nodes: {e}")))?;
     let cfg = Arc::new(cfg);
-    let sources = Arc::new(PowerSources::new(cfg.clone()).await);
+    let sources = Arc::new(PowerSources::new(cfg.clone(), Default::default()).await);
     let rows: Vec<(String, String, String, String, bool)> =
         futures::stream::iter(nodes.items.into_iter().map(|n| {
             let sources = sources.clone();
@@ -373,7 +373,7 @@ async fn check_config(path: &Path, probe: bool) -> Result<ExitCode, ExitCode> {
 
 async fn probe(path: &Path, node: &str) -> Result<ExitCode, ExitCode> {
     let cfg = Arc::new(load(path)?);
-    let sources = PowerSources::new(cfg.clone()).await;
+    let sources = PowerSources::new(cfg.clone(), Default::default()).await;
     // Only an EC2-mapped node needs the cluster (its providerID); a BMC is in the config.
     let provider_id = if sources.needs_node_data(node) {
         let client = daemon::client_for(&cfg).await.map_err(fail)?;

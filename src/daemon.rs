@@ -190,7 +190,7 @@ pub async fn run(
     notify_systemd(&[sd_notify::NotifyState::Status(
         "listing nodes and leases from the Kubernetes API",
     )]);
-    let sources = Arc::new(PowerSources::new(cfg.clone()).await);
+    let sources = Arc::new(PowerSources::new(cfg.clone(), shared.metrics.ec2.clone()).await);
     let (journal, journal_writer) = Journal::start(
         cfg.journal.path.clone(),
         &cfg.datacenter,

@@ -155,6 +155,8 @@ pub struct Metrics {
     pub volume_watch_up: Gauge,
     pub journal_records: Family<JournalLabels, Counter>,
     pub last_sync: FloatGauge,
+    /// Counters the EC2 reader feeds (registered whether or not [aws] is configured).
+    pub ec2: crate::power::ec2::Ec2Stats,
     pub nodes_watched: Gauge,
     /// `power_sources_failing` label sets set so far, so the ones that recover go to 0.
     failing_seen: Mutex<BTreeSet<FailingLabels>>,
@@ -288,6 +290,27 @@ impl Metrics {
             "Nodes in oobfence's cache (those matching kubernetes.node_selector); 0 usually means a wrong selector or kubeconfig",
             Listed(nodes_watched.clone()),
         );
+        let ec2 = crate::power::ec2::Ec2Stats::default();
+        registry.register(
+            "ec2_describe_instances_calls",
+            "DescribeInstances calls oobfence made (one per 200 suspect instances per read round, never one per node)",
+            ec2.describe_instances_calls.clone(),
+        );
+        registry.register(
+            "ec2_describe_volumes_calls",
+            "DescribeVolumes calls oobfence made (evidence of the EBS volumes a down instance holds)",
+            ec2.describe_volumes_calls.clone(),
+        );
+        registry.register(
+            "ec2_api_attempts",
+            "HTTP attempts to the EC2 API, SDK retries included",
+            ec2.attempts.clone(),
+        );
+        registry.register(
+            "ec2_throttled_attempts",
+            "EC2 API attempts answered with a throttling status (RequestLimitExceeded): the account-wide Describe* rate limit is being hit",
+            ec2.throttled.clone(),
+        );
         let build_info = Family::<BuildLabels, Gauge>::default();
         build_info
             .get_or_create(&BuildLabels {
@@ -313,6 +336,7 @@ impl Metrics {
             let _ = would_act.get_or_create(&WouldActLabels { action });
         }
         Metrics {
+            ec2,
             registry,
             node_state,
             actions,

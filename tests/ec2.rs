@@ -33,7 +33,7 @@ fn aws_config(endpoint: &str, timeout: &str) -> AwsConfig {
 
 async fn reader(endpoint: &str) -> Arc<Ec2Reader> {
     support::moto::require_test_aws_env();
-    Ec2Reader::new(&aws_config(endpoint, "5s")).await
+    Ec2Reader::new(&aws_config(endpoint, "5s"), Default::default()).await
 }
 
 async fn read(reader: &Arc<Ec2Reader>, id: &str) -> (PowerState, Vec<oobfence::power::ReadDetail>) {
@@ -226,7 +226,7 @@ async fn throttling_and_auth_failures_are_error_reads_and_counted() {
 
     let (endpoint, hits) = recorded_ec2(503, THROTTLE).await;
     // Long enough for the SDK's throttling backoff to run out of attempts first.
-    let r = Ec2Reader::new(&aws_config(&endpoint, "30s")).await;
+    let r = Ec2Reader::new(&aws_config(&endpoint, "30s"), Default::default()).await;
     let (state, _) = read(&r, "i-1234567890abcdef0").await;
     match &state {
         PowerState::Error { kind, detail } => {
@@ -239,7 +239,7 @@ async fn throttling_and_auth_failures_are_error_reads_and_counted() {
         ),
     }
     let attempts = hits.load(std::sync::atomic::Ordering::Relaxed);
-    let throttled = r.stats.throttled.load(std::sync::atomic::Ordering::Relaxed);
+    let throttled = r.stats.throttled.get();
     println!("throttled read: {attempts} attempts, {throttled} counted as throttled");
     assert!(
         attempts >= 2,
@@ -258,7 +258,11 @@ async fn throttling_and_auth_failures_are_error_reads_and_counted() {
 
     // Nothing listening: unreachable, within the deadline.
     let port = support::k8s::free_port();
-    let r = Ec2Reader::new(&aws_config(&format!("http://127.0.0.1:{port}"), "2s")).await;
+    let r = Ec2Reader::new(
+        &aws_config(&format!("http://127.0.0.1:{port}"), "2s"),
+        Default::default(),
+    )
+    .await;
     let start = std::time::Instant::now();
     let (state, _) = read(&r, "i-1234567890abcdef0").await;
     assert!(matches!(state, PowerState::Error { .. }), "{state:?}");
@@ -418,6 +422,12 @@ async fn stopped_instance_is_tainted_and_terminated_one_is_deleted_with_its_atta
         ),
         "{metrics}"
     );
+    let calls: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("oobfence_ec2_describe_instances_calls_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{metrics}"));
+    assert!(calls >= 2, "{calls}");
     daemon.stop().await;
     stopped.delete().await;
     running.delete().await;

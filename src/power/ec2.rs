@@ -12,7 +12,6 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use aws_sdk_ec2::config::interceptors::BeforeDeserializationInterceptorContextRef;
@@ -20,6 +19,7 @@ use aws_sdk_ec2::config::{ConfigBag, Intercept, RuntimeComponents};
 use aws_sdk_ec2::error::{BoxError, ProvideErrorMetadata, SdkError};
 use aws_sdk_ec2::types::{Filter, InstanceStateName, VolumeAttachmentState};
 use futures::future::BoxFuture;
+use prometheus_client::metrics::counter::Counter;
 use tokio::sync::{mpsc, oneshot};
 
 use super::{PowerSource, PowerState, ReadDetail, ReadErrorKind};
@@ -50,15 +50,16 @@ pub fn instance_id_from_provider_id(provider_id: &str) -> Result<String, String>
     Ok(id.to_string())
 }
 
-/// Request and throttle counts, shared with the metrics.
-#[derive(Default, Debug)]
+/// Request and throttle counts. They are Prometheus counters so the daemon can register the
+/// same ones it hands to the reader.
+#[derive(Default, Debug, Clone)]
 pub struct Ec2Stats {
-    pub describe_instances_calls: AtomicU64,
-    pub describe_volumes_calls: AtomicU64,
+    pub describe_instances_calls: Counter,
+    pub describe_volumes_calls: Counter,
     /// HTTP attempts, retries included.
-    pub attempts: AtomicU64,
+    pub attempts: Counter,
     /// Attempts answered with a throttling status (503 RequestLimitExceeded, 429).
-    pub throttled: AtomicU64,
+    pub throttled: Counter,
 }
 
 #[derive(Debug)]
@@ -75,10 +76,10 @@ impl Intercept for CountAttempts {
         _rc: &RuntimeComponents,
         _cfg: &mut ConfigBag,
     ) -> Result<(), BoxError> {
-        self.0.attempts.fetch_add(1, Ordering::Relaxed);
+        self.0.attempts.inc();
         let status = context.response().status().as_u16();
         if status == 503 || status == 429 {
-            self.0.throttled.fetch_add(1, Ordering::Relaxed);
+            self.0.throttled.inc();
         }
         Ok(())
     }
@@ -146,8 +147,8 @@ impl std::fmt::Debug for Ec2Reader {
 impl Ec2Reader {
     /// Builds the client from `[aws]` (explicit region; endpoint and profile when given;
     /// otherwise the standard credential chain) and starts the batching task.
-    pub async fn new(cfg: &AwsConfig) -> Arc<Ec2Reader> {
-        let stats = Arc::new(Ec2Stats::default());
+    pub async fn new(cfg: &AwsConfig, stats: Ec2Stats) -> Arc<Ec2Reader> {
+        let stats = Arc::new(stats);
         let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest())
             .region(aws_config::Region::new(cfg.region.clone()))
             .retry_config(aws_config::retry::RetryConfig::standard().with_max_attempts(3))
@@ -245,9 +246,7 @@ impl Ec2Reader {
         let mut found = HashMap::new();
         let mut token: Option<String> = None;
         for _ in 0..MAX_PAGES {
-            self.stats
-                .describe_instances_calls
-                .fetch_add(1, Ordering::Relaxed);
+            self.stats.describe_instances_calls.inc();
             let call = self
                 .client
                 .describe_instances()
@@ -296,9 +295,7 @@ impl Ec2Reader {
         let mut by_instance: HashMap<String, Vec<VolumeInfo>> = HashMap::new();
         let mut token: Option<String> = None;
         for _ in 0..MAX_PAGES {
-            self.stats
-                .describe_volumes_calls
-                .fetch_add(1, Ordering::Relaxed);
+            self.stats.describe_volumes_calls.inc();
             let call = self
                 .client
                 .describe_volumes()

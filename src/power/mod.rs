@@ -221,10 +221,13 @@ pub struct PowerSources {
 }
 
 impl PowerSources {
-    /// Sets up shared clients (EC2) once.
-    pub async fn new(cfg: std::sync::Arc<crate::config::Config>) -> PowerSources {
+    /// Sets up shared clients (EC2) once; `ec2_stats` are the counters its calls feed.
+    pub async fn new(
+        cfg: std::sync::Arc<crate::config::Config>,
+        ec2_stats: ec2::Ec2Stats,
+    ) -> PowerSources {
         let ec2 = match &cfg.aws {
-            Some(aws) => Some(ec2::Ec2Reader::new(aws).await),
+            Some(aws) => Some(ec2::Ec2Reader::new(aws, ec2_stats).await),
             None => None,
         };
         PowerSources { cfg, ec2 }
