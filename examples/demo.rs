@@ -117,7 +117,7 @@ async fn main() {
     // The stand-in kubelets: renew Leases and post Ready for every node still "alive".
     let alive: Arc<Mutex<HashSet<usize>>> = Arc::new(Mutex::new((0..NODES.len()).collect()));
     let boots: Arc<Mutex<Vec<String>>> = Arc::new(Mutex::new(vec!["boot-1".into(); NODES.len()]));
-    {
+    let kubelets = {
         let alive = alive.clone();
         let boots = boots.clone();
         let client = client.clone();
@@ -135,8 +135,8 @@ async fn main() {
                 }
                 tokio::time::sleep(Duration::from_secs(3)).await;
             }
-        });
-    }
+        })
+    };
 
     // The datacenter's config, as an operator would write it.
     let pw = dir.path().join("rack1.password");
@@ -351,10 +351,16 @@ ca_file = "{}"
     for l in metrics.lines().filter(|l| {
         l.starts_with("oobfence_actions_total")
             || l.starts_with("oobfence_power_reads_total")
+            || l.starts_with("oobfence_notready_to_fence_seconds_count")
+            || l.starts_with("oobfence_fence_to_recovery_seconds_count")
+            || l.starts_with("oobfence_out_of_service_taint_age_seconds{")
+            || l.starts_with("oobfence_ec2_describe_instances_calls_total")
             || l.starts_with("oobfence_node_state{") && l.ends_with(" 1")
     }) {
         println!("  {l}");
     }
+    kubelets.abort();
+    let _ = kubelets.await;
     let _ = daemon.kill().await;
     for n in &nodes {
         n.delete().await;
