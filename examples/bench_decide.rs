@@ -1,0 +1,86 @@
+//! Benchmark: how long the decision core takes per node, which bounds how large a cluster one
+//! decision pass (every second) can cover. Prints figures; asserts nothing about speed.
+//!
+//!     cargo run --release --example bench_decide [NODES]
+
+use std::time::{Duration, Instant};
+
+use jiff::Timestamp;
+use oobfence::decision::{FenceRecord, NodeFacts, Policy, Readiness, decide};
+use oobfence::power::{PowerReading, PowerState, ReadErrorKind};
+
+fn main() {
+    let nodes: usize = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(20_000);
+    let now = Timestamp::now();
+    let ago = |s: i64| now - jiff::SignedDuration::from_secs(s);
+    let policy = Policy::default();
+
+    // A mix like a bad day in a large datacenter: mostly healthy, some NotReady in every
+    // stage, with a few reads each.
+    let mut cases = Vec::with_capacity(nodes);
+    for i in 0..nodes {
+        let readiness = if i % 50 == 0 {
+            Readiness::NotReady { since: ago(120) }
+        } else if i % 97 == 0 {
+            Readiness::NotReady { since: ago(10) }
+        } else {
+            Readiness::Ready
+        };
+        let fence = (i % 211 == 0).then(|| FenceRecord {
+            at: ago(60),
+            boot_id: "a".into(),
+            taint_present: true,
+        });
+        let facts = NodeFacts {
+            readiness,
+            lease_renewed: Some(ago(300)),
+            boot_id: "b".into(),
+            being_deleted: false,
+            fence,
+            foreign_out_of_service: false,
+            has_power_source: true,
+        };
+        let state = match i % 4 {
+            0 => PowerState::Off,
+            1 => PowerState::On,
+            2 => PowerState::error(ReadErrorKind::Timeout, "no answer"),
+            _ => PowerState::Off,
+        };
+        let reads: Vec<PowerReading> = (0..4)
+            .map(|k| PowerReading {
+                at: ago(20 - 5 * k),
+                latency: Duration::from_millis(100),
+                state: state.clone(),
+                details: Vec::new(),
+            })
+            .collect();
+        cases.push((facts, reads));
+    }
+
+    // Warm up, then time whole passes.
+    let mut fences = 0usize;
+    for (f, r) in &cases {
+        fences += usize::from(matches!(
+            decide(f, r, &policy, now).step,
+            oobfence::decision::Step::Fence(_)
+        ));
+    }
+    let passes = 20;
+    let start = Instant::now();
+    for _ in 0..passes {
+        for (f, r) in &cases {
+            std::hint::black_box(decide(f, r, &policy, now));
+        }
+    }
+    let elapsed = start.elapsed();
+    let per = elapsed / (passes * nodes) as u32;
+    println!(
+        "decide(): {nodes} nodes x {passes} passes in {:.3}s: {:?} per node, {:.2} ms per pass ({fences} would fence)",
+        elapsed.as_secs_f64(),
+        per,
+        elapsed.as_secs_f64() * 1000.0 / passes as f64
+    );
+}
