@@ -703,7 +703,7 @@ impl Daemon {
             let outcome = match result {
                 Ok(message) => {
                     if let Some(w) = volume_watch {
-                        tokio::spawn(w.run(cluster.clone(), node.clone()));
+                        tokio::spawn(w.run(cluster.clone(), node.clone(), shared.clone()));
                     }
                     tracing::warn!(node = %name, action = label, rule = decision.rule.name(), "{message}");
                     cluster
@@ -813,7 +813,7 @@ impl Ec2VolumeWatch {
     const EVERY: Duration = Duration::from_secs(10);
     const GIVE_UP: Duration = Duration::from_secs(6 * 3600);
 
-    async fn run(self, cluster: Cluster, node: Arc<Node>) {
+    async fn run(self, cluster: Cluster, node: Arc<Node>, shared: Arc<Shared>) {
         let started = Instant::now();
         let mut warned = false;
         let max_polls = (Self::GIVE_UP.as_secs() / Self::EVERY.as_secs()) as usize;
@@ -839,6 +839,10 @@ impl Ec2VolumeWatch {
                     took.as_secs_f64()
                 );
                 tracing::info!(node = %node.name_any(), "{msg}");
+                shared
+                    .metrics
+                    .fence_to_ebs_detached
+                    .observe(took.as_secs_f64());
                 cluster
                     .event(&node, EventType::Normal, reasons::VOLUMES_RELEASED, &msg)
                     .await;

@@ -147,6 +147,8 @@ pub struct Metrics {
     pub power_sources_failing: Family<FailingLabels, Gauge>,
     pub notready_to_fence: Histogram,
     pub fence_to_volumes_released: Histogram,
+    /// EC2 only: from a fence to the instance's EBS data volumes being detached from it.
+    pub fence_to_ebs_detached: Histogram,
     pub fence_to_recovery: Histogram,
     pub fenced_since: Family<NodeActionLabels, FloatGauge>,
     pub taint_age: Family<NodeLabels, FloatGauge>,
@@ -233,6 +235,13 @@ impl Metrics {
             "fence_to_volumes_released_seconds",
             "Time from a fence to the last VolumeAttachment that pointed at the node (at fence time) being gone, i.e. until Kubernetes released its volumes; fences of nodes without VolumeAttachments are not counted",
             Listed(fence_to_volumes_released.clone()),
+        );
+        let fence_to_ebs_detached =
+            Histogram::new([5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0]);
+        registry.register(
+            "ec2_fence_to_volumes_detached_seconds",
+            "EC2 only: time from a fence to every EBS data volume the instance held being detached from it (as DescribeVolumes reports)",
+            Listed(fence_to_ebs_detached.clone()),
         );
         let fence_to_recovery = Histogram::new([
             60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0, 43200.0, 86400.0, 259200.0,
@@ -348,6 +357,7 @@ impl Metrics {
             power_sources_failing,
             notready_to_fence,
             fence_to_volumes_released,
+            fence_to_ebs_detached,
             fence_to_recovery,
             fenced_since,
             taint_age,

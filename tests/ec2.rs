@@ -428,6 +428,34 @@ async fn stopped_instance_is_tainted_and_terminated_one_is_deleted_with_its_atta
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or_else(|| panic!("{metrics}"));
     assert!(calls >= 2, "{calls}");
+
+    // The CSI driver detaches the stopped instance's volume: oobfence reports the release.
+    ec2.detach_volume()
+        .volume_id(&data)
+        .instance_id(&ids[0])
+        .send()
+        .await
+        .unwrap();
+    let released = wait_for(
+        "OobfenceVolumesReleased event",
+        Duration::from_secs(40),
+        || async {
+            events_for(&client, &stopped_name)
+                .await
+                .into_iter()
+                .find(|e| e.reason.as_deref() == Some("OobfenceVolumesReleased"))
+        },
+    )
+    .await;
+    assert!(
+        released.message.as_deref().unwrap().contains(&data),
+        "{released:?}"
+    );
+    let metrics = daemon.metrics().await;
+    assert!(
+        metrics.contains("oobfence_ec2_fence_to_volumes_detached_seconds_count 1"),
+        "{metrics}"
+    );
     daemon.stop().await;
     stopped.delete().await;
     running.delete().await;
