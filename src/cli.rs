@@ -401,7 +401,7 @@ async fn probe(path: &Path, node: &str) -> Result<ExitCode, ExitCode> {
         r.latency.as_secs_f64()
     );
     for d in &r.details {
-        out.push_str(&format!("\n  {}: {}", d.name, d.value));
+        out.push_str(&format!("\n  {d}"));
     }
     if let crate::power::PowerState::Error { .. } = r.state {
         return Err(fail(out));

@@ -612,7 +612,7 @@ impl Daemon {
                         let mut line =
                             format!("{} {} in {:.2}s", r.at, r.state, r.latency.as_secs_f64());
                         for d in &r.details {
-                            line.push_str(&format!(" [{}: {}]", d.name, d.value));
+                            line.push_str(&format!(" [{d}]"));
                         }
                         line
                     })

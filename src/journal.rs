@@ -161,11 +161,7 @@ impl From<&PowerReading> for ReadInput {
             value: r.state.label().to_string(),
             raw: r.state.to_string(),
             latency_seconds: r.latency.as_secs_f64(),
-            details: r
-                .details
-                .iter()
-                .map(|d| format!("{}: {}", d.name, d.value))
-                .collect(),
+            details: r.details.iter().map(ToString::to_string).collect(),
         }
     }
 }

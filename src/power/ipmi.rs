@@ -1087,10 +1087,7 @@ mod tests {
         let status = ChassisStatus::parse(&[0x08, 0x01, 0x00]).unwrap();
         let (state, details) = succeeded(&src.shared, status);
         assert_eq!(state, PowerState::Off);
-        let text: Vec<String> = details
-            .iter()
-            .map(|d| format!("{}: {}", d.name, d.value))
-            .collect();
+        let text: Vec<String> = details.iter().map(ToString::to_string).collect();
         assert_eq!(
             text,
             [

@@ -137,6 +137,13 @@ pub struct ReadDetail {
     pub value: String,
 }
 
+impl fmt::Display for ReadDetail {
+    /// `name: value`, as `why`, Events and the journal show it.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.name, self.value)
+    }
+}
+
 impl ReadDetail {
     pub fn new(name: impl Into<String>, value: impl Into<String>) -> Self {
         ReadDetail {
