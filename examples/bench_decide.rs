@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
 use oobfence::decision::{FenceRecord, NodeFacts, Policy, Readiness, decide};
+use oobfence::identity::{IdentityCheck, MachineIdentity, NodeIdentity};
 use oobfence::power::{PowerReading, PowerState, ReadErrorKind};
 
 fn main() {
@@ -33,15 +34,26 @@ fn main() {
             at: ago(60),
             boot_id: "a".into(),
             taint_present: true,
+            ours: true,
         });
+        let uuid = format!("4c4c4544-0000-4000-8000-{i:012}");
         let facts = NodeFacts {
+            uid: format!("uid-{i}"),
             readiness,
-            lease_renewed: Some(ago(300)),
+            lease_renewal_seen: Some(ago(300)),
+            lease_renew_time: Some(ago(300)),
             boot_id: "b".into(),
             being_deleted: false,
             fence,
             foreign_out_of_service: false,
             has_power_source: true,
+            mapping_conflict: None,
+            identity: NodeIdentity {
+                system_uuid: uuid.clone(),
+                addresses: vec![format!("10.0.{}.{}", i / 250, i % 250)],
+            },
+            identity_check: IdentityCheck::Checked,
+            identity_binding: None,
         };
         let state = match i % 4 {
             0 => PowerState::Off,
@@ -55,6 +67,7 @@ fn main() {
                 latency: Duration::from_millis(100),
                 state: state.clone(),
                 details: Vec::new(),
+                identity: MachineIdentity::system_uuid(&uuid, None).expect("a UUID"),
             })
             .collect();
         cases.push((facts, reads));

@@ -17,7 +17,7 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use support::k8s::{FakeNode, free_port, taints};
+use support::k8s::{FakeNode, KubeletIdentity, free_port, taints};
 use support::sushy::SushyEmulator;
 use tokio::sync::Mutex;
 
@@ -62,6 +62,7 @@ async fn main() {
         let n = FakeNode {
             client: client.clone(),
             name: name.to_string(),
+            identity: KubeletIdentity::default(),
         };
         if n.try_get().await.is_some() {
             n.delete().await;
@@ -71,9 +72,33 @@ async fn main() {
             .await;
         }
     }
+    // Each stand-in kubelet reports its machine's identity, as a real one does: the Redfish
+    // system's UUID, the EC2 instance's private IP and DNS name. oobfence checks every read
+    // against it.
+    let mut identities: Vec<KubeletIdentity> = (0..BMC_NODES)
+        .map(|i| KubeletIdentity::uuid(&emu.uuid(i)))
+        .collect();
+    for instance in &instances {
+        let described = ec2
+            .describe_instances()
+            .instance_ids(instance)
+            .send()
+            .await
+            .expect("describe the demo instance");
+        let i = described
+            .reservations()
+            .iter()
+            .flat_map(|r| r.instances())
+            .next()
+            .expect("the demo instance");
+        identities.push(KubeletIdentity::instance(
+            i.private_ip_address().unwrap_or_default(),
+            i.private_dns_name().unwrap_or_default(),
+        ));
+    }
     let mut nodes = Vec::new();
-    for name in NODES {
-        nodes.push(FakeNode::create(&client, name, &group, "boot-1").await);
+    for (name, identity) in NODES.iter().zip(&identities) {
+        nodes.push(FakeNode::create_as(&client, name, &group, "boot-1", identity.clone()).await);
     }
     for (node, instance) in [
         (EC2_STOPPED, &instances[0]),
@@ -121,6 +146,7 @@ async fn main() {
         let alive = alive.clone();
         let boots = boots.clone();
         let client = client.clone();
+        let identities = identities.clone();
         tokio::spawn(async move {
             loop {
                 let now_alive: Vec<usize> = alive.lock().await.iter().copied().collect();
@@ -128,6 +154,7 @@ async fn main() {
                     let n = FakeNode {
                         client: client.clone(),
                         name: NODES[i].to_string(),
+                        identity: identities[i].clone(),
                     };
                     let boot = boots.lock().await[i].clone();
                     n.renew_lease().await;

@@ -316,59 +316,107 @@ async fn check_config(path: &Path, probe: bool) -> Result<ExitCode, ExitCode> {
         .map_err(|e| fail(format!("cannot list nodes: {e}")))?;
     let cfg = Arc::new(cfg);
     let sources = Arc::new(PowerSources::new(cfg.clone(), Default::default()).await);
-    let rows: Vec<(String, String, String, String, bool)> =
-        futures::stream::iter(nodes.items.into_iter().map(|n| {
-            let sources = sources.clone();
-            async move {
-                let name = n.name_any();
-                let provider_id = n.spec.as_ref().and_then(|s| s.provider_id.as_deref());
-                match sources.for_node(&name, provider_id) {
-                    None => (name, "-".into(), "-".into(), "not mapped".into(), true),
-                    Some(MappedSource { source, deadline }) => {
-                        let r = daemon::read_once(&source, deadline).await;
-                        let ok = !matches!(r.state, crate::power::PowerState::Error { .. });
-                        (
-                            name,
-                            source.backend().to_string(),
-                            source.address(),
-                            format!(
-                                "{} ({:.3}s)",
-                                short_state(&r.state),
-                                r.latency.as_secs_f64()
-                            ),
-                            ok,
-                        )
+    let conflicts = daemon::mapping_conflicts(
+        &cfg,
+        nodes
+            .items
+            .iter()
+            .map(|n| (n.metadata.name.as_deref().unwrap_or(""), crate::cluster::provider_id(n))),
+    );
+    let conflicts = &conflicts;
+    let rows: Vec<Row> = futures::stream::iter(nodes.items.into_iter().map(|n| {
+        let sources = sources.clone();
+        let cfg = cfg.clone();
+        async move {
+            let name = n.name_any();
+            let provider_id = n.spec.as_ref().and_then(|s| s.provider_id.as_deref());
+            match sources.for_node(&name, provider_id) {
+                None => Row {
+                    node: name,
+                    backend: "-".into(),
+                    address: "-".into(),
+                    state: "not mapped".into(),
+                    identity: "-".into(),
+                    ok: true,
+                },
+                Some(MappedSource { source, deadline }) => {
+                    let r = daemon::read_once(&source, deadline).await;
+                    let verdict =
+                        crate::identity::verify(&crate::cluster::node_identity(&n), &r.identity);
+                    let checked = cfg.mapping_for(&name).map(|m| m.identity())
+                        != Some(crate::identity::IdentityCheck::Unchecked);
+                    let conflict = conflicts.get(&name);
+                    let identity_ok = conflict.is_none()
+                        && match &verdict {
+                            crate::identity::Verdict::Match(_) => true,
+                            crate::identity::Verdict::Mismatch(_) => false,
+                            // A gone instance reports no identity: that is for the daemon's
+                            // binding to judge, not a broken mapping.
+                            crate::identity::Verdict::Unverifiable(_) => {
+                                !checked || r.state.is_gone()
+                            }
+                        };
+                    let identity = match conflict {
+                        Some(c) => format!("UNTRUSTED {c}"),
+                        None if !checked => format!("{verdict} (identity unchecked)"),
+                        None => verdict.to_string(),
+                    };
+                    Row {
+                        node: name,
+                        backend: source.backend().to_string(),
+                        address: source.address(),
+                        state: format!(
+                            "{} ({:.3}s)",
+                            short_state(&r.state),
+                            r.latency.as_secs_f64()
+                        ),
+                        identity,
+                        ok: !matches!(r.state, crate::power::PowerState::Error { .. })
+                            && identity_ok,
                     }
                 }
             }
-        }))
-        .buffered(cfg.max_concurrent_reads)
-        .collect()
-        .await;
-    let w = |f: fn(&(String, String, String, String, bool)) -> usize, min: usize| {
-        rows.iter().map(f).max().unwrap_or(0).max(min)
-    };
-    let (w0, w1, w2) = (
-        w(|r| r.0.len(), 4),
-        w(|r| r.1.len(), 7),
-        w(|r| r.2.len(), 7),
+        }
+    }))
+    .buffered(cfg.max_concurrent_reads)
+    .collect()
+    .await;
+    let w = |f: fn(&Row) -> usize, min: usize| rows.iter().map(f).max().unwrap_or(0).max(min);
+    let (w0, w1, w2, w3) = (
+        w(|r| r.node.len(), 4),
+        w(|r| r.backend.len(), 7),
+        w(|r| r.address.len(), 7),
+        w(|r| r.state.len(), 5),
     );
     println!(
-        "{:w0$}  {:w1$}  {:w2$}  STATE",
-        "NODE", "BACKEND", "ADDRESS"
+        "{:w0$}  {:w1$}  {:w2$}  {:w3$}  IDENTITY",
+        "NODE", "BACKEND", "ADDRESS", "STATE"
     );
     for r in &rows {
-        println!("{:w0$}  {:w1$}  {:w2$}  {}", r.0, r.1, r.2, r.3);
+        println!(
+            "{:w0$}  {:w1$}  {:w2$}  {:w3$}  {}",
+            r.node, r.backend, r.address, r.state, r.identity
+        );
     }
-    let failed = rows.iter().filter(|r| !r.4).count();
+    let failed = rows.iter().filter(|r| !r.ok).count();
     if failed > 0 {
         eprintln!(
-            "oobfence: {failed} of {} nodes could not be read",
+            "oobfence: {failed} of {} nodes could not be read or not tied to their machine (see STATE and IDENTITY)",
             rows.len()
         );
         return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// One line of `check-config --probe`.
+struct Row {
+    node: String,
+    backend: String,
+    address: String,
+    state: String,
+    identity: String,
+    ok: bool,
 }
 
 async fn probe(path: &Path, node: &str) -> Result<ExitCode, ExitCode> {
@@ -400,6 +448,7 @@ async fn probe(path: &Path, node: &str) -> Result<ExitCode, ExitCode> {
         source.address(),
         r.latency.as_secs_f64()
     );
+    out.push_str(&format!("\n  identity: {}", r.identity));
     for d in &r.details {
         out.push_str(&format!("\n  {d}"));
     }

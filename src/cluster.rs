@@ -20,7 +20,10 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 
 use crate::config::KubernetesConfig;
-use crate::decision::{FenceAction, FenceRecord, NodeFacts, Readiness};
+use crate::decision::{
+    self, FenceAction, FenceRecord, FreshNode, NodeFacts, Readiness, WriteGuard,
+};
+use crate::identity::{IdentityCheck, NodeIdentity};
 
 pub const OUT_OF_SERVICE_KEY: &str = "node.kubernetes.io/out-of-service";
 pub const OUT_OF_SERVICE_VALUE: &str = "nodeshutdown";
@@ -32,7 +35,7 @@ pub const ANNOTATION_FENCED_AT: &str = "oobfence.io/fenced-at";
 pub const ANNOTATION_FENCED_BOOT_ID: &str = "oobfence.io/fenced-boot-id";
 /// What oobfence did (`taint`).
 pub const ANNOTATION_ACTION: &str = "oobfence.io/action";
-/// Which oobfence instance (datacenter) did it.
+/// Which oobfence placed the fence: `oobfence/DATACENTER@HOST` (see [`actor_name`]).
 pub const ANNOTATION_FENCED_BY: &str = "oobfence.io/fenced-by";
 /// The rule and evidence summary behind the fence.
 pub const ANNOTATION_REASON: &str = "oobfence.io/reason";
@@ -51,6 +54,7 @@ pub mod reasons {
     pub const RECORD_CLEARED: &str = "OobfenceRecordCleared";
     pub const VOLUMES_RELEASED: &str = "OobfenceVolumesReleased";
     pub const VOLUMES_STILL_ATTACHED: &str = "OobfenceVolumesStillAttached";
+    pub const IDENTITY_MISMATCH: &str = "OobfenceIdentityMismatch";
 }
 
 /// API calls other than watches must finish within this.
@@ -86,6 +90,10 @@ pub enum ClusterError {
     /// The fresh read no longer supports the write (node Ready again, taint already there...).
     #[error("{0}")]
     Precondition(String),
+    /// Something the decision was based on moved between the decision and the write (see
+    /// [`decision::recheck`]): nothing was written, and the node is decided again.
+    #[error("write abandoned: {0}")]
+    Abandoned(String),
 }
 
 impl ClusterError {
@@ -142,8 +150,20 @@ pub fn is_out_of_service(t: &Taint) -> bool {
     t.key == OUT_OF_SERVICE_KEY
 }
 
-/// oobfence's record on this node, if its annotations are there.
-pub fn fence_record(node: &Node) -> Option<FenceRecord> {
+/// Who this daemon is in `oobfence.io/fenced-by`: its datacenter and the host it runs on. A
+/// fence whose record names anyone else is never lifted nor adopted.
+pub fn actor_name(datacenter: &str) -> String {
+    let host = nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "unknown-host".into());
+    format!("oobfence/{datacenter}@{host}")
+}
+
+/// An oobfence record on this node, if its annotations are there; `me` is this daemon's
+/// [`actor_name`].
+pub fn fence_record(node: &Node, me: &str) -> Option<FenceRecord> {
     let ann = node.metadata.annotations.as_ref()?;
     let at: Timestamp = ann.get(ANNOTATION_FENCED_AT)?.parse().ok()?;
     let boot_id = ann
@@ -151,11 +171,40 @@ pub fn fence_record(node: &Node) -> Option<FenceRecord> {
         .cloned()
         .unwrap_or_default();
     let taint_present = taints(node).iter().any(is_out_of_service);
+    let ours = ann.get(ANNOTATION_FENCED_BY).map(String::as_str) == Some(me);
     Some(FenceRecord {
         at,
         boot_id,
         taint_present,
+        ours,
     })
+}
+
+/// What the kubelet reported about its machine: `status.nodeInfo.systemUUID` and the
+/// InternalIP, Hostname and InternalDNS addresses.
+pub fn node_identity(node: &Node) -> NodeIdentity {
+    let status = node.status.as_ref();
+    let system_uuid = status
+        .and_then(|s| s.node_info.as_ref())
+        .map(|i| i.system_uuid.clone())
+        .unwrap_or_default();
+    let addresses = status
+        .and_then(|s| s.addresses.as_ref())
+        .map(|a| {
+            a.iter()
+                .filter(|a| matches!(a.type_.as_str(), "InternalIP" | "Hostname" | "InternalDNS"))
+                .map(|a| a.address.clone())
+                .collect()
+        })
+        .unwrap_or_default();
+    NodeIdentity {
+        system_uuid,
+        addresses,
+    }
+}
+
+pub fn provider_id(node: &Node) -> Option<&str> {
+    node.spec.as_ref().and_then(|s| s.provider_id.as_deref())
 }
 
 fn taints(node: &Node) -> &[Taint] {
@@ -203,19 +252,38 @@ pub fn lease_renewed(lease: &Lease) -> Option<Timestamp> {
         .map(|t: &MicroTime| t.0)
 }
 
-/// The core's view of a node. `has_power_source` comes from the config, never the node.
-pub fn node_facts(node: &Node, lease: Option<&Lease>, has_power_source: bool) -> NodeFacts {
-    let fence = fence_record(node);
-    let foreign_out_of_service = fence.is_none() && taints(node).iter().any(is_out_of_service);
+/// The core's view of what the Node object says. What comes from elsewhere is left for the
+/// caller to fill in: the power source (from the config, never the node), when the Lease was
+/// seen renewed (oobfence's own observation), the mapping's conflicts and the identity binding.
+pub fn node_facts(node: &Node, lease: Option<&Lease>, me: &str) -> NodeFacts {
+    let fence = fence_record(node, me);
+    // Another oobfence's fence is foreign too: never lifted nor adopted here.
+    let foreign_out_of_service =
+        fence.as_ref().is_none_or(|f| !f.ours) && taints(node).iter().any(is_out_of_service);
     NodeFacts {
+        uid: node.uid().unwrap_or_default(),
         readiness: readiness(node),
-        lease_renewed: lease.and_then(lease_renewed),
+        lease_renewal_seen: None,
+        lease_renew_time: lease.and_then(lease_renewed),
         boot_id: boot_id(node),
         being_deleted: node.metadata.deletion_timestamp.is_some(),
         fence,
         foreign_out_of_service,
-        has_power_source,
+        has_power_source: false,
+        mapping_conflict: None,
+        identity: node_identity(node),
+        identity_check: IdentityCheck::Checked,
+        identity_binding: None,
     }
+}
+
+/// A VolumeAttachment as recorded at decision time: only this object (name and uid) may be
+/// deleted after a node delete, never one created since for a node re-registered under the
+/// same name.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct RecordedAttachment {
+    pub name: String,
+    pub uid: String,
 }
 
 /// What was written, for Events and the journal.
@@ -234,14 +302,26 @@ pub struct FenceWrite {
 pub struct Cluster {
     client: Client,
     datacenter: String,
+    /// This daemon's [`actor_name`], written to and checked in `oobfence.io/fenced-by`.
+    actor: String,
 }
 
 impl Cluster {
     pub fn new(client: Client, datacenter: &str) -> Self {
+        Cluster::with_actor(client, datacenter, &actor_name(datacenter))
+    }
+
+    /// A writer that signs its fences as `actor` (tests use it to play a second oobfence).
+    pub fn with_actor(client: Client, datacenter: &str, actor: &str) -> Self {
         Cluster {
             client,
             datacenter: datacenter.to_string(),
+            actor: actor.to_string(),
         }
+    }
+
+    pub fn actor(&self) -> &str {
+        &self.actor
     }
 
     pub fn client(&self) -> &Client {
@@ -252,9 +332,9 @@ impl Cluster {
         Api::all(self.client.clone())
     }
 
-    /// A fresh read of the node, checked to be the same object the decision was about and still
-    /// not Ready: the cache the decision used may be a moment old.
-    async fn fresh_not_ready(&self, name: &str, uid: &str) -> Result<Node, ClusterError> {
+    /// A fresh read of the node, the same object the decision was about: the cache the
+    /// decision used may be a moment old.
+    async fn fresh_node(&self, name: &str, uid: &str) -> Result<Node, ClusterError> {
         let node = bounded(self.nodes().get(name)).await?;
         let found = node.uid().unwrap_or_default();
         if found != uid {
@@ -264,12 +344,33 @@ impl Cluster {
                 found,
             });
         }
-        if readiness(&node) == Readiness::Ready {
-            return Err(ClusterError::Precondition(format!(
-                "node {name} is Ready again on a fresh read; not fencing"
-            )));
-        }
         Ok(node)
+    }
+
+    /// The node's Lease renewTime on a fresh read (`None`: no Lease).
+    async fn fresh_lease_renew_time(&self, name: &str) -> Result<Option<Timestamp>, ClusterError> {
+        let api: Api<Lease> = Api::namespaced(self.client.clone(), NODE_LEASE_NAMESPACE);
+        match bounded(api.get_opt(name)).await? {
+            Some(lease) => Ok(lease_renewed(&lease)),
+            None => Ok(None),
+        }
+    }
+
+    /// Checks `guard` against the node as just read (and its Lease, for a fence), at the last
+    /// moment before the write.
+    async fn recheck(&self, node: &Node, guard: &WriteGuard) -> Result<(), ClusterError> {
+        let lease_renew_time = match guard.purpose {
+            decision::GuardPurpose::Fence => self.fresh_lease_renew_time(&node.name_any()).await?,
+            decision::GuardPurpose::Unfence => None,
+        };
+        let fresh = FreshNode {
+            uid: node.uid().unwrap_or_default(),
+            readiness: readiness(node),
+            boot_id: boot_id(node),
+            lease_renew_time,
+            fence: fence_record(node, &self.actor),
+        };
+        decision::recheck(guard, &fresh, Timestamp::now()).map_err(ClusterError::Abandoned)
     }
 
     /// Retries `op` on 409 Conflict, a few times with jittered backoff; other errors return.
@@ -290,19 +391,20 @@ impl Cluster {
         .await
     }
 
-    /// Adds the out-of-service taint and oobfence's annotations in one preconditioned patch.
+    /// Adds the out-of-service taint and oobfence's annotations in one preconditioned patch,
+    /// after re-checking on a fresh read everything the decision was based on (`guard`).
     pub async fn apply_fence_taint(
         &self,
         name: &str,
-        uid: &str,
+        guard: &WriteGuard,
         reason: &str,
     ) -> Result<FenceWrite, ClusterError> {
         let attempts = AtomicUsize::new(0);
         self.on_conflict_retry(|| async {
             let attempt = attempts.fetch_add(1, Ordering::Relaxed) + 1;
-            let node = self.fresh_not_ready(name, uid).await?;
+            let node = self.fresh_node(name, &guard.uid).await?;
             // Our own fence already in place (a retry after the cache lagged): nothing to do.
-            if let Some(record) = fence_record(&node).filter(|r| r.taint_present) {
+            if let Some(record) = fence_record(&node, &self.actor).filter(|r| r.ours && r.taint_present) {
                 return Ok(FenceWrite {
                     boot_id: record.boot_id,
                     at: record.at,
@@ -315,6 +417,7 @@ impl Cluster {
                     "node {name} already has an out-of-service taint; not adding another"
                 )));
             }
+            self.recheck(&node, guard).await?;
             let now = Timestamp::now();
             let mut list: Vec<Taint> = taints(&node).to_vec();
             list.push(Taint {
@@ -331,7 +434,7 @@ impl Cluster {
                         ANNOTATION_FENCED_AT: now.to_string(),
                         ANNOTATION_FENCED_BOOT_ID: boot,
                         ANNOTATION_ACTION: FenceAction::Taint.to_string(),
-                        ANNOTATION_FENCED_BY: format!("oobfence/{}", self.datacenter),
+                        ANNOTATION_FENCED_BY: self.actor,
                         ANNOTATION_REASON: reason,
                     }
                 },
@@ -353,35 +456,46 @@ impl Cluster {
     }
 
     /// Removes oobfence's taint (only an out-of-service taint with oobfence's value on a node
-    /// carrying oobfence's record) and its annotations; every other taint stays.
-    pub async fn remove_fence_taint(&self, name: &str, uid: &str) -> Result<(), ClusterError> {
-        self.remove_record(name, uid, true).await
+    /// carrying this daemon's record) and its annotations, after re-checking on a fresh read
+    /// what the decision was based on (Ready, the new bootID, a fresh On read); every other
+    /// taint stays.
+    pub async fn remove_fence_taint(
+        &self,
+        name: &str,
+        guard: &WriteGuard,
+    ) -> Result<(), ClusterError> {
+        self.remove_record(name, &guard.uid, Some(guard)).await
     }
 
-    /// Drops oobfence's annotations (its taint is already gone).
+    /// Drops this daemon's annotations (its taint is already gone).
     pub async fn clear_fence_record(&self, name: &str, uid: &str) -> Result<(), ClusterError> {
-        self.remove_record(name, uid, false).await
+        self.remove_record(name, uid, None).await
     }
 
     async fn remove_record(
         &self,
         name: &str,
         uid: &str,
-        untaint: bool,
+        untaint: Option<&WriteGuard>,
     ) -> Result<(), ClusterError> {
         self.on_conflict_retry(|| async {
-            let node = bounded(self.nodes().get(name)).await?;
-            if node.uid().as_deref() != Some(uid) {
-                return Err(ClusterError::NodeReplaced {
-                    name: name.into(),
-                    expected: uid.into(),
-                    found: node.uid().unwrap_or_default(),
-                });
+            let node = self.fresh_node(name, uid).await?;
+            match fence_record(&node, &self.actor) {
+                None => {
+                    return Err(ClusterError::Precondition(format!(
+                        "node {name} carries no oobfence record; its taints are not oobfence's to remove"
+                    )));
+                }
+                Some(r) if !r.ours => {
+                    return Err(ClusterError::Precondition(format!(
+                        "node {name}'s fence was placed by another oobfence ({ANNOTATION_FENCED_BY} is not {}); it is not this daemon's to remove",
+                        self.actor
+                    )));
+                }
+                Some(_) => {}
             }
-            if fence_record(&node).is_none() {
-                return Err(ClusterError::Precondition(format!(
-                    "node {name} carries no oobfence record; its taints are not oobfence's to remove"
-                )));
+            if let Some(guard) = untaint {
+                self.recheck(&node, guard).await?;
             }
             let annotations: serde_json::Map<String, serde_json::Value> = [
                 ANNOTATION_FENCED_AT,
@@ -399,7 +513,7 @@ impl Cluster {
                     "annotations": annotations,
                 }
             });
-            if untaint {
+            if untaint.is_some() {
                 let list: Vec<&Taint> = taints(&node)
                     .iter()
                     .filter(|t| {
@@ -421,11 +535,18 @@ impl Cluster {
     /// Deletes the Node with uid and resourceVersion preconditions, so a node re-registered
     /// under the same name is never deleted. Its labels and annotations are returned (and go
     /// into an Event before the delete) so they can be restored by hand.
-    pub async fn delete_node(&self, name: &str, uid: &str) -> Result<FenceWrite, ClusterError> {
+    /// `guard` is re-checked on the fresh read first, as for a taint.
+    pub async fn delete_node(
+        &self,
+        name: &str,
+        guard: &WriteGuard,
+    ) -> Result<FenceWrite, ClusterError> {
+        let uid = guard.uid.as_str();
         let attempts = AtomicUsize::new(0);
         self.on_conflict_retry(|| async {
             let attempt = attempts.fetch_add(1, Ordering::Relaxed) + 1;
-            let node = self.fresh_not_ready(name, uid).await?;
+            let node = self.fresh_node(name, uid).await?;
+            self.recheck(&node, guard).await?;
             let backup = json!({
                 "labels": node.metadata.labels.clone().unwrap_or_default(),
                 "annotations": node.metadata.annotations.clone().unwrap_or_default(),
@@ -457,29 +578,51 @@ impl Cluster {
         .await
     }
 
-    /// Deletes the VolumeAttachments that point at a node that is gone, so that the volumes
-    /// are detached now rather than after the attach/detach controller's 6-minute timeout.
-    /// Returns the names deleted. Only call this once the Node object is deleted.
-    pub async fn delete_volume_attachments(&self, node: &str) -> Result<Vec<String>, ClusterError> {
+    /// The VolumeAttachments whose `spec.nodeName` is `node` now, by name and uid: recorded
+    /// before a node delete so that only these are deleted after it.
+    pub async fn volume_attachments_of(
+        &self,
+        node: &str,
+    ) -> Result<Vec<RecordedAttachment>, ClusterError> {
         use k8s_openapi::api::storage::v1::VolumeAttachment;
         let api: Api<VolumeAttachment> = Api::all(self.client.clone());
         let list = bounded(api.list(&kube::api::ListParams::default())).await?;
+        Ok(list
+            .items
+            .into_iter()
+            .filter(|va| va.spec.node_name == node && va.metadata.deletion_timestamp.is_none())
+            .map(|va| RecordedAttachment {
+                name: va.name_any(),
+                uid: va.uid().unwrap_or_default(),
+            })
+            .collect())
+    }
+
+    /// Deletes the VolumeAttachments recorded as pointing at a node when it was decided gone,
+    /// so that the volumes are detached now rather than after the attach/detach controller's
+    /// 6-minute timeout. Only those objects (name and uid precondition): a node re-registered
+    /// under the same name since (EC2 re-uses private DNS names) keeps its new attachments.
+    /// Returns the names deleted. Only call this once the Node object is deleted.
+    pub async fn delete_volume_attachments(
+        &self,
+        recorded: &[RecordedAttachment],
+    ) -> Result<Vec<String>, ClusterError> {
+        use k8s_openapi::api::storage::v1::VolumeAttachment;
+        let api: Api<VolumeAttachment> = Api::all(self.client.clone());
         let mut deleted = Vec::new();
-        for va in list.items {
-            if va.spec.node_name != node || va.metadata.deletion_timestamp.is_some() {
-                continue;
-            }
-            let name = va.name_any();
+        for va in recorded {
             let dp = DeleteParams {
                 preconditions: Some(Preconditions {
-                    uid: va.uid(),
+                    uid: Some(va.uid.clone()),
                     resource_version: None,
                 }),
                 ..Default::default()
             };
-            match bounded(api.delete(&name, &dp)).await {
-                Ok(_) => deleted.push(name),
-                Err(ClusterError::Api(kube::Error::Api(s))) if s.is_not_found() => {}
+            match bounded(api.delete(&va.name, &dp)).await {
+                Ok(_) => deleted.push(va.name.clone()),
+                // Gone already, or another object under that name now: not ours to delete.
+                Err(ClusterError::Api(kube::Error::Api(s)))
+                    if s.is_not_found() || s.is_conflict() => {}
                 Err(e) => return Err(e),
             }
         }
@@ -575,6 +718,8 @@ mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo};
 
+    const ME: &str = "oobfence/dc1@mgmt1";
+
     fn node(ready: &str, taints: Vec<Taint>, annotations: &[(&str, &str)]) -> Node {
         Node {
             metadata: ObjectMeta {
@@ -618,7 +763,7 @@ mod tests {
 
     #[test]
     fn facts_from_a_node() {
-        let f = node_facts(&node("Unknown", vec![], &[]), None, true);
+        let f = node_facts(&node("Unknown", vec![], &[]), None, ME);
         assert_eq!(
             f.readiness,
             Readiness::NotReady {
@@ -628,18 +773,18 @@ mod tests {
         assert_eq!(f.boot_id, "b1");
         assert!(f.fence.is_none() && !f.foreign_out_of_service);
         assert_eq!(
-            node_facts(&node("True", vec![], &[]), None, true).readiness,
+            node_facts(&node("True", vec![], &[]), None, ME).readiness,
             Readiness::Ready
         );
         assert!(matches!(
-            node_facts(&node("False", vec![], &[]), None, true).readiness,
+            node_facts(&node("False", vec![], &[]), None, ME).readiness,
             Readiness::NotReady { .. }
         ));
     }
 
     #[test]
     fn an_out_of_service_taint_without_our_record_is_foreign() {
-        let f = node_facts(&node("Unknown", vec![oos()], &[]), None, true);
+        let f = node_facts(&node("Unknown", vec![oos()], &[]), None, ME);
         assert!(f.foreign_out_of_service);
         assert!(f.fence.is_none());
     }
@@ -649,13 +794,14 @@ mod tests {
         let ann = [
             (ANNOTATION_FENCED_AT, "2026-01-01T00:05:00Z"),
             (ANNOTATION_FENCED_BOOT_ID, "b0"),
+            (ANNOTATION_FENCED_BY, ME),
         ];
-        let f = node_facts(&node("Unknown", vec![oos()], &ann), None, true);
+        let f = node_facts(&node("Unknown", vec![oos()], &ann), None, ME);
         let r = f.fence.unwrap();
         assert!(r.taint_present);
         assert_eq!(r.boot_id, "b0");
         assert!(!f.foreign_out_of_service);
-        let f = node_facts(&node("Unknown", vec![], &ann), None, true);
+        let f = node_facts(&node("Unknown", vec![], &ann), None, ME);
         assert!(!f.fence.unwrap().taint_present);
     }
 
@@ -663,7 +809,26 @@ mod tests {
     fn node_labels_or_annotations_cannot_supply_a_power_source() {
         // The mapping comes only from the config: facts carry what the caller says.
         let n = node("Unknown", vec![], &[("oobfence.io/bmc", "https://evil")]);
-        assert!(!node_facts(&n, None, false).has_power_source);
+        assert!(!node_facts(&n, None, ME).has_power_source);
+    }
+
+    #[test]
+    fn a_record_is_ours_only_when_fenced_by_names_this_daemon() {
+        let at = (ANNOTATION_FENCED_AT, "2026-01-01T00:05:00Z");
+        for (by, ours) in [
+            (Some(ME), true),
+            (Some("oobfence/dc2@mgmt1"), false),
+            (Some("oobfence/dc1@mgmt2"), false),
+            (Some("oobfence/dc1"), false),
+            (None, false),
+        ] {
+            let mut ann = vec![at];
+            if let Some(by) = by {
+                ann.push((ANNOTATION_FENCED_BY, by));
+            }
+            let f = node_facts(&node("Unknown", vec![oos()], &ann), None, ME);
+            assert_eq!(f.fence.unwrap().ours, ours, "{by:?}");
+        }
     }
 
     #[test]

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+pub use crate::identity::IdentityCheck;
 use crate::decision::{FenceAction, Policy};
 use crate::secret::{self, Secret};
 
@@ -74,6 +75,8 @@ pub struct AwsConfig {
     pub timeout: Duration,
     /// Warn when a fenced instance's volumes are still attached this long after the fence.
     pub volume_release_warning: Duration,
+    /// Whether an instance must prove it is the node's (private IP or DNS name).
+    pub identity: IdentityCheck,
 }
 
 impl AwsConfig {
@@ -87,6 +90,15 @@ impl AwsConfig {
 pub enum Mapping<'a> {
     Bmc(&'a BmcEntry),
     Aws(&'a AwsConfig),
+}
+
+impl Mapping<'_> {
+    pub fn identity(&self) -> IdentityCheck {
+        match self {
+            Mapping::Bmc(b) => b.identity,
+            Mapping::Aws(a) => a.identity,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -147,7 +159,10 @@ pub struct BmcEntry {
     pub timeout: Duration,
     /// `protocol = "ipmi"` only: cipher suite and privilege.
     pub ipmi: Option<crate::power::ipmi::IpmiOptions>,
+    /// Whether an Off read must come from a machine that proves it is the node's.
+    pub identity: IdentityCheck,
 }
+
 
 impl BmcEntry {
     /// The address for one node, with `{node}` filled in.
@@ -160,22 +175,39 @@ impl BmcEntry {
         self.system.as_ref().map(|s| s.replace("{node}", node))
     }
 
-    /// (protocol, address, system) when this entry names one fixed machine whatever the node
-    /// (no `{node}` in address or system), normalised for comparison.
-    fn fixed_target(&self) -> Option<(Protocol, String, String)> {
-        let system = self.system.clone().unwrap_or_default();
-        if self.address.contains("{node}") || system.contains("{node}") {
-            return None;
+    /// The machine this entry reads for `node`, normalised so that two spellings of one
+    /// target compare equal: scheme and host in lower case, the default port written out
+    /// (`https://h/` = `https://H:443`), no trailing slash on the system path.
+    pub fn machine_key(&self, node: &str) -> String {
+        let address = self.address_for(node);
+        let system = self.system_for(node).unwrap_or_default();
+        let system = system.trim_end_matches('/');
+        match self.protocol {
+            Protocol::Redfish => {
+                let target = match reqwest::Url::parse(address.trim()) {
+                    Ok(u) => format!(
+                        "{}://{}:{}",
+                        u.scheme(),
+                        u.host_str().unwrap_or_default().to_ascii_lowercase(),
+                        u.port_or_known_default().unwrap_or(0)
+                    ),
+                    Err(_) => address.trim().trim_end_matches('/').to_ascii_lowercase(),
+                };
+                format!("redfish {target}{system}")
+            }
+            Protocol::Ipmi => match crate::power::ipmi::parse_address(&address) {
+                Ok((host, port)) => format!("ipmi {}:{port}", host.to_ascii_lowercase()),
+                Err(_) => format!("ipmi {}", address.trim().to_ascii_lowercase()),
+            },
         }
-        let mut address = self.address.trim_end_matches('/').to_ascii_lowercase();
-        if self.protocol != Protocol::Redfish && !address.contains(':') {
-            address.push_str(":623");
-        }
-        Some((
-            self.protocol,
-            address,
-            system.trim_end_matches('/').to_string(),
-        ))
+    }
+
+    /// The machine key when this entry names one fixed machine whatever the node (no `{node}`
+    /// in address or system).
+    fn fixed_target(&self) -> Option<String> {
+        let per_node = self.address.contains("{node}")
+            || self.system.as_deref().is_some_and(|s| s.contains("{node}"));
+        (!per_node).then(|| self.machine_key(""))
     }
 
     pub fn matches(&self, node: &str) -> bool {
@@ -310,6 +342,8 @@ struct RawAws {
     timeout: Duration,
     #[serde(default = "default_volume_release_warning", with = "humantime_serde")]
     volume_release_warning: Duration,
+    #[serde(default)]
+    identity: IdentityCheck,
 }
 
 fn default_aws_timeout() -> Duration {
@@ -370,6 +404,7 @@ impl RawAws {
             profile: self.profile,
             timeout: self.timeout,
             volume_release_warning: self.volume_release_warning,
+            identity: self.identity,
         })
     }
 }
@@ -471,6 +506,8 @@ struct RawBmc {
     timeout: Duration,
     cipher_suite: Option<u8>,
     privilege: Option<String>,
+    #[serde(default)]
+    identity: IdentityCheck,
 }
 
 fn default_bmc_timeout() -> Duration {
@@ -561,13 +598,13 @@ impl RawConfig {
             if let Some(target) = entry.fixed_target()
                 && let Some(other) = bmc
                     .iter()
-                    .find(|b| b.fixed_target() == Some(target.clone()))
+                    .find(|b| b.fixed_target().as_ref() == Some(&target))
             {
                 return Err(err(
                     &format!("bmc[{index}].address"),
                     format!(
-                        "reads the same machine as bmc[{}] ({} {}): one machine cannot be two nodes, and its being off would fence both",
-                        other.index, target.1, target.2
+                        "reads the same machine as bmc[{}] ({target}): one machine cannot be two nodes, and its being off would fence both",
+                        other.index
                     ),
                 ));
             }
@@ -808,6 +845,7 @@ impl RawBmc {
             tls,
             timeout: self.timeout,
             ipmi: ipmi_options,
+            identity: self.identity,
         })
     }
 }
@@ -1114,6 +1152,66 @@ password_file = "{}"
             e.contains("bmc[1].address") && e.contains("same machine as bmc[0]"),
             "{e}"
         );
+    }
+
+    /// Two spellings of one BMC are one machine: the default port written out or not, a
+    /// trailing slash, the host's case.
+    #[test]
+    fn two_spellings_of_one_bmc_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let pw = write_pw(dir.path());
+        let redfish = |node: &str, address: &str| {
+            format!(
+                "[[bmc]]\nnodes = [\"{node}\"]\nprotocol = \"redfish\"\naddress = \"{address}\"\nsystem = \"/redfish/v1/Systems/1\"\nusername = \"u\"\npassword_file = \"{}\"\n",
+                pw.display()
+            )
+        };
+        for (a, b) in [
+            ("https://bmc1.example/", "https://bmc1.example:443"),
+            ("https://BMC1.example", "https://bmc1.example/"),
+            ("https://10.0.0.5:443/", "https://10.0.0.5"),
+        ] {
+            let dup = format!(
+                "datacenter = \"dc1\"\n{}{}",
+                redfish("n1", a),
+                redfish("n2", b)
+            );
+            let e = parse(&dup).unwrap_err().to_string();
+            assert!(e.contains("same machine as bmc[0]"), "{a} vs {b}: {e}");
+        }
+        let other_port = format!(
+            "datacenter = \"dc1\"\n{}{}",
+            redfish("n1", "https://bmc1.example"),
+            redfish("n2", "https://bmc1.example:8443")
+        );
+        assert!(parse(&other_port).is_ok());
+        let ipmi = |node: &str, address: &str| {
+            format!(
+                "[[bmc]]\nnodes = [\"{node}\"]\nprotocol = \"ipmi\"\naddress = \"{address}\"\nusername = \"u\"\npassword_file = \"{}\"\n",
+                pw.display()
+            )
+        };
+        let dup = format!(
+            "datacenter = \"dc1\"\n{}{}",
+            ipmi("n1", "IPMI1.example"),
+            ipmi("n2", "ipmi1.example:623")
+        );
+        let e = parse(&dup).unwrap_err().to_string();
+        assert!(e.contains("same machine as bmc[0]"), "{e}");
+    }
+
+    #[test]
+    fn identity_defaults_to_checked_and_can_be_unchecked() {
+        let dir = tempfile::tempdir().unwrap();
+        let pw = write_pw(dir.path());
+        let cfg = parse(&minimal(&pw)).unwrap();
+        assert_eq!(cfg.bmc[0].identity, IdentityCheck::Checked);
+        let text = minimal(&pw) + "identity = \"unchecked\"\n";
+        assert_eq!(parse(&text).unwrap().bmc[0].identity, IdentityCheck::Unchecked);
+        let e = parse(&(minimal(&pw) + "identity = \"off\"\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("bmc") && e.contains("identity"), "{e}");
     }
 
     #[test]

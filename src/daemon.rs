@@ -20,8 +20,11 @@ use kube::{Client, ResourceExt};
 use tokio::sync::{Semaphore, mpsc};
 
 use crate::cluster::{self, Cluster, EventType, reasons};
-use crate::config::Config;
-use crate::decision::{self, Decision, FenceAction, Rule, Step};
+use crate::config::{Config, Mapping};
+use crate::decision::{
+    self, Decision, FenceAction, IdentityBinding, MappingConflict, Readiness, Rule, Step,
+};
+use crate::identity::{self, IdentityCheck, Verdict};
 use crate::journal::{self, Journal, RecordKind};
 use crate::metrics::{self, BackendLabels, FailingLabels, Metrics, ReadLabels, WouldActLabels};
 use crate::power::{
@@ -44,6 +47,9 @@ const DELETED_FENCE_KEPT: Duration = Duration::from_secs(3600);
 const JOURNAL_FLUSH: Duration = Duration::from_secs(5);
 /// `/healthz` fails when the decision loop has not completed a pass for this long.
 pub const LOOP_STALL: Duration = Duration::from_secs(30);
+/// How often a healthy node's machine is read to learn (and re-check) that it is the node's:
+/// a low rate, so that a wrong mapping shows up before the node ever fails.
+const IDENTITY_REFRESH: Duration = Duration::from_secs(600);
 
 /// State shared with the HTTP server.
 pub struct Shared {
@@ -109,6 +115,37 @@ struct Tracker {
     refusal: Option<Rule>,
     /// The node's source, built for the providerID it was built with.
     source: Option<(Option<String>, Option<MappedSource>)>,
+    /// The Lease renewTime last seen, and when (oobfence's clock) it was first seen.
+    lease_seen: Option<(Option<Timestamp>, Timestamp)>,
+    /// The last identity verdict a read of the node's machine gave.
+    binding: Option<IdentityBinding>,
+    /// When a healthy node's next identity read is due.
+    identity_due: Option<Instant>,
+}
+
+/// When oobfence saw the Lease take its current renewTime, by oobfence's own clock: the
+/// kubelet's clock is never compared with ours (as the node lifecycle controller does). A Lease
+/// seen for the first time counts as renewed now. `None` when the node has no Lease.
+fn observe_lease(
+    seen: &mut Option<(Option<Timestamp>, Timestamp)>,
+    renew_time: Option<Timestamp>,
+    now: Timestamp,
+) -> Option<Timestamp> {
+    renew_time?;
+    match seen {
+        Some((value, _)) if *value == renew_time => {}
+        _ => *seen = Some((renew_time, now)),
+    }
+    seen.map(|(_, at)| at)
+}
+
+/// Why a read was taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ReadPurpose {
+    /// The decision asked for it (a NotReady or recovering node).
+    Decision,
+    /// A healthy node's identity check.
+    Identity,
 }
 
 struct ReadDone {
@@ -116,12 +153,15 @@ struct ReadDone {
     uid: String,
     reading: PowerReading,
     backend: &'static str,
+    purpose: ReadPurpose,
 }
 
 struct ActionDone {
     node: String,
     uid: String,
     result: Result<(), String>,
+    /// The write-time re-check refused: nothing was written; decide again at once.
+    abandoned: bool,
     step: Step,
     /// When a fence landed.
     fenced_at: Option<Timestamp>,
@@ -142,6 +182,8 @@ pub struct Daemon {
     actions_tx: mpsc::Sender<ActionDone>,
     journal: Journal,
     volumes: VolumeWatch,
+    /// Nodes whose mapping cannot be trusted, recomputed every pass.
+    conflicts: HashMap<String, MappingConflict>,
 }
 
 /// Runs the daemon until `shutdown` completes.
@@ -212,6 +254,7 @@ pub async fn run(
         trackers: HashMap::new(),
         reads_tx,
         actions_tx,
+        conflicts: HashMap::new(),
     };
 
     tokio::pin!(shutdown);
@@ -296,6 +339,64 @@ fn log_startup_warnings(cfg: &Config) {
     if cfg.policy.confirm_reads < 2 {
         tracing::warn!("confirm_reads = 1: a single Off read is enough to fence");
     }
+    for b in cfg.bmc.iter().filter(|b| b.identity == IdentityCheck::Unchecked) {
+        tracing::warn!(
+            entry = format!("bmc[{}]", b.index),
+            address = %b.address,
+            "identity = \"unchecked\" for this [[bmc]] entry: an Off read counts without the machine proving it is the node's; a wrong mapping can fence a running node"
+        );
+    }
+    if let Some(a) = cfg.aws.as_ref().filter(|a| a.identity == IdentityCheck::Unchecked) {
+        tracing::warn!(
+            region = %a.region,
+            "identity = \"unchecked\" for [aws]: a stopped instance counts without its private address matching the node's"
+        );
+    }
+}
+
+/// Nodes whose config mapping cannot be trusted: an EC2 providerID whose zone is not in the
+/// configured region, and several nodes that resolve to one machine (the same BMC and system,
+/// the same instance). Both sides of a shared machine are blocked, not just the second.
+pub fn mapping_conflicts<'a>(
+    cfg: &Config,
+    nodes: impl IntoIterator<Item = (&'a str, Option<&'a str>)>,
+) -> HashMap<String, MappingConflict> {
+    let mut conflicts = HashMap::new();
+    let mut by_machine: BTreeMap<String, Vec<&str>> = BTreeMap::new();
+    for (name, provider_id) in nodes {
+        let key = match cfg.mapping_for(name) {
+            None => continue,
+            Some(Mapping::Bmc(entry)) => entry.machine_key(name),
+            Some(Mapping::Aws(aws)) => {
+                let Some(pid) = provider_id else { continue };
+                if let Some(problem) = power::ec2::zone_region_mismatch(pid, &aws.region) {
+                    conflicts.insert(name.to_string(), MappingConflict::RegionMismatch(problem));
+                    continue;
+                }
+                match power::ec2::instance_id_from_provider_id(pid) {
+                    Ok(id) => format!("ec2 {id}"),
+                    Err(_) => continue,
+                }
+            }
+        };
+        by_machine.entry(key).or_default().push(name);
+    }
+    for (machine, names) in by_machine {
+        if names.len() < 2 {
+            continue;
+        }
+        for name in &names {
+            let others: Vec<&str> = names.iter().copied().filter(|n| n != name).collect();
+            conflicts.insert(
+                name.to_string(),
+                MappingConflict::SharedMachine(format!(
+                    "node {name} and node(s) {} all map to {machine}",
+                    others.join(", ")
+                )),
+            );
+        }
+    }
+    conflicts
 }
 
 fn spawn_reflector<K>(
@@ -349,6 +450,12 @@ impl Daemon {
                 r.remove(&name);
             }
         }
+        self.conflicts = mapping_conflicts(
+            &self.cfg,
+            nodes
+                .iter()
+                .map(|n| (n.metadata.name.as_deref().unwrap_or(""), cluster::provider_id(n))),
+        );
         for node in &nodes {
             self.evaluate(node, now);
         }
@@ -417,9 +524,23 @@ impl Daemon {
         let lease = self
             .leases
             .get(&ObjectRef::new(&name).within(cluster::NODE_LEASE_NAMESPACE));
-        let facts = cluster::node_facts(node, lease.as_deref(), source.is_some());
+        let mut facts = cluster::node_facts(node, lease.as_deref(), self.cluster.actor());
+        facts.has_power_source = source.is_some();
+        facts.identity_check = self
+            .cfg
+            .mapping_for(&name)
+            .map(|m| m.identity())
+            .unwrap_or_default();
+        facts.mapping_conflict = self.conflicts.get(&name).cloned();
         let policy = self.cfg.policy.clone();
         let tracker = self.trackers.get_mut(&name).expect("inserted above");
+        facts.lease_renewal_seen = observe_lease(&mut tracker.lease_seen, facts.lease_renew_time, now);
+        // Reads are evidence about one NotReady period: a node seen Ready starts afresh (its
+        // fence, if any, still needs the reads that lift it).
+        if facts.readiness == Readiness::Ready && facts.fence.is_none() {
+            tracker.reads.clear();
+        }
+        facts.identity_binding = tracker.binding.clone();
         let decision = decision::decide(&facts, &tracker.reads, &policy, now);
 
         // Power read wanted now?
@@ -432,6 +553,23 @@ impl Daemon {
                 name.clone(),
                 uid.clone(),
                 src.clone(),
+                ReadPurpose::Decision,
+                self.read_slots.clone(),
+                self.reads_tx.clone(),
+            );
+        } else if let Some(src) = &source
+            && decision.rule == Rule::NodeReady
+            && !tracker.read_in_flight
+            && tracker.identity_due.is_none_or(|t| Instant::now() >= t)
+        {
+            // A healthy node: learn (and re-check) that its power source reads its machine.
+            tracker.read_in_flight = true;
+            tracker.identity_due = Some(Instant::now() + IDENTITY_REFRESH);
+            spawn_read(
+                name.clone(),
+                uid.clone(),
+                src.clone(),
+                ReadPurpose::Identity,
                 self.read_slots.clone(),
                 self.reads_tx.clone(),
             );
@@ -548,14 +686,82 @@ impl Daemon {
             return;
         }
         t.read_in_flight = false;
-        t.reads.push(done.reading);
-        if t.reads.len() > READS_KEPT {
-            t.reads.remove(0);
+        let node = self.nodes.get(&ObjectRef::new(&done.node));
+        if let Some(node) = &node {
+            let verdict = identity::verify(&cluster::node_identity(node), &done.reading.identity);
+            self.learn_identity(node, verdict, done.reading.at);
+        }
+        if done.purpose == ReadPurpose::Decision
+            && let Some(t) = self.trackers.get_mut(&done.node)
+        {
+            t.reads.push(done.reading);
+            if t.reads.len() > READS_KEPT {
+                t.reads.remove(0);
+            }
         }
         // Decide again at once rather than at the next tick.
-        if let Some(node) = self.nodes.get(&ObjectRef::new(&done.node)) {
+        if let Some(node) = node {
             self.evaluate(&node, Timestamp::now());
         }
+    }
+
+    /// Records what a read said about the node's machine. A match or a mismatch replaces the
+    /// binding; "cannot tell" (a failed read, an instance that no longer exists) never erases
+    /// an earlier match, since a "gone" answer relies on it. Changes are logged, journaled
+    /// and, for a mismatch, an Event.
+    fn learn_identity(&mut self, node: &Arc<Node>, verdict: Verdict, at: Timestamp) {
+        let name = node.name_any();
+        let Some(t) = self.trackers.get_mut(&name) else {
+            return;
+        };
+        let previous = t.binding.as_ref().map(|b| b.verdict.clone());
+        let keep_previous = matches!(verdict, Verdict::Unverifiable(_))
+            && previous.as_ref().is_some_and(|p| !matches!(p, Verdict::Unverifiable(_)));
+        if keep_previous {
+            return;
+        }
+        t.binding = Some(IdentityBinding {
+            at,
+            verdict: verdict.clone(),
+        });
+        let changed = previous.as_ref().map(Verdict::label) != Some(verdict.label());
+        if !changed {
+            return;
+        }
+        let uid = node.uid().unwrap_or_default();
+        let message = format!("identity of the node's machine: {verdict}");
+        let rule = match verdict {
+            Verdict::Match(_) => {
+                tracing::info!(node = %name, "{message}");
+                "identity-verified"
+            }
+            Verdict::Mismatch(_) => {
+                tracing::error!(node = %name, "{message}: the config maps this node to another machine; it will never be fenced until fixed");
+                let cluster = self.cluster.clone();
+                let node = node.clone();
+                let event = format!("{message} (rule identity-mismatch)");
+                tokio::spawn(async move {
+                    cluster
+                        .event(&node, EventType::Warning, reasons::IDENTITY_MISMATCH, &event)
+                        .await
+                });
+                "identity-mismatch"
+            }
+            Verdict::Unverifiable(_) => {
+                tracing::warn!(node = %name, "{message}");
+                "identity-unverified"
+            }
+        };
+        let mut record = self.journal.record(
+            &name,
+            &uid,
+            RecordKind::Observation,
+            rule,
+            journal::Inputs::default(),
+        );
+        record.result = "observed".into();
+        record.message = message;
+        self.journal.submit(&record);
     }
 
     fn action_done(&mut self, done: ActionDone) {
@@ -571,6 +777,12 @@ impl Daemon {
         match done.result {
             Ok(()) => {
                 t.last_action_error = None;
+                t.retry_after = None;
+            }
+            Err(e) if done.abandoned => {
+                // Nothing was written: decide again on the next pass, with fresh inputs.
+                t.last_action_error = Some(e);
+                t.acted_on = None;
                 t.retry_after = None;
             }
             Err(e) => {
@@ -622,59 +834,48 @@ impl Daemon {
         let volume_watch = self.ec2_volume_watch(&node, &decision);
         tokio::spawn(async move {
             let evidence = format!("{} (rule {})", decision.reason, decision.rule.name());
+            let guard = decision.guard.clone();
+            let no_guard = || {
+                cluster::ClusterError::Precondition(
+                    "the decision carries no write guard; nothing written".into(),
+                )
+            };
             let (label, result) = match decision.step {
                 Step::Fence(FenceAction::Taint) => (
                     "taint",
-                    cluster
-                        .apply_fence_taint(&name, &uid, &evidence)
-                        .await
-                        .map(|w| {
-                            format!(
-                                "out-of-service taint added: {evidence}; bootID at fence {}; reads (newest first): {}",
-                                w.boot_id,
-                                reads.join("; ")
-                            )
-                        }),
+                    match &guard {
+                        Some(g) => cluster.apply_fence_taint(&name, g, &evidence).await,
+                        None => Err(no_guard()),
+                    }
+                    .map(|w| {
+                        format!(
+                            "out-of-service taint added: {evidence}; bootID at fence {}; reads (newest first): {}",
+                            w.boot_id,
+                            reads.join("; ")
+                        )
+                    }),
                 ),
                 Step::Fence(FenceAction::DeleteNode) => {
-                    let result = match cluster.delete_node(&name, &uid).await {
-                        Ok(w) => {
-                            // The Node is gone: its VolumeAttachments can go now instead of
-                            // after the attach/detach controller's 6-minute force-detach.
-                            let vas = match cluster.delete_volume_attachments(&name).await {
-                                Ok(v) => {
-                                    for _ in &v {
-                                        shared.metrics.action("delete_volumeattachment", true);
-                                    }
-                                    if v.is_empty() {
-                                        "no VolumeAttachments to delete".to_string()
-                                    } else {
-                                        format!("VolumeAttachments deleted: {}", v.join(", "))
-                                    }
-                                }
-                                Err(e) => {
-                                    shared.metrics.action("delete_volumeattachment", false);
-                                    format!(
-                                        "VolumeAttachments NOT deleted ({e}): they are force-detached after 6 minutes"
-                                    )
-                                }
-                            };
-                            Ok(format!(
-                                "Node deleted: {evidence}; bootID at fence {}; {vas}; reads (newest first): {}",
-                                w.boot_id,
-                                reads.join("; ")
-                            ))
-                        }
-                        Err(e) => Err(e),
-                    };
+                    let result = match &guard {
+                        Some(g) => delete_node_and_attachments(&cluster, &shared, &name, g).await,
+                        None => Err(no_guard()),
+                    }
+                    .map(|(w, vas)| {
+                        format!(
+                            "Node deleted: {evidence}; bootID at fence {}; {vas}; reads (newest first): {}",
+                            w.boot_id,
+                            reads.join("; ")
+                        )
+                    });
                     ("delete_node", result)
                 }
                 Step::Unfence => (
                     "untaint",
-                    cluster
-                        .remove_fence_taint(&name, &uid)
-                        .await
-                        .map(|()| format!("out-of-service taint removed: {evidence}")),
+                    match &guard {
+                        Some(g) => cluster.remove_fence_taint(&name, g).await,
+                        None => Err(no_guard()),
+                    }
+                    .map(|()| format!("out-of-service taint removed: {evidence}")),
                 ),
                 Step::ClearRecord => (
                     "clear_record",
@@ -685,7 +886,15 @@ impl Daemon {
                 ),
                 _ => return,
             };
-            shared.metrics.action(label, result.is_ok());
+            let abandoned = matches!(result, Err(cluster::ClusterError::Abandoned(_)));
+            shared.metrics.action_result(
+                label,
+                match (&result, abandoned) {
+                    (Ok(_), _) => "success",
+                    (Err(_), true) => "abandoned",
+                    (Err(_), false) => "failure",
+                },
+            );
             let reason = match decision.step {
                 Step::Fence(_) => reasons::FENCED,
                 Step::Unfence => reasons::UNFENCED,
@@ -713,6 +922,16 @@ impl Daemon {
                     record.result = "success".into();
                     record.message = message;
                     Ok(())
+                }
+                Err(e) if abandoned => {
+                    // Not a failure: the re-check did its job. Logged and journaled; the node
+                    // is decided again on fresh inputs.
+                    let message = format!("{label} not written: {e}; deciding again");
+                    tracing::warn!(node = %name, action = label, "{message}");
+                    record.result = "abandoned".into();
+                    record.error = Some(e.to_string());
+                    record.message = message.clone();
+                    Err(message)
                 }
                 Err(e) => {
                     let message = format!("{label} failed: {e}");
@@ -757,6 +976,7 @@ impl Daemon {
                     node: name,
                     uid,
                     result: outcome,
+                    abandoned,
                     step: decision.step,
                     fenced_at,
                     volume_attachments,
@@ -764,6 +984,45 @@ impl Daemon {
                 .await;
         });
     }
+}
+
+/// Deletes the Node (after the write-time re-check) and then exactly the VolumeAttachments
+/// that pointed at it just before: recorded by name and uid, so that a node re-registered under
+/// the same name keeps its own. Returns the write and a sentence about the attachments.
+async fn delete_node_and_attachments(
+    cluster: &Cluster,
+    shared: &Shared,
+    name: &str,
+    guard: &decision::WriteGuard,
+) -> Result<(cluster::FenceWrite, String), cluster::ClusterError> {
+    let recorded = cluster.volume_attachments_of(name).await;
+    let w = cluster.delete_node(name, guard).await?;
+    // The Node is gone: its VolumeAttachments can go now instead of after the attach/detach
+    // controller's 6-minute force-detach.
+    let sentence = match recorded {
+        Err(e) => format!(
+            "VolumeAttachments NOT deleted (could not list them before the delete: {e}): they are force-detached after 6 minutes"
+        ),
+        Ok(recorded) => match cluster.delete_volume_attachments(&recorded).await {
+            Ok(v) => {
+                for _ in &v {
+                    shared.metrics.action("delete_volumeattachment", true);
+                }
+                if v.is_empty() {
+                    "no VolumeAttachments to delete".to_string()
+                } else {
+                    format!("VolumeAttachments deleted: {}", v.join(", "))
+                }
+            }
+            Err(e) => {
+                shared.metrics.action("delete_volumeattachment", false);
+                format!(
+                    "VolumeAttachments NOT deleted ({e}): they are force-detached after 6 minutes"
+                )
+            }
+        },
+    };
+    Ok((w, sentence))
 }
 
 impl Daemon {
@@ -881,6 +1140,7 @@ fn spawn_read(
     node: String,
     uid: String,
     src: MappedSource,
+    purpose: ReadPurpose,
     slots: Arc<Semaphore>,
     tx: mpsc::Sender<ReadDone>,
 ) {
@@ -893,6 +1153,7 @@ fn spawn_read(
                 uid,
                 reading,
                 backend: src.source.backend(),
+                purpose,
             })
             .await;
     });
@@ -900,34 +1161,37 @@ fn spawn_read(
 
 /// One read with a hard deadline; a panic in the backend becomes an error read.
 pub async fn read_once(source: &Arc<dyn PowerSource>, deadline: Duration) -> PowerReading {
+    // The read's time is when it started: whatever it says was true no later than that.
+    let at = Timestamp::now();
     let started = Instant::now();
     let s = source.clone();
-    let mut task = tokio::spawn(async move { s.read_detailed().await });
-    let (state, details) = match tokio::time::timeout(deadline, &mut task).await {
+    let mut task = tokio::spawn(async move { s.read_reply().await });
+    let reply = match tokio::time::timeout(deadline, &mut task).await {
         Ok(Ok(reply)) => reply,
-        Ok(Err(join)) => (
+        Ok(Err(join)) => power::Reply::without_identity(
             PowerState::error(
                 ReadErrorKind::BadReply,
                 format!("power source failed internally: {join}"),
             ),
-            Vec::new(),
+            "the read failed",
         ),
         Err(_) => {
             task.abort();
-            (
+            power::Reply::without_identity(
                 PowerState::error(
                     ReadErrorKind::Timeout,
                     format!("no answer within {deadline:?}"),
                 ),
-                Vec::new(),
+                "the read timed out",
             )
         }
     };
     PowerReading {
-        at: Timestamp::now(),
+        at,
         latency: started.elapsed(),
-        state,
-        details,
+        state: reply.state,
+        details: reply.details,
+        identity: reply.identity,
     }
 }
 
@@ -1083,9 +1347,23 @@ impl Daemon {
         m.set_blocked_counts(&blocked);
         m.set_power_sources_failing(&failing);
 
+        let mut verdicts: BTreeMap<&'static str, i64> = BTreeMap::new();
+        let mut unchecked = 0;
+        for (name, t) in &self.trackers {
+            let Some(mapping) = self.cfg.mapping_for(name) else {
+                continue;
+            };
+            if mapping.identity() == IdentityCheck::Unchecked {
+                unchecked += 1;
+            }
+            let verdict = t.binding.as_ref().map_or("unknown", |b| b.verdict.label());
+            *verdicts.entry(verdict).or_default() += 1;
+        }
+        m.set_identity_counts(&verdicts, unchecked);
+
         let (mut foreign_ready, mut foreign_not_ready) = (0, 0);
         for n in nodes {
-            let f = cluster::node_facts(n, None, false);
+            let f = cluster::node_facts(n, None, self.cluster.actor());
             if f.foreign_out_of_service {
                 if f.readiness == decision::Readiness::Ready {
                     foreign_ready += 1;
@@ -1143,5 +1421,149 @@ impl Daemon {
             }
             _ => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(s: i64) -> Timestamp {
+        Timestamp::from_second(1_800_000_000 + s).unwrap()
+    }
+
+    /// A Lease renewal is dated by when oobfence saw it, never by the kubelet's clock: a
+    /// kubelet whose clock is a year behind still counts as renewing.
+    #[test]
+    fn lease_renewals_are_dated_by_oobfences_clock() {
+        let mut seen = None;
+        let year_ago = t(-365 * 86_400);
+        // First sighting: counts as renewed now (the node lifecycle controller does the same).
+        assert_eq!(observe_lease(&mut seen, Some(year_ago), t(0)), Some(t(0)));
+        // Unchanged: still the time it was first seen.
+        assert_eq!(observe_lease(&mut seen, Some(year_ago), t(30)), Some(t(0)));
+        // Renewed, by a clock still a year behind: seen now.
+        let renewed = year_ago + jiff::SignedDuration::from_secs(10);
+        assert_eq!(observe_lease(&mut seen, Some(renewed), t(40)), Some(t(40)));
+        // No Lease: nothing to judge by.
+        assert_eq!(observe_lease(&mut seen, None, t(50)), None);
+    }
+
+    struct SlowOff;
+
+    impl PowerSource for SlowOff {
+        fn backend(&self) -> &'static str {
+            "test"
+        }
+        fn address(&self) -> String {
+            "slow".into()
+        }
+        fn read(&self) -> futures::future::BoxFuture<'_, PowerState> {
+            Box::pin(async {
+                tokio::time::sleep(Duration::from_millis(1500)).await;
+                PowerState::Off
+            })
+        }
+    }
+
+    /// A read is dated when it started: an answer that took 1.5 s proves the machine was off
+    /// no later than the request, not at its arrival.
+    #[tokio::test]
+    async fn a_read_is_dated_when_it_started() {
+        let before = Timestamp::now();
+        let source: Arc<dyn PowerSource> = Arc::new(SlowOff);
+        let r = read_once(&source, Duration::from_secs(5)).await;
+        let after = Timestamp::now();
+        assert_eq!(r.state, PowerState::Off);
+        assert!(r.latency >= Duration::from_millis(1500), "{:?}", r.latency);
+        assert!(r.at >= before, "{} < {before}", r.at);
+        assert!(
+            after.duration_since(r.at) >= jiff::SignedDuration::from_millis(1500),
+            "read dated {} but it ended at {after}",
+            r.at
+        );
+    }
+
+    fn config(dir: &std::path::Path, body: &str) -> Config {
+        let pw = dir.join("pw");
+        std::fs::write(&pw, "x\n").unwrap();
+        let text = format!(
+            "datacenter = \"dc1\"\n{}",
+            body.replace("PW", &pw.display().to_string())
+        );
+        Config::parse(&text, std::path::Path::new("dc1.toml")).unwrap()
+    }
+
+    #[test]
+    fn nodes_mapped_to_one_machine_are_all_in_conflict() {
+        let dir = tempfile::tempdir().unwrap();
+        // One template whose {node} lands in the path: two node names that a glob maps to the
+        // same BMC host and the same system.
+        let cfg = config(
+            dir.path(),
+            r#"
+[[bmc]]
+nodes = ["rack1-*"]
+protocol = "redfish"
+address = "https://bmc.example"
+system = "/redfish/v1/Systems/{node}"
+username = "u"
+password_file = "PW"
+[[bmc]]
+nodes = ["db-1"]
+protocol = "redfish"
+address = "https://BMC.example:443/"
+system = "/redfish/v1/Systems/rack1-01/"
+username = "u"
+password_file = "PW"
+[aws]
+region = "us-east-1"
+nodes = ["ip-*"]
+"#,
+        );
+        let conflicts = mapping_conflicts(
+            &cfg,
+            [
+                ("rack1-01", None),
+                ("rack1-02", None),
+                ("db-1", None),
+                ("ip-10-0-0-1", Some("aws:///us-east-1a/i-0aaaaaaaaaaaaaaa1")),
+                ("ip-10-0-0-2", Some("aws:///us-east-1b/i-0aaaaaaaaaaaaaaa1")),
+                ("ip-10-0-0-3", Some("aws:///us-east-1a/i-0aaaaaaaaaaaaaaa3")),
+            ],
+        );
+        for n in ["rack1-01", "db-1", "ip-10-0-0-1", "ip-10-0-0-2"] {
+            assert!(
+                matches!(conflicts.get(n), Some(MappingConflict::SharedMachine(_))),
+                "{n}: {conflicts:?}"
+            );
+        }
+        assert!(!conflicts.contains_key("rack1-02"));
+        assert!(!conflicts.contains_key("ip-10-0-0-3"));
+    }
+
+    /// The review's first path: a providerID in us-west-2 read with region us-east-1 would be
+    /// "not in the answer", twice, and the node deleted while its instance runs.
+    #[test]
+    fn an_instance_of_another_region_is_a_conflict_not_a_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = config(
+            dir.path(),
+            "[aws]\nregion = \"us-east-1\"\nnodes = [\"ip-*\"]\n",
+        );
+        let conflicts = mapping_conflicts(
+            &cfg,
+            [
+                ("ip-10-0-0-1", Some("aws:///us-west-2a/i-0aaaaaaaaaaaaaaa1")),
+                ("ip-10-0-0-2", Some("aws:///us-east-1c/i-0aaaaaaaaaaaaaaa2")),
+            ],
+        );
+        match conflicts.get("ip-10-0-0-1") {
+            Some(MappingConflict::RegionMismatch(d)) => {
+                assert!(d.contains("us-west-2a") && d.contains("us-east-1"), "{d}")
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(!conflicts.contains_key("ip-10-0-0-2"));
     }
 }

@@ -5,12 +5,18 @@
 //! why` shows the [`Rule`] that produced it. A new guard is a new fact and a new rule here,
 //! never a special case elsewhere.
 //!
-//! The one path to [`Step::Fence`]: the node is NotReady for at least `not_ready_grace`, its
-//! kubelet stopped renewing its Lease, its power source is configured in the config file, and
-//! the last `confirm_reads` reads all said Off, spaced at least `confirm_interval` apart, with
-//! the newest no older than `read_max_age` — and `dry_run` is off. A cloud instance that is
-//! terminated or unknown counts like Off (an unknown one needs at least two answers) and gets
-//! `on_terminated` instead of `action`. Everything else waits, re-reads, or refuses.
+//! The one path to [`Step::Fence`]: the node is NotReady for at least `not_ready_grace`, oobfence
+//! has seen no renewal of its Lease for that long (by its own clock), its power source is
+//! configured in the config file and maps to no other node's machine, and the last
+//! `confirm_reads` reads all said Off, spaced at least `confirm_interval` apart, with the newest
+//! no older than `read_max_age` — each from a machine that proved it is the node's machine
+//! ([`crate::identity`]) — and `dry_run` is off. A cloud instance that is terminated or unknown
+//! gets `on_terminated` instead of `action`, only after a streak of such answers alone (an
+//! unknown one needs at least two), from a region and account that once knew the instance as
+//! this node's. Everything else waits, re-reads, or refuses.
+//!
+//! A decision to write carries a [`WriteGuard`]: what it was based on. The writer checks it on
+//! the fresh GET right before the write ([`recheck`]) and aborts when anything moved.
 
 use std::fmt;
 use std::time::Duration;
@@ -18,6 +24,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
+use crate::identity::{self, IdentityCheck, NodeIdentity, Verdict};
 use crate::power::{PowerReading, PowerState};
 
 /// What oobfence does once a machine is proven off.
@@ -93,22 +100,64 @@ pub struct FenceRecord {
     pub boot_id: String,
     /// Whether the out-of-service taint oobfence added is still on the node.
     pub taint_present: bool,
+    /// `oobfence.io/fenced-by` names this daemon (datacenter and host). A fence placed by another
+    /// datacenter's or host's oobfence is never lifted nor adopted here.
+    pub ours: bool,
+}
+
+/// Why the config's mapping for this node cannot be trusted, whatever its machine says.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "conflict", content = "detail", rename_all = "snake_case")]
+pub enum MappingConflict {
+    /// The zone in the node's providerID is not in the region oobfence reads: an instance of
+    /// another region is simply absent from the answer, which must never read as "gone".
+    RegionMismatch(String),
+    /// Another Node resolves to the same machine: its being off cannot tell which node is dead.
+    SharedMachine(String),
+}
+
+impl fmt::Display for MappingConflict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MappingConflict::RegionMismatch(d) => write!(f, "region mismatch: {d}"),
+            MappingConflict::SharedMachine(d) => write!(f, "shared machine: {d}"),
+        }
+    }
+}
+
+/// The last identity verification of the node's machine from a read, made while it was healthy
+/// or since: proof that the power source knows this node's machine.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct IdentityBinding {
+    pub at: Timestamp,
+    pub verdict: Verdict,
 }
 
 /// Everything the core knows about one node, read from the cluster and the config.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct NodeFacts {
+    pub uid: String,
     pub readiness: Readiness,
-    /// When the node's Lease in kube-node-lease was last renewed, if it has one.
-    pub lease_renewed: Option<Timestamp>,
+    /// When oobfence (by its own clock) last saw the node's Lease renewTime change; the first
+    /// sighting counts as a renewal, as in the node lifecycle controller. `None`: no Lease.
+    pub lease_renewal_seen: Option<Timestamp>,
+    /// The Lease's renewTime as the kubelet wrote it (the kubelet's clock): only ever compared
+    /// for equality, at write time.
+    pub lease_renew_time: Option<Timestamp>,
     pub boot_id: String,
     pub being_deleted: bool,
-    /// oobfence's own fence record, if it fenced this node.
+    /// oobfence's fence record, if an oobfence fenced this node.
     pub fence: Option<FenceRecord>,
-    /// An out-of-service taint that oobfence did not place.
+    /// An out-of-service taint that no oobfence placed.
     pub foreign_out_of_service: bool,
     /// The config file maps this node to a power source.
     pub has_power_source: bool,
+    pub mapping_conflict: Option<MappingConflict>,
+    /// What the kubelet reported about its machine (system UUID, addresses).
+    pub identity: NodeIdentity,
+    pub identity_check: IdentityCheck,
+    /// The last identity verification from a read, if any.
+    pub identity_binding: Option<IdentityBinding>,
 }
 
 /// Where a node stands, for `why`, `/nodes` and the `node_state` metric.
@@ -140,6 +189,106 @@ impl NodeState {
     }
 }
 
+/// What a write was decided on. The writer re-checks it on a fresh GET right before the write
+/// (see [`recheck`]): the cache the decision used may be seconds old, and the GET, the PATCH
+/// and retries after a 409 take more.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct WriteGuard {
+    pub purpose: GuardPurpose,
+    pub uid: String,
+    /// The bootID the reads were taken against (fence), or the new one seen Ready (unfence).
+    pub boot_id: String,
+    /// The Lease renewTime the decision saw (fence only: it must not have moved).
+    pub lease_renew_time: Option<Timestamp>,
+    /// The newest read behind the decision (Off or gone for a fence, On for an unfence): it
+    /// must still be within `read_max_age` at write time.
+    pub evidence_at: Timestamp,
+    pub read_max_age: Duration,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GuardPurpose {
+    Fence,
+    Unfence,
+}
+
+/// The node as a fresh GET (and, for a fence, a fresh GET of its Lease) shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FreshNode {
+    pub uid: String,
+    pub readiness: Readiness,
+    pub boot_id: String,
+    pub lease_renew_time: Option<Timestamp>,
+    /// The fence record on it, if any.
+    pub fence: Option<FenceRecord>,
+}
+
+/// Whether a write decided under `guard` may still go ahead on the node as freshly read, at
+/// `now` (taken right before the write). `Err` says what moved; the write is then abandoned and
+/// the node decided again from scratch.
+pub fn recheck(guard: &WriteGuard, fresh: &FreshNode, now: Timestamp) -> Result<(), String> {
+    if fresh.uid != guard.uid {
+        return Err(format!(
+            "the Node now has uid {}, not the {} the decision was about (deleted and re-created)",
+            fresh.uid, guard.uid
+        ));
+    }
+    if fresh.boot_id != guard.boot_id {
+        return Err(format!(
+            "the Node's bootID changed from {:?} to {:?} since the decision: the machine booted",
+            guard.boot_id, fresh.boot_id
+        ));
+    }
+    let age = elapsed(guard.evidence_at, now);
+    if age > guard.read_max_age {
+        return Err(format!(
+            "the newest power read behind the decision is {} old at write time (max {})",
+            secs(age),
+            secs(guard.read_max_age)
+        ));
+    }
+    match guard.purpose {
+        GuardPurpose::Fence => {
+            if fresh.readiness == Readiness::Ready {
+                return Err("the Node is Ready again on a fresh read".into());
+            }
+            if fresh.lease_renew_time != guard.lease_renew_time {
+                return Err(format!(
+                    "the kubelet renewed its Lease since the decision ({} -> {}): something on the machine is alive",
+                    show_time(guard.lease_renew_time),
+                    show_time(fresh.lease_renew_time)
+                ));
+            }
+        }
+        GuardPurpose::Unfence => {
+            if fresh.readiness != Readiness::Ready {
+                return Err("the Node is not Ready on a fresh read".into());
+            }
+            match &fresh.fence {
+                None => return Err("the Node carries no oobfence record any more".into()),
+                Some(r) if !r.ours => {
+                    return Err(
+                        "the fence on the Node was placed by another oobfence (oobfence.io/fenced-by); it is not this daemon's to lift".into(),
+                    );
+                }
+                Some(r) if r.boot_id == fresh.boot_id || fresh.boot_id.is_empty() => {
+                    return Err(format!(
+                        "the Node's bootID {:?} is the one recorded at fence time",
+                        fresh.boot_id
+                    ));
+                }
+                Some(_) => {}
+            }
+        }
+    }
+    Ok(())
+}
+
+fn show_time(t: Option<Timestamp>) -> String {
+    t.map(|t| t.to_string()).unwrap_or_else(|| "none".into())
+}
+
 /// What the daemon should do now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "step", content = "action", rename_all = "snake_case")]
@@ -169,17 +318,23 @@ pub enum Rule {
     NotReadyGrace,
     ForeignOutOfServiceTaint,
     NoPowerSource,
+    RegionMismatch,
+    SharedMachine,
+    IdentityMismatch,
+    IdentityUnverified,
     LeaseRenewedRecently,
     AwaitingPowerRead,
     StalePowerRead,
     PowerOn,
     PowerTransitional,
+    PowerSuspended,
     PowerUnknown,
     ConfirmingOff,
     ConfirmedOff,
     ConfirmedGone,
     DryRun,
     FencedAwaitingRecovery,
+    FencedByAnother,
     FenceRemovedExternally,
     UntaintDisabled,
     RecoveryNeedsPowerOn,
@@ -196,17 +351,23 @@ impl Rule {
             Rule::NotReadyGrace => "not-ready-grace",
             Rule::ForeignOutOfServiceTaint => "foreign-out-of-service-taint",
             Rule::NoPowerSource => "no-power-source",
+            Rule::RegionMismatch => "region-mismatch",
+            Rule::SharedMachine => "shared-machine",
+            Rule::IdentityMismatch => "identity-mismatch",
+            Rule::IdentityUnverified => "identity-unverified",
             Rule::LeaseRenewedRecently => "lease-renewed-recently",
             Rule::AwaitingPowerRead => "awaiting-power-read",
             Rule::StalePowerRead => "stale-power-read",
             Rule::PowerOn => "power-on",
             Rule::PowerTransitional => "power-transitional",
+            Rule::PowerSuspended => "power-suspended",
             Rule::PowerUnknown => "power-unknown",
             Rule::ConfirmingOff => "confirming-off",
             Rule::ConfirmedOff => "confirmed-off",
             Rule::ConfirmedGone => "confirmed-gone",
             Rule::DryRun => "dry-run",
             Rule::FencedAwaitingRecovery => "fenced-awaiting-recovery",
+            Rule::FencedByAnother => "fenced-by-another",
             Rule::FenceRemovedExternally => "fence-removed-externally",
             Rule::UntaintDisabled => "untaint-disabled",
             Rule::RecoveryNeedsPowerOn => "recovery-needs-power-on",
@@ -231,6 +392,8 @@ pub struct Decision {
     pub reason: String,
     /// Read the power state at or after this time (none: no read wanted).
     pub next_read_at: Option<Timestamp>,
+    /// For [`Step::Fence`] and [`Step::Unfence`]: what the writer must re-check.
+    pub guard: Option<WriteGuard>,
 }
 
 impl Decision {
@@ -241,7 +404,13 @@ impl Decision {
             rule,
             reason: reason.into(),
             next_read_at: None,
+            guard: None,
         }
+    }
+
+    fn guarded(mut self, guard: WriteGuard) -> Self {
+        self.guard = Some(guard);
+        self
     }
 
     fn read_at(mut self, at: Timestamp) -> Self {
@@ -265,8 +434,8 @@ fn secs(d: Duration) -> String {
     humantime::format_duration(d).to_string()
 }
 
-/// Decides what to do about one node. `reads` are this node's power reads in time order (the
-/// daemon keeps them per incident); reads older than the current NotReady period are ignored.
+/// Decides what to do about one node. `reads` are this node's power reads in time order, all
+/// taken since the node was last seen Ready (the daemon drops them whenever it is).
 pub fn decide(
     facts: &NodeFacts,
     reads: &[PowerReading],
@@ -335,24 +504,60 @@ pub fn decide(
         );
     }
 
-    if let Some(renewed) = facts.lease_renewed {
-        let age = elapsed(renewed, now);
-        if renewed > since || age < policy.not_ready_grace {
+    match &facts.mapping_conflict {
+        Some(MappingConflict::RegionMismatch(detail)) => {
+            return Decision::new(
+                S::Blocked,
+                Step::Idle,
+                Rule::RegionMismatch,
+                format!("{detail}: an instance of another region is absent from every answer, which must never read as gone; fix [aws] region"),
+            );
+        }
+        Some(MappingConflict::SharedMachine(detail)) => {
+            return Decision::new(
+                S::Blocked,
+                Step::Idle,
+                Rule::SharedMachine,
+                format!("{detail}: one machine's being off cannot tell which node is dead; fix the config's mapping"),
+            );
+        }
+        None => {}
+    }
+
+    if let Some(b) = &facts.identity_binding
+        && let Verdict::Mismatch(detail) = &b.verdict
+    {
+        return Decision::new(
+            S::Blocked,
+            Step::Idle,
+            Rule::IdentityMismatch,
+            format!(
+                "the power source answers for another machine (seen {}): {detail}",
+                b.at.strftime("%Y-%m-%dT%H:%M:%SZ")
+            ),
+        )
+        .read_at(plus(b.at, policy.recheck_interval));
+    }
+
+    if let Some(seen) = facts.lease_renewal_seen {
+        let age = elapsed(seen, now);
+        if age < policy.not_ready_grace {
             return Decision::new(
                 S::Blocked,
                 Step::Idle,
                 Rule::LeaseRenewedRecently,
                 format!(
-                    "the kubelet renewed its Lease {} ago, after the node went NotReady: something on the machine is alive",
-                    secs(age)
+                    "oobfence saw the kubelet renew its Lease {} ago (less than the {} grace): something on the machine is alive",
+                    secs(age),
+                    secs(policy.not_ready_grace)
                 ),
             );
         }
     }
 
-    // Only reads taken during this NotReady period are evidence about it.
-    let reads: Vec<&PowerReading> = reads.iter().filter(|r| r.at >= since).collect();
-    let Some(last) = reads.last().copied() else {
+    // The daemon drops a node's reads whenever it sees it Ready, so every read here was taken
+    // during this NotReady period (by oobfence's clock, never compared with the node's).
+    let Some(last) = reads.last() else {
         return Decision::new(
             S::Confirming,
             Step::Idle,
@@ -376,6 +581,24 @@ pub fn decide(
         .read_at(now);
     }
 
+    // A machine that ever answered as another machine in this period: the mapping is wrong,
+    // whatever it says now.
+    if let Some((r, detail)) = reads.iter().rev().find_map(|r| match identity_of(facts, r) {
+        Verdict::Mismatch(d) => Some((r, d)),
+        _ => None,
+    }) {
+        return Decision::new(
+            S::Blocked,
+            Step::Idle,
+            Rule::IdentityMismatch,
+            format!(
+                "the power source answered for another machine at {}: {detail}; never fenced",
+                r.at.strftime("%Y-%m-%dT%H:%M:%SZ")
+            ),
+        )
+        .read_at(plus(last.at, policy.recheck_interval));
+    }
+
     match &last.state {
         PowerState::On => Decision::new(
             S::Blocked,
@@ -391,6 +614,13 @@ pub fn decide(
             format!("power is changing ({detail}); not off yet, reading again"),
         )
         .read_at(plus(last.at, policy.confirm_interval)),
+        PowerState::Suspended { detail } => Decision::new(
+            S::Blocked,
+            Step::Idle,
+            Rule::PowerSuspended,
+            format!("the machine is suspended with its memory kept ({detail}): it resumes with the same processes and bootID, so it is not off; never fenced"),
+        )
+        .read_at(plus(last.at, policy.recheck_interval)),
         PowerState::Error { kind, detail } => Decision::new(
             S::Blocked,
             Step::Idle,
@@ -399,15 +629,34 @@ pub fn decide(
         )
         .read_at(plus(last.at, policy.confirm_interval)),
         PowerState::Off | PowerState::Terminated | PowerState::NotFound => {
-            let confirmed = confirmed_off_reads(&reads, policy.confirm_interval);
+            let gone = last.state.is_gone();
+            // Only a streak of one kind counts: Off then not-found is one answer of each, not
+            // two proofs that the instance is gone.
+            let streak = confirming_streak(reads, gone, policy.confirm_interval);
+            // Every read counted must come from the node's own machine.
+            for r in &streak {
+                if let Err(why) = identity_counts(facts, r) {
+                    return Decision::new(
+                        S::Blocked,
+                        Step::Idle,
+                        Rule::IdentityUnverified,
+                        format!(
+                            "the {} read at {} cannot be tied to this node's machine: {why}; set identity = \"unchecked\" on the entry only for machines that cannot report one",
+                            r.state,
+                            r.at.strftime("%Y-%m-%dT%H:%M:%SZ")
+                        ),
+                    )
+                    .read_at(plus(last.at, policy.recheck_interval));
+                }
+            }
+            let confirmed = streak.len();
             // A cloud that does not know an instance may just not have caught up yet
             // (eventual consistency): "not found" is never trusted on one answer.
-            let needed = if last.state == PowerState::NotFound {
+            let needed = if streak.iter().any(|r| r.state == PowerState::NotFound) {
                 policy.confirm_reads.max(2)
             } else {
                 policy.confirm_reads
             } as usize;
-            let gone = last.state.is_gone();
             let what = if gone { "gone (terminated or not found)" } else { "Off" };
             if confirmed < needed {
                 return Decision::new(
@@ -427,9 +676,10 @@ pub fn decide(
                 (policy.action, Rule::ConfirmedOff)
             };
             let evidence = format!(
-                "NotReady for {}, {confirmed} consecutive {what} reads spaced at least {} apart, newest {} old ({})",
+                "NotReady for {}, {confirmed} consecutive {what} reads spaced at least {} apart from the node's machine ({}), newest {} old ({})",
                 secs(not_ready_for),
                 secs(policy.confirm_interval),
+                identity_summary(facts, last),
                 secs(age),
                 last.state
             );
@@ -447,30 +697,93 @@ pub fn decide(
                     rule,
                     format!("{evidence}: {action}"),
                 )
+                .guarded(WriteGuard {
+                    purpose: GuardPurpose::Fence,
+                    uid: facts.uid.clone(),
+                    boot_id: facts.boot_id.clone(),
+                    lease_renew_time: facts.lease_renew_time,
+                    evidence_at: last.at,
+                    read_max_age: policy.read_max_age,
+                })
             }
         }
     }
 }
 
-/// Counts the reads that confirm the newest one: walking back from the newest, each counted
-/// read is at least `interval` older than the previous counted one; a down read closer than
-/// that is skipped, and any read that is not down (Off, terminated, not found) ends the streak.
-fn confirmed_off_reads(reads: &[&PowerReading], interval: Duration) -> usize {
-    let mut count = 0;
-    let mut last_counted: Option<Timestamp> = None;
-    for r in reads.iter().rev() {
-        if !r.state.is_down() {
-            break;
-        }
-        match last_counted {
-            Some(t) if elapsed(r.at, t) < interval => continue,
-            _ => {
-                count += 1;
-                last_counted = Some(r.at);
+/// How a read's machine compares with the node's.
+fn identity_of(facts: &NodeFacts, r: &PowerReading) -> Verdict {
+    identity::verify(&facts.identity, &r.identity)
+}
+
+/// Whether a read may count towards a fence (or an unfence): its machine proved it is the
+/// node's; or, for "gone" (an instance that no longer exists reports no addresses), the same
+/// power source proved it knew this node's machine earlier; or the entry says
+/// `identity = "unchecked"`. A mismatch never counts, checked or not.
+fn identity_counts(facts: &NodeFacts, r: &PowerReading) -> Result<(), String> {
+    match identity_of(facts, r) {
+        Verdict::Match(_) => Ok(()),
+        Verdict::Mismatch(d) => Err(d),
+        Verdict::Unverifiable(_) if facts.identity_check == IdentityCheck::Unchecked => Ok(()),
+        Verdict::Unverifiable(d) => {
+            if r.state.is_gone()
+                && let Some(b) = &facts.identity_binding
+                && b.verdict.is_match()
+            {
+                return Ok(());
+            }
+            if r.state.is_gone() {
+                Err(format!(
+                    "{d}, and this region and account never answered for the node's machine, so \"gone\" may only mean \"not ours\""
+                ))
+            } else {
+                Err(d)
             }
         }
     }
-    count
+}
+
+fn identity_summary(facts: &NodeFacts, r: &PowerReading) -> String {
+    match identity_of(facts, r) {
+        Verdict::Match(d) => d,
+        _ if facts.identity_check == IdentityCheck::Unchecked => {
+            "identity unchecked by configuration".into()
+        }
+        _ => match &facts.identity_binding {
+            Some(b) if b.verdict.is_match() => format!(
+                "{}, verified {}",
+                b.verdict.detail(),
+                b.at.strftime("%Y-%m-%dT%H:%M:%SZ")
+            ),
+            _ => "identity unverified".into(),
+        },
+    }
+}
+
+/// The reads that confirm the newest one: walking back from the newest, reads of the same kind
+/// (Off, or gone: terminated / not found), each at least `interval` older than the previous
+/// counted one; a read of that kind closer than that is skipped, and any other read ends the
+/// streak.
+fn confirming_streak(
+    reads: &[PowerReading],
+    gone: bool,
+    interval: Duration,
+) -> Vec<&PowerReading> {
+    let mut streak: Vec<&PowerReading> = Vec::new();
+    for r in reads.iter().rev() {
+        let same_kind = if gone {
+            r.state.is_gone()
+        } else {
+            r.state == PowerState::Off
+        };
+        if !same_kind {
+            break;
+        }
+        match streak.last() {
+            Some(prev) if elapsed(r.at, prev.at) < interval => continue,
+            _ => streak.push(r),
+        }
+    }
+    streak
 }
 
 fn decide_fenced(
@@ -482,6 +795,14 @@ fn decide_fenced(
 ) -> Decision {
     use NodeState as S;
 
+    if !record.ours {
+        return Decision::new(
+            S::Fenced,
+            Step::Idle,
+            Rule::FencedByAnother,
+            "the node's fence was placed by another oobfence (another datacenter's or host's, oobfence.io/fenced-by); this daemon never lifts nor adopts it",
+        );
+    }
     if !record.taint_present {
         return Decision::new(
             S::Healthy,
@@ -513,7 +834,7 @@ fn decide_fenced(
     let fresh_on = reads.last().filter(|r| {
         r.at >= record.at && elapsed(r.at, now) <= policy.read_max_age && r.state == PowerState::On
     });
-    if fresh_on.is_none() {
+    let Some(on) = fresh_on else {
         let next = match reads.last() {
             Some(r) if r.at >= record.at && elapsed(r.at, now) <= policy.read_max_age => {
                 plus(r.at, policy.confirm_interval)
@@ -531,6 +852,16 @@ fn decide_fenced(
             format!("node is Ready again; lifting the fence needs a fresh On read ({last})"),
         )
         .read_at(next);
+    };
+    // ...from the node's own machine.
+    if let Err(why) = identity_counts(facts, on) {
+        return Decision::new(
+            S::Recovering,
+            Step::Idle,
+            Rule::IdentityMismatch,
+            format!("node is Ready and a machine reads On, but it is not proven to be this node's: {why}; the fence stays"),
+        )
+        .read_at(plus(on.at, policy.recheck_interval));
     }
     if facts.boot_id.is_empty() || facts.boot_id == record.boot_id {
         return Decision::new(
@@ -544,8 +875,10 @@ fn decide_fenced(
         );
     }
     let reason = format!(
-        "node is Ready, power reads On, bootID changed ({} -> {})",
-        record.boot_id, facts.boot_id
+        "node is Ready, power reads On ({}), bootID changed ({} -> {})",
+        identity_summary(facts, on),
+        record.boot_id,
+        facts.boot_id
     );
     if policy.dry_run {
         Decision::new(
@@ -555,42 +888,94 @@ fn decide_fenced(
             format!("{reason}; dry run: would remove the taint"),
         )
     } else {
-        Decision::new(S::Recovering, Step::Unfence, Rule::RecoveredNewBoot, reason)
+        Decision::new(S::Recovering, Step::Unfence, Rule::RecoveredNewBoot, reason).guarded(
+            WriteGuard {
+                purpose: GuardPurpose::Unfence,
+                uid: facts.uid.clone(),
+                boot_id: facts.boot_id.clone(),
+                lease_renew_time: None,
+                evidence_at: on.at,
+                read_max_age: policy.read_max_age,
+            },
+        )
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::identity::MachineIdentity;
     use crate::power::ReadErrorKind;
 
     fn t(s: i64) -> Timestamp {
         Timestamp::from_second(1_800_000_000 + s).unwrap()
     }
 
+    const UUID: &str = "4c4c4544-0038-4b10-8052-b4c04f4a4e32";
+    const OTHER_UUID: &str = "4c4c4544-0038-4b10-8052-b4c04f4a4e33";
+
+    /// A read from the node's own machine.
     fn read(at: i64, state: PowerState) -> PowerReading {
+        read_from(at, state, MachineIdentity::system_uuid(UUID, None).unwrap())
+    }
+
+    fn read_from(at: i64, state: PowerState, identity: MachineIdentity) -> PowerReading {
         PowerReading {
             at: t(at),
             latency: Duration::from_millis(120),
             state,
             details: Vec::new(),
+            identity,
         }
+    }
+
+    /// A "gone" answer: an instance that no longer exists reports no addresses.
+    fn gone(at: i64, state: PowerState) -> PowerReading {
+        read_from(at, state, no_identity())
+    }
+
+    /// A dead node whose power source proved, while it was healthy, that it knows its machine.
+    fn bound() -> NodeFacts {
+        NodeFacts {
+            identity_binding: Some(IdentityBinding {
+                at: t(-600),
+                verdict: Verdict::Match("instance i-1 has the Node's address 10.0.0.5".into()),
+            }),
+            ..dead()
+        }
+    }
+
+    fn other_machine() -> MachineIdentity {
+        MachineIdentity::system_uuid(OTHER_UUID, None).unwrap()
+    }
+
+    fn no_identity() -> MachineIdentity {
+        MachineIdentity::unreported("test")
     }
 
     fn off(at: i64) -> PowerReading {
         read(at, PowerState::Off)
     }
 
-    /// NotReady since t(0), lease last renewed at t(-10): a dead node.
+    /// NotReady since t(0), lease renewal last seen at t(-10): a dead node.
     fn dead() -> NodeFacts {
         NodeFacts {
+            uid: "uid-1".into(),
             readiness: Readiness::NotReady { since: t(0) },
-            lease_renewed: Some(t(-10)),
+            lease_renewal_seen: Some(t(-10)),
+            lease_renew_time: Some(t(-12)),
             boot_id: "boot-a".into(),
             being_deleted: false,
             fence: None,
             foreign_out_of_service: false,
             has_power_source: true,
+            mapping_conflict: None,
+            identity: NodeIdentity {
+                system_uuid: UUID.to_uppercase(),
+                addresses: vec!["10.0.0.5".into()],
+            },
+            identity_check: IdentityCheck::Checked,
+            identity_binding: None,
         }
     }
 
@@ -602,6 +987,7 @@ mod tests {
                 at: t(100),
                 boot_id: "boot-a".into(),
                 taint_present: true,
+                ours: true,
             }),
             ..dead()
         }
@@ -634,10 +1020,10 @@ mod tests {
         let d = decide(&dead(), &reads, &policy(), t(66));
         assert_eq!(d.step, Step::Fence(FenceAction::DeleteNode));
         assert_eq!(d.rule, Rule::ConfirmedGone);
-        // Stopped then terminated: both down, the newest decides the action.
+        // Stopped then terminated: one answer of each kind is not two proofs that it is gone.
         let reads = [off(60), read(65, PowerState::Terminated)];
         let d = decide(&dead(), &reads, &policy(), t(66));
-        assert_eq!(d.step, Step::Fence(FenceAction::DeleteNode));
+        assert_eq!((d.step, d.rule), (Step::Idle, Rule::ConfirmingOff));
         let p = Policy {
             on_terminated: FenceAction::Taint,
             ..policy()
@@ -660,20 +1046,21 @@ mod tests {
             confirm_reads: 1,
             ..policy()
         };
-        let d = decide(&dead(), &[read(60, PowerState::NotFound)], &p, t(61));
+        let facts = bound();
+        let d = decide(&facts, &[gone(60, PowerState::NotFound)], &p, t(61));
         assert_eq!((d.step, d.rule), (Step::Idle, Rule::ConfirmingOff));
         assert_eq!(d.next_read_at, Some(t(65)));
         // Two answers closer than confirm_interval still count once.
         let reads = [
-            read(60, PowerState::NotFound),
-            read(62, PowerState::NotFound),
+            gone(60, PowerState::NotFound),
+            gone(62, PowerState::NotFound),
         ];
-        assert_eq!(decide(&dead(), &reads, &p, t(62)).rule, Rule::ConfirmingOff);
+        assert_eq!(decide(&facts, &reads, &p, t(62)).rule, Rule::ConfirmingOff);
         let reads = [
-            read(60, PowerState::NotFound),
-            read(65, PowerState::NotFound),
+            gone(60, PowerState::NotFound),
+            gone(65, PowerState::NotFound),
         ];
-        let d = decide(&dead(), &reads, &p, t(66));
+        let d = decide(&facts, &reads, &p, t(66));
         assert_eq!(
             (d.step, d.rule),
             (Step::Fence(FenceAction::DeleteNode), Rule::ConfirmedGone)
@@ -752,19 +1139,6 @@ mod tests {
     }
 
     #[test]
-    fn reads_from_before_this_not_ready_period_do_not_count() {
-        let facts = NodeFacts {
-            readiness: Readiness::NotReady { since: t(200) },
-            lease_renewed: Some(t(190)),
-            ..dead()
-        };
-        // Two Off reads from an earlier incident plus one fresh one: one confirmation only.
-        let reads = [off(150), off(155), off(260)];
-        let d = decide(&facts, &reads, &policy(), t(261));
-        assert_eq!(d.rule, Rule::ConfirmingOff);
-    }
-
-    #[test]
     fn power_on_never_fences_and_rechecks_later() {
         let reads = [off(60), read(65, PowerState::On)];
         let d = decide(&dead(), &reads, &policy(), t(66));
@@ -830,7 +1204,7 @@ mod tests {
     #[test]
     fn a_lease_renewed_during_not_ready_blocks() {
         let facts = NodeFacts {
-            lease_renewed: Some(t(50)),
+            lease_renewal_seen: Some(t(50)),
             ..dead()
         };
         let d = decide(&facts, &[off(60), off(65)], &policy(), t(66));
@@ -841,7 +1215,8 @@ mod tests {
         assert_eq!(d.step, Step::Idle);
         // A node with no Lease at all (very old clusters) is judged on Ready and power alone.
         let facts = NodeFacts {
-            lease_renewed: None,
+            lease_renewal_seen: None,
+            lease_renew_time: None,
             ..dead()
         };
         let d = decide(&facts, &[off(60), off(65)], &policy(), t(66));
@@ -974,6 +1349,362 @@ mod tests {
         );
     }
 
+    // --- paths to a wrong write -------------------------------------------------------------
+
+    /// An EC2 node whose providerID zone is not in the configured region: its instance is
+    /// absent from every answer, which reads as "not found". Never gone, never deleted.
+    #[test]
+    fn region_mismatch_blocks_even_two_not_found_answers() {
+        let facts = NodeFacts {
+            mapping_conflict: Some(MappingConflict::RegionMismatch(
+                "zone us-west-2a is not in region us-east-1".into(),
+            )),
+            ..bound()
+        };
+        let reads = [
+            gone(60, PowerState::NotFound),
+            gone(65, PowerState::NotFound),
+        ];
+        let d = decide(&facts, &reads, &policy(), t(66));
+        assert_eq!(
+            (d.state, d.step, d.rule),
+            (NodeState::Blocked, Step::Idle, Rule::RegionMismatch)
+        );
+        assert!(d.reason.contains("us-west-2a"), "{}", d.reason);
+    }
+
+    /// "Not found" only means gone when this region and account once answered for the node's
+    /// machine: credentials of another account never find it, and must never delete it.
+    #[test]
+    fn not_found_without_a_learnt_binding_is_unverified() {
+        let reads = [
+            gone(60, PowerState::NotFound),
+            gone(65, PowerState::NotFound),
+        ];
+        let d = decide(&dead(), &reads, &policy(), t(66));
+        assert_eq!(
+            (d.state, d.step, d.rule),
+            (NodeState::Blocked, Step::Idle, Rule::IdentityUnverified)
+        );
+        // The same answers after the source proved it knows the machine: gone.
+        let d = decide(&bound(), &reads, &policy(), t(66));
+        assert_eq!(d.step, Step::Fence(FenceAction::DeleteNode));
+        // A binding that was itself a mismatch proves nothing (and blocks on its own).
+        let facts = NodeFacts {
+            identity_binding: Some(IdentityBinding {
+                at: t(-600),
+                verdict: Verdict::Mismatch("other".into()),
+            }),
+            ..dead()
+        };
+        assert_eq!(
+            decide(&facts, &reads, &policy(), t(66)).rule,
+            Rule::IdentityMismatch
+        );
+    }
+
+    /// One Off then one not-found answer is one answer of each kind: no escalation to
+    /// `on_terminated` (delete-node), whatever the binding.
+    #[test]
+    fn off_then_one_not_found_does_not_escalate() {
+        let reads = [off(60), gone(65, PowerState::NotFound)];
+        let d = decide(&bound(), &reads, &policy(), t(66));
+        assert_eq!((d.step, d.rule), (Step::Idle, Rule::ConfirmingOff));
+        assert!(d.reason.contains("1 of 2"), "{}", d.reason);
+        // Off, Off, not found: the Off streak is broken, the gone streak has one answer.
+        let reads = [off(55), off(60), gone(65, PowerState::NotFound)];
+        let d = decide(&bound(), &reads, &policy(), t(66));
+        assert!(!matches!(d.step, Step::Fence(_)), "{d:?}");
+        // Two not-found answers after the Off: gone, on two answers of one kind.
+        let reads = [
+            off(55),
+            gone(60, PowerState::NotFound),
+            gone(65, PowerState::NotFound),
+        ];
+        let d = decide(&bound(), &reads, &policy(), t(66));
+        assert_eq!(d.step, Step::Fence(FenceAction::DeleteNode));
+    }
+
+    #[test]
+    fn off_reads_from_another_machine_never_fence() {
+        let reads = [
+            read_from(60, PowerState::Off, other_machine()),
+            read_from(65, PowerState::Off, other_machine()),
+        ];
+        let d = decide(&dead(), &reads, &policy(), t(66));
+        assert_eq!(
+            (d.state, d.step, d.rule),
+            (NodeState::Blocked, Step::Idle, Rule::IdentityMismatch)
+        );
+        assert!(d.reason.contains(OTHER_UUID), "{}", d.reason);
+        // Unchecked does not excuse a machine that says it is another one.
+        let facts = NodeFacts {
+            identity_check: IdentityCheck::Unchecked,
+            ..dead()
+        };
+        assert_eq!(
+            decide(&facts, &reads, &policy(), t(66)).rule,
+            Rule::IdentityMismatch
+        );
+        // One read from another machine in this period taints the whole period.
+        let reads = [
+            read_from(55, PowerState::On, other_machine()),
+            off(60),
+            off(65),
+        ];
+        assert_eq!(
+            decide(&dead(), &reads, &policy(), t(66)).rule,
+            Rule::IdentityMismatch
+        );
+    }
+
+    #[test]
+    fn off_reads_without_identity_need_identity_unchecked() {
+        let reads = [
+            read_from(60, PowerState::Off, no_identity()),
+            read_from(65, PowerState::Off, no_identity()),
+        ];
+        let d = decide(&dead(), &reads, &policy(), t(66));
+        assert_eq!(
+            (d.state, d.step, d.rule),
+            (NodeState::Blocked, Step::Idle, Rule::IdentityUnverified)
+        );
+        assert!(d.reason.contains("unchecked"), "{}", d.reason);
+        let facts = NodeFacts {
+            identity_check: IdentityCheck::Unchecked,
+            ..dead()
+        };
+        let d = decide(&facts, &reads, &policy(), t(66));
+        assert_eq!(d.step, Step::Fence(FenceAction::Taint));
+        assert!(d.reason.contains("unchecked"), "{}", d.reason);
+        // A node that reports no systemUUID cannot be verified either.
+        let facts = NodeFacts {
+            identity: NodeIdentity::default(),
+            ..dead()
+        };
+        assert_eq!(
+            decide(&facts, &[off(60), off(65)], &policy(), t(66)).rule,
+            Rule::IdentityUnverified
+        );
+    }
+
+    #[test]
+    fn a_mismatch_learnt_while_healthy_blocks_before_any_read() {
+        let facts = NodeFacts {
+            identity_binding: Some(IdentityBinding {
+                at: t(-100),
+                verdict: Verdict::Mismatch("system UUID differs".into()),
+            }),
+            ..dead()
+        };
+        let d = decide(&facts, &[], &policy(), t(66));
+        assert_eq!(
+            (d.state, d.rule),
+            (NodeState::Blocked, Rule::IdentityMismatch)
+        );
+        assert!(d.next_read_at.is_some(), "re-read to see it fixed");
+    }
+
+    #[test]
+    fn a_machine_shared_by_two_nodes_blocks() {
+        let facts = NodeFacts {
+            mapping_conflict: Some(MappingConflict::SharedMachine(
+                "node a and node(s) b all map to ipmi 10.0.0.5:623".into(),
+            )),
+            ..dead()
+        };
+        let d = decide(&facts, &[off(60), off(65)], &policy(), t(66));
+        assert_eq!((d.step, d.rule), (Step::Idle, Rule::SharedMachine));
+    }
+
+    #[test]
+    fn hibernated_instance_is_not_off() {
+        let hibernated = || PowerState::Suspended {
+            detail: "stopped, Client.UserInitiatedHibernate".into(),
+        };
+        let reads = [read(60, hibernated()), read(65, hibernated())];
+        let d = decide(&bound(), &reads, &policy(), t(66));
+        assert_eq!(
+            (d.state, d.step, d.rule),
+            (NodeState::Blocked, Step::Idle, Rule::PowerSuspended)
+        );
+    }
+
+    /// The Lease rule runs on oobfence's own observation of a renewal, whatever the kubelet's
+    /// clock wrote: a renewal seen 10 s ago blocks even if the kubelet's clock says last year.
+    #[test]
+    fn lease_renewal_is_judged_by_when_oobfence_saw_it() {
+        let facts = NodeFacts {
+            lease_renewal_seen: Some(t(56)),
+            lease_renew_time: Some(Timestamp::from_second(1_700_000_000).unwrap()),
+            ..dead()
+        };
+        let d = decide(&facts, &[off(60), off(65)], &policy(), t(66));
+        assert_eq!(d.rule, Rule::LeaseRenewedRecently);
+    }
+
+    #[test]
+    fn a_fence_decision_carries_what_the_writer_must_recheck() {
+        let d = decide(&dead(), &[off(60), off(65)], &policy(), t(66));
+        let g = d.guard.expect("a fence is guarded");
+        assert_eq!(g.purpose, GuardPurpose::Fence);
+        assert_eq!(g.uid, "uid-1");
+        assert_eq!(g.boot_id, "boot-a");
+        assert_eq!(g.lease_renew_time, Some(t(-12)));
+        assert_eq!(g.evidence_at, t(65));
+        assert_eq!(g.read_max_age, policy().read_max_age);
+        // Nothing else is guarded: there is nothing to write.
+        assert!(decide(&dead(), &[off(60)], &policy(), t(61)).guard.is_none());
+    }
+
+    fn fresh_like(g: &WriteGuard) -> FreshNode {
+        FreshNode {
+            uid: g.uid.clone(),
+            readiness: Readiness::NotReady { since: t(0) },
+            boot_id: g.boot_id.clone(),
+            lease_renew_time: g.lease_renew_time,
+            fence: None,
+        }
+    }
+
+    /// What the write re-checks on its fresh GET: everything the decision used that can move.
+    #[test]
+    fn recheck_refuses_a_fence_when_anything_moved() {
+        let g = decide(&dead(), &[off(60), off(65)], &policy(), t(66))
+            .guard
+            .unwrap();
+        assert_eq!(recheck(&g, &fresh_like(&g), t(70)), Ok(()));
+        let cases: Vec<(&str, FreshNode, Timestamp)> = vec![
+            (
+                "uid",
+                FreshNode {
+                    uid: "uid-2".into(),
+                    ..fresh_like(&g)
+                },
+                t(70),
+            ),
+            (
+                "Ready",
+                FreshNode {
+                    readiness: Readiness::Ready,
+                    ..fresh_like(&g)
+                },
+                t(70),
+            ),
+            (
+                "bootID",
+                FreshNode {
+                    boot_id: "boot-b".into(),
+                    ..fresh_like(&g)
+                },
+                t(70),
+            ),
+            (
+                "Lease",
+                FreshNode {
+                    lease_renew_time: Some(t(68)),
+                    ..fresh_like(&g)
+                },
+                t(70),
+            ),
+            // GET, PATCH and 409 retries took long enough for the Off read to go stale.
+            ("old at write time", fresh_like(&g), t(65 + 31)),
+        ];
+        for (what, fresh, now) in cases {
+            let e = recheck(&g, &fresh, now).expect_err(what);
+            assert!(e.contains(what), "{what}: {e}");
+        }
+    }
+
+    #[test]
+    fn recheck_refuses_an_unfence_unless_ready_new_boot_fresh_on_and_ours() {
+        let facts = fenced(Readiness::Ready, "boot-b");
+        let reads = [read(150, PowerState::On)];
+        let g = decide(&facts, &reads, &policy(), t(151)).guard.unwrap();
+        assert_eq!(g.purpose, GuardPurpose::Unfence);
+        let record = facts.fence.clone().unwrap();
+        let ok = FreshNode {
+            uid: g.uid.clone(),
+            readiness: Readiness::Ready,
+            boot_id: "boot-b".into(),
+            lease_renew_time: None,
+            fence: Some(record.clone()),
+        };
+        assert_eq!(recheck(&g, &ok, t(160)), Ok(()));
+        let cases: Vec<(&str, FreshNode, Timestamp)> = vec![
+            (
+                "not Ready",
+                FreshNode {
+                    readiness: Readiness::NotReady { since: t(155) },
+                    ..ok.clone()
+                },
+                t(160),
+            ),
+            (
+                "bootID",
+                FreshNode {
+                    boot_id: "boot-a".into(),
+                    ..ok.clone()
+                },
+                t(160),
+            ),
+            (
+                "another oobfence",
+                FreshNode {
+                    fence: Some(FenceRecord {
+                        ours: false,
+                        ..record.clone()
+                    }),
+                    ..ok.clone()
+                },
+                t(160),
+            ),
+            (
+                "no oobfence record",
+                FreshNode {
+                    fence: None,
+                    ..ok.clone()
+                },
+                t(160),
+            ),
+            ("old at write time", ok.clone(), t(150 + 31)),
+        ];
+        for (what, fresh, now) in cases {
+            let e = recheck(&g, &fresh, now).expect_err(what);
+            assert!(e.contains(what), "{what}: {e}");
+        }
+    }
+
+    #[test]
+    fn another_oobfences_fence_is_never_lifted_or_cleared() {
+        for taint_present in [true, false] {
+            let mut facts = fenced(Readiness::Ready, "boot-b");
+            facts.fence = Some(FenceRecord {
+                ours: false,
+                taint_present,
+                ..facts.fence.clone().unwrap()
+            });
+            let d = decide(&facts, &[read(150, PowerState::On)], &policy(), t(151));
+            assert_eq!(
+                (d.state, d.step, d.rule),
+                (NodeState::Fenced, Step::Idle, Rule::FencedByAnother)
+            );
+        }
+    }
+
+    #[test]
+    fn untaint_needs_the_on_read_from_the_nodes_machine() {
+        let facts = fenced(Readiness::Ready, "boot-b");
+        let reads = [read_from(150, PowerState::On, other_machine())];
+        let d = decide(&facts, &reads, &policy(), t(151));
+        assert_eq!((d.step, d.rule), (Step::Idle, Rule::IdentityMismatch));
+        let reads = [read_from(150, PowerState::On, no_identity())];
+        let d = decide(&facts, &reads, &policy(), t(151));
+        assert_eq!(d.step, Step::Idle, "{d:?}");
+        let d = decide(&facts, &[read(150, PowerState::On)], &policy(), t(151));
+        assert_eq!(d.step, Step::Unfence);
+    }
+
     /// Property: whatever the reads, no decision fences unless the last `confirm_reads` counted
     /// reads are Off and fresh, the grace period is over, and it is not a dry run. Exhaustive
     /// over every sequence of up to 5 reads drawn from {On, Off, transitional, error} at a
@@ -1030,5 +1761,123 @@ mod tests {
             fences > 0,
             "the property never saw a fence: the generator is wrong"
         );
+    }
+
+    /// Property: no fence without a matching identity, and no escalation to `on_terminated` on
+    /// a mixed streak. Exhaustive over every sequence of up to 4 reads drawn from {On, Off, not
+    /// found, terminated} x {the node's machine, another machine, no identity}, at three
+    /// spacings, three ages, with and without an identity learnt while healthy.
+    #[test]
+    fn property_no_fence_without_identity_and_no_mixed_escalation() {
+        let states = [
+            PowerState::On,
+            PowerState::Off,
+            PowerState::NotFound,
+            PowerState::Terminated,
+        ];
+        let ids = [
+            MachineIdentity::system_uuid(UUID, None).unwrap(),
+            other_machine(),
+            no_identity(),
+        ];
+        let p = policy();
+        let (mut fences, mut deletes, mut checked) = (0, 0, 0);
+        for facts in [dead(), bound()] {
+            for len in 1..=4usize {
+                let kinds = states.len() * ids.len();
+                for combo in 0..kinds.pow(len as u32) {
+                    for gap in [1i64, 5, 40] {
+                        let mut reads = Vec::new();
+                        let mut c = combo;
+                        for i in 0..len {
+                            let k = c % kinds;
+                            c /= kinds;
+                            reads.push(read_from(
+                                60 + i as i64 * gap,
+                                states[k % states.len()].clone(),
+                                ids[k / states.len()].clone(),
+                            ));
+                        }
+                        for now_offset in [0i64, 10, 31] {
+                            let now = t(60 + (len as i64 - 1) * gap + now_offset);
+                            let d = decide(&facts, &reads, &p, now);
+                            checked += 1;
+                            let Step::Fence(action) = d.step else {
+                                continue;
+                            };
+                            fences += 1;
+                            let matching = |r: &PowerReading| {
+                                identity::verify(&facts.identity, &r.identity).is_match()
+                            };
+                            let other = |r: &PowerReading| {
+                                identity::verify(&facts.identity, &r.identity).label()
+                                    == "mismatch"
+                            };
+                            assert!(!reads.iter().any(other), "{reads:?}");
+                            let last = reads.last().unwrap();
+                            let gone = last.state.is_gone();
+                            let run: Vec<_> = reads
+                                .iter()
+                                .rev()
+                                .take_while(|r| r.state.is_gone() == gone && r.state.is_down())
+                                .collect();
+                            if gone {
+                                deletes += 1;
+                                assert_eq!(action, p.on_terminated);
+                                assert!(run.iter().all(|r| r.state.is_gone()));
+                                // At least two gone answers, spaced, with no Off among them.
+                                assert!(run.len() >= 2, "{reads:?}");
+                                let oldest = run.last().unwrap();
+                                assert!(elapsed(oldest.at, last.at) >= p.confirm_interval);
+                                assert!(
+                                    run.iter().all(|r| matching(r))
+                                        || facts.identity_binding.is_some(),
+                                    "{reads:?}"
+                                );
+                            } else {
+                                assert_eq!(action, p.action);
+                                assert!(run.iter().all(|r| r.state == PowerState::Off));
+                                assert!(run.len() >= p.confirm_reads as usize);
+                                // Every Off read that could count came from the node's machine.
+                                assert!(run.iter().all(|r| matching(r)), "{reads:?}");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert!(checked > 100_000, "{checked}");
+        assert!(
+            fences > 0 && deletes > 0,
+            "the property never saw a fence ({fences}) or a delete ({deletes}): the generator is wrong"
+        );
+    }
+
+    /// Property: no untaint without a fresh On read from the node's own machine.
+    #[test]
+    fn property_no_untaint_without_identity() {
+        let facts = fenced(Readiness::Ready, "boot-b");
+        let ids = [
+            MachineIdentity::system_uuid(UUID, None).unwrap(),
+            other_machine(),
+            no_identity(),
+        ];
+        let mut unfences = 0;
+        for id in &ids {
+            for state in [PowerState::On, PowerState::Off, PowerState::NotFound] {
+                for age in [0i64, 10, 31] {
+                    let reads = [read_from(150, state.clone(), id.clone())];
+                    let d = decide(&facts, &reads, &policy(), t(150 + age));
+                    if d.step == Step::Unfence {
+                        unfences += 1;
+                        assert_eq!(state, PowerState::On);
+                        assert!(identity::verify(&facts.identity, id).is_match());
+                        assert!(age <= 30);
+                        assert!(d.guard.is_some());
+                    }
+                }
+            }
+        }
+        assert!(unfences > 0);
     }
 }

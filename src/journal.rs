@@ -111,9 +111,15 @@ pub struct Inputs {
     pub ready: String,
     #[serde(default)]
     pub not_ready_since: Option<Timestamp>,
-    /// When the kubelet last renewed the node's Lease.
+    /// When oobfence (by its own clock) last saw the node's Lease renewed.
     #[serde(default)]
     pub lease_renewed: Option<Timestamp>,
+    /// The Lease's renewTime as the kubelet wrote it (the kubelet's clock).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_renew_time: Option<Timestamp>,
+    /// The node's identity and the last verification of its machine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<IdentityInput>,
     #[serde(default)]
     pub boot_id: String,
     /// oobfence's fence record on the node at decision time.
@@ -129,6 +135,20 @@ pub struct Inputs {
     /// VolumeAttachment watch was not available.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub volume_attachments: Option<Vec<String>>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IdentityInput {
+    /// `status.nodeInfo.systemUUID`.
+    pub system_uuid: String,
+    pub addresses: Vec<String>,
+    /// `checked` or `unchecked`.
+    pub check: String,
+    /// The last verification: `match: ...`, `mismatch: ...`, `unverifiable: ...`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verified_at: Option<Timestamp>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -152,6 +172,9 @@ pub struct ReadInput {
     /// Extra evidence the power source reported with the state.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub details: Vec<String>,
+    /// What the machine that answered says it is.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub identity: String,
 }
 
 impl From<&PowerReading> for ReadInput {
@@ -162,6 +185,7 @@ impl From<&PowerReading> for ReadInput {
             raw: r.state.to_string(),
             latency_seconds: r.latency.as_secs_f64(),
             details: r.details.iter().map(ToString::to_string).collect(),
+            identity: r.identity.to_string(),
         }
     }
 }
@@ -185,7 +209,22 @@ impl Inputs {
         Inputs {
             ready: ready.to_string(),
             not_ready_since,
-            lease_renewed: facts.lease_renewed,
+            lease_renewed: facts.lease_renewal_seen,
+            lease_renew_time: facts.lease_renew_time,
+            identity: Some(IdentityInput {
+                system_uuid: facts.identity.system_uuid.clone(),
+                addresses: facts.identity.addresses.clone(),
+                check: match facts.identity_check {
+                    crate::identity::IdentityCheck::Checked => "checked",
+                    crate::identity::IdentityCheck::Unchecked => "unchecked",
+                }
+                .into(),
+                verdict: facts
+                    .identity_binding
+                    .as_ref()
+                    .map(|b| b.verdict.to_string()),
+                verified_at: facts.identity_binding.as_ref().map(|b| b.at),
+            }),
             boot_id: facts.boot_id.clone(),
             fence: facts.fence.as_ref().map(|f| FenceInput {
                 at: f.at,
@@ -212,7 +251,12 @@ pub fn refusal(rule: Rule, previous: Option<Rule>) -> Option<Rule> {
         Rule::PowerOn
         | Rule::PowerUnknown
         | Rule::PowerTransitional
+        | Rule::PowerSuspended
         | Rule::NoPowerSource
+        | Rule::RegionMismatch
+        | Rule::SharedMachine
+        | Rule::IdentityMismatch
+        | Rule::IdentityUnverified
         | Rule::LeaseRenewedRecently
         | Rule::RecoveredSameBootId => Some(rule),
         Rule::StalePowerRead | Rule::AwaitingPowerRead | Rule::RecoveryNeedsPowerOn => previous,
@@ -565,7 +609,12 @@ pub fn render(records: &[Record]) -> String {
             None => {}
         }
         if let Some(t) = i.lease_renewed {
-            facts.push(format!("lease renewed {}", t.strftime("%H:%M:%SZ")));
+            facts.push(format!("lease renewal seen {}", t.strftime("%H:%M:%SZ")));
+        }
+        if let Some(id) = &i.identity
+            && let Some(v) = &id.verdict
+        {
+            facts.push(format!("identity {v}"));
         }
         if !i.boot_id.is_empty() {
             facts.push(format!("boot id {}", i.boot_id));
@@ -725,6 +774,7 @@ mod tests {
                     raw: "Off".into(),
                     latency_seconds: 0.1,
                     details: vec![],
+                    identity: "system UUID 4c4c4544-0038-4b10-8052-b4c04f4a4e32".into(),
                 }],
                 ..Default::default()
             },

@@ -4,7 +4,8 @@
 //! and only then tells Kubernetes, so that its ReadWriteOnce volumes are released.
 //!
 //! - [`decision`]: the pure core — why a node is or is not fenced.
-//! - [`power`]: power sources (Redfish), one file each, behind one trait.
+//! - [`identity`]: whether the machine that answered a read is the node's machine.
+//! - [`power`]: power sources (Redfish, IPMI, EC2), one file each, behind one trait.
 //! - [`cluster`]: every Kubernetes read and write.
 //! - [`daemon`]: the loop that ties them together; [`http`] and [`cli`] face the operator.
 //! - [`metrics`], [`journal`], [`volumes`]: what oobfence reports about what it did and what
@@ -16,6 +17,7 @@ pub mod config;
 pub mod daemon;
 pub mod decision;
 pub mod http;
+pub mod identity;
 pub mod journal;
 pub mod kubeconfig;
 pub mod metrics;

@@ -88,6 +88,14 @@ pub struct JournalLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct VerdictLabels {
+    pub verdict: &'static str,
+}
+
+/// `identity_nodes{verdict}` values: the last identity read's verdict, or `unknown`.
+pub const IDENTITY_VERDICTS: [&str; 4] = ["match", "mismatch", "unverifiable", "unknown"];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BuildLabels {
     pub version: &'static str,
 }
@@ -103,12 +111,17 @@ pub const ALL_STATES: [NodeState; 6] = [
 
 /// The reasons a NotReady node's fencing can be refused for, as `blocked{reason}` and
 /// `node_blocked{reason}` label values (the decision rules' names).
-pub const BLOCKED_REASONS: [&str; 5] = [
+pub const BLOCKED_REASONS: [&str; 10] = [
     "power-on",
     "power-unknown",
     "power-transitional",
+    "power-suspended",
     "no-power-source",
     "lease-renewed-recently",
+    "identity-mismatch",
+    "identity-unverified",
+    "region-mismatch",
+    "shared-machine",
 ];
 
 /// The `blocked{reason}` value for a refusal rule, if it is one of [`BLOCKED_REASONS`].
@@ -160,6 +173,8 @@ pub struct Metrics {
     /// Counters the EC2 reader feeds (registered whether or not [aws] is configured).
     pub ec2: crate::power::ec2::Ec2Stats,
     pub nodes_watched: Gauge,
+    pub identity_nodes: Family<VerdictLabels, Gauge>,
+    pub identity_unchecked: Gauge,
     /// `power_sources_failing` label sets set so far, so the ones that recover go to 0.
     failing_seen: Mutex<BTreeSet<FailingLabels>>,
     /// Nodes oobfence deleted: node -> (uid of the deleted Node, when).
@@ -299,6 +314,21 @@ impl Metrics {
             "Nodes in oobfence's cache (those matching kubernetes.node_selector); 0 usually means a wrong selector or kubeconfig",
             Listed(nodes_watched.clone()),
         );
+        let identity_nodes = Family::<VerdictLabels, Gauge>::default();
+        registry.register(
+            "identity_nodes",
+            "Mapped nodes by the verdict of the last identity read of their machine (system UUID, EC2 private address) against what the node's kubelet reported: match, mismatch (the config maps the node to another machine: it can never be fenced), unverifiable (the machine reports no usable identity), unknown (not read yet)",
+            Listed(identity_nodes.clone()),
+        );
+        for verdict in IDENTITY_VERDICTS {
+            identity_nodes.get_or_create(&VerdictLabels { verdict }).set(0);
+        }
+        let identity_unchecked = Gauge::default();
+        registry.register(
+            "identity_unchecked_nodes",
+            "Nodes whose config entry says identity = \"unchecked\": their Off reads count without the machine proving it is the node's",
+            Listed(identity_unchecked.clone()),
+        );
         let ec2 = crate::power::ec2::Ec2Stats::default();
         registry.register(
             "ec2_describe_instances_calls",
@@ -367,6 +397,8 @@ impl Metrics {
             journal_records,
             last_sync,
             nodes_watched,
+            identity_nodes,
+            identity_unchecked,
             failing_seen: Mutex::new(BTreeSet::new()),
             deleted_fences: Mutex::new(BTreeMap::new()),
         }
@@ -545,12 +577,26 @@ impl Metrics {
     }
 
     pub fn action(&self, action: &'static str, ok: bool) {
+        self.action_result(action, if ok { "success" } else { "failure" });
+    }
+
+    /// `result`: `success`, `failure`, or `abandoned` (the write-time re-check found that
+    /// something the decision relied on had moved; nothing was written).
+    pub fn action_result(&self, action: &'static str, result: &'static str) {
         self.actions
-            .get_or_create(&ActionLabels {
-                action,
-                result: if ok { "success" } else { "failure" },
-            })
+            .get_or_create(&ActionLabels { action, result })
             .inc();
+    }
+
+    /// Nodes by the verdict of the last identity read of their machine (`unknown`: none yet),
+    /// and how many nodes' entries say `identity = "unchecked"`.
+    pub fn set_identity_counts(&self, verdicts: &BTreeMap<&'static str, i64>, unchecked: i64) {
+        for v in IDENTITY_VERDICTS {
+            self.identity_nodes
+                .get_or_create(&VerdictLabels { verdict: v })
+                .set(verdicts.get(v).copied().unwrap_or(0));
+        }
+        self.identity_unchecked.set(unchecked);
     }
 
     pub fn encode(&self) -> String {

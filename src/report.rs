@@ -6,6 +6,7 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
 use crate::decision::{Decision, NodeFacts, Readiness};
+use crate::identity::IdentityCheck;
 use crate::power::{PowerReading, PowerState};
 
 /// One node's facts, reads and decision. Owned strings only, so the CLI can parse it back
@@ -25,9 +26,13 @@ pub struct NodeReport {
     /// Ready, NotReady or NoCondition.
     pub ready: String,
     pub not_ready_since: Option<Timestamp>,
+    /// When oobfence (by its own clock) last saw the node's Lease renewed.
     pub lease_renewed: Option<Timestamp>,
     pub boot_id: String,
     pub power_source: Option<PowerSourceReport>,
+    /// Whether the power source's machine is proven to be this node's.
+    #[serde(default)]
+    pub identity: IdentityReport,
     pub fence: Option<FenceReport>,
     /// Newest last.
     pub reads: Vec<ReadReport>,
@@ -48,6 +53,27 @@ pub struct FenceReport {
     pub at: Timestamp,
     pub boot_id: String,
     pub taint_present: bool,
+    /// Placed by this daemon (`oobfence.io/fenced-by`), not another oobfence.
+    #[serde(default)]
+    pub ours: bool,
+}
+
+/// The node's identity as the kubelet reported it, and the last verification of its machine.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct IdentityReport {
+    /// `status.nodeInfo.systemUUID`.
+    pub system_uuid: String,
+    /// InternalIP, Hostname and InternalDNS addresses.
+    pub addresses: Vec<String>,
+    /// `checked` or `unchecked` (the entry's `identity`).
+    pub check: String,
+    /// `match`, `mismatch` or `unverifiable`; none before the first read.
+    pub verdict: Option<String>,
+    pub detail: Option<String>,
+    pub verified_at: Option<Timestamp>,
+    /// Why the mapping cannot be trusted (region mismatch, machine shared with another node).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mapping_conflict: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -61,6 +87,9 @@ pub struct ReadReport {
     /// Evidence beyond the state (`name: value`), e.g. IPMI fault bits or EC2 volumes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub details: Vec<String>,
+    /// What the machine that answered says it is.
+    #[serde(default)]
+    pub identity: String,
 }
 
 impl From<&PowerReading> for ReadReport {
@@ -71,6 +100,7 @@ impl From<&PowerReading> for ReadReport {
             value: r.state.to_string(),
             latency_seconds: r.latency.as_secs_f64(),
             details: r.details.iter().map(ToString::to_string).collect(),
+            identity: r.identity.to_string(),
         }
     }
 }
@@ -112,13 +142,35 @@ impl NodeReport {
             dry_run: i.dry_run,
             ready: ready.to_string(),
             not_ready_since: since,
-            lease_renewed: i.facts.lease_renewed,
+            lease_renewed: i.facts.lease_renewal_seen,
             boot_id: i.facts.boot_id.clone(),
             power_source: i.power_source,
+            identity: IdentityReport {
+                system_uuid: i.facts.identity.system_uuid.clone(),
+                addresses: i.facts.identity.addresses.clone(),
+                check: match i.facts.identity_check {
+                    IdentityCheck::Checked => "checked",
+                    IdentityCheck::Unchecked => "unchecked",
+                }
+                .into(),
+                verdict: i
+                    .facts
+                    .identity_binding
+                    .as_ref()
+                    .map(|b| b.verdict.label().to_string()),
+                detail: i
+                    .facts
+                    .identity_binding
+                    .as_ref()
+                    .map(|b| b.verdict.detail().to_string()),
+                verified_at: i.facts.identity_binding.as_ref().map(|b| b.at),
+                mapping_conflict: i.facts.mapping_conflict.as_ref().map(ToString::to_string),
+            },
             fence: i.facts.fence.as_ref().map(|f| FenceReport {
                 at: f.at,
                 boot_id: f.boot_id.clone(),
                 taint_present: f.taint_present,
+                ours: f.ours,
             }),
             reads: i
                 .reads
@@ -166,7 +218,7 @@ impl NodeReport {
             s,
             "  lease:        {}",
             self.lease_renewed
-                .map(|t| format!("renewed {}", ago(t)))
+                .map(|t| format!("renewal last seen by oobfence {}", ago(t)))
                 .unwrap_or_else(|| "none in kube-node-lease".into())
         );
         let _ = writeln!(
@@ -186,13 +238,45 @@ impl NodeReport {
                 .map(|p| format!("{} {}", p.backend, p.address))
                 .unwrap_or_else(|| "none: no [[bmc]] entry matches this node".into())
         );
+        let id = &self.identity;
+        let _ = writeln!(
+            s,
+            "  identity:     node reports system UUID {}, addresses {} (identity {})",
+            if id.system_uuid.is_empty() {
+                "(none)"
+            } else {
+                &id.system_uuid
+            },
+            if id.addresses.is_empty() {
+                "(none)".to_string()
+            } else {
+                id.addresses.join(", ")
+            },
+            id.check
+        );
+        match (&id.verdict, &id.detail, id.verified_at) {
+            (Some(v), Some(d), Some(t)) => {
+                let _ = writeln!(s, "  machine:      {v}: {d} (read {})", ago(t));
+            }
+            _ => {
+                let _ = writeln!(s, "  machine:      not read yet");
+            }
+        }
+        if let Some(c) = &id.mapping_conflict {
+            let _ = writeln!(s, "  mapping:      UNTRUSTED: {c}");
+        }
         if let Some(f) = &self.fence {
             let _ = writeln!(
                 s,
-                "  fenced:       at {}, boot id then {}, taint {}",
+                "  fenced:       at {}, boot id then {}, taint {}{}",
                 ago(f.at),
                 f.boot_id,
-                if f.taint_present { "present" } else { "gone" }
+                if f.taint_present { "present" } else { "gone" },
+                if f.ours {
+                    ""
+                } else {
+                    ", placed by ANOTHER oobfence (never lifted here)"
+                }
             );
         }
         if let Some(e) = &self.last_action_error {
@@ -210,6 +294,9 @@ impl NodeReport {
                     r.value,
                     r.latency_seconds
                 );
+                if !r.identity.is_empty() {
+                    let _ = writeln!(s, "        from: {}", r.identity);
+                }
                 for d in &r.details {
                     let _ = writeln!(s, "        {d}");
                 }

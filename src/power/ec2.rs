@@ -7,8 +7,18 @@
 //! retry handles `RequestLimitExceeded`; every attempt and every throttle is counted.
 //!
 //! State mapping: `stopped` → Off, `terminated` → Terminated, absent → NotFound (the core wants
-//! two of those), `running` → On, `pending`/`stopping`/`shutting-down` → transitional
-//! (hibernation writes RAM to EBS while stopping). Any API error or timeout → error read.
+//! two of those), `running` → On, `pending`/`stopping`/`shutting-down` → transitional. A
+//! hibernated instance (`stopping`/`stopped` by hibernation, see [`instance_power_state`]) is
+//! Suspended, never Off: it resumes with its memory, processes and bootID. Any API error or
+//! timeout → error read.
+//!
+//! Identity: every instance in the answer reports its private IPs and DNS names
+//! ([`MachineIdentity::Instance`]), which the core compares with the Node's addresses.
+//!
+//! Region: one reader asks one region, and an instance of another region is simply absent from
+//! its answers (NotFound, as if it were gone). So a providerID whose zone is not in the
+//! configured region is refused before any read ([`zone_region_mismatch`],
+//! [`Ec2Source::for_provider_id`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -17,13 +27,16 @@ use std::time::Duration;
 use aws_sdk_ec2::config::interceptors::BeforeDeserializationInterceptorContextRef;
 use aws_sdk_ec2::config::{ConfigBag, Intercept, RuntimeComponents};
 use aws_sdk_ec2::error::{BoxError, ProvideErrorMetadata, SdkError};
-use aws_sdk_ec2::types::{Filter, InstanceStateName, VolumeAttachmentState};
+use aws_sdk_ec2::types::{
+    Filter, Instance, InstanceLifecycleType, InstanceStateName, VolumeAttachmentState,
+};
 use futures::future::BoxFuture;
 use prometheus_client::metrics::counter::Counter;
 use tokio::sync::{mpsc, oneshot};
 
-use super::{PowerSource, PowerState, ReadDetail, ReadErrorKind};
+use super::{PowerSource, PowerState, ReadDetail, ReadErrorKind, Reply};
 use crate::config::AwsConfig;
+use crate::identity::MachineIdentity;
 
 /// Ids per Describe* call (filter values are capped at 200 per filter).
 pub const CHUNK: usize = 200;
@@ -48,6 +61,97 @@ pub fn instance_id_from_provider_id(provider_id: &str) -> Result<String, String>
         ));
     }
     Ok(id.to_string())
+}
+
+/// The availability zone a providerID names: `Some("us-east-1a")` for `aws:///us-east-1a/i-…`
+/// (or `aws://us-east-1a/i-…`), `None` for the zone-less forms `aws:///i-…` and `aws://i-…`.
+/// Err for a providerID [`instance_id_from_provider_id`] refuses, or one with more path parts
+/// than a zone and an instance id.
+pub fn zone_from_provider_id(provider_id: &str) -> Result<Option<&str>, String> {
+    instance_id_from_provider_id(provider_id)?;
+    let rest = provider_id.strip_prefix("aws://").unwrap_or_default();
+    let parts: Vec<&str> = rest.split('/').filter(|p| !p.is_empty()).collect();
+    match parts.as_slice() {
+        [_id] => Ok(None),
+        [zone, _id] => Ok(Some(zone)),
+        _ => Err(format!(
+            "providerID {provider_id:?} has more parts than a zone and an instance id \
+             (expected aws:///ZONE/i-...)"
+        )),
+    }
+}
+
+/// The region an availability zone name belongs to: `us-west-2a` → `us-west-2`; a Local Zone
+/// (`us-west-2-lax-1a`) or a Wavelength Zone (`us-east-1-wl1-bos-wlz-1`) → its parent region
+/// (`us-west-2`, `us-east-1`). `None` for anything that is not a zone name (a region, a zone id
+/// such as `use1-az1`, an empty string).
+pub fn region_of_zone(zone: &str) -> Option<&str> {
+    // A region is two or more groups of letters and then a number (us-east-1, us-gov-west-1,
+    // ap-southeast-3); a zone adds one letter to it, or a `-…` suffix for Local and Wavelength
+    // Zones.
+    let mut start = 0;
+    let mut letter_groups = 0;
+    for part in zone.split('-') {
+        if !part.is_empty() && part.bytes().all(|b| b.is_ascii_lowercase()) {
+            letter_groups += 1;
+            start += part.len() + 1;
+            continue;
+        }
+        let digits = part.bytes().take_while(u8::is_ascii_digit).count();
+        if letter_groups < 2 || digits == 0 {
+            return None;
+        }
+        let region = &zone[..start + digits];
+        let letter = &part[digits..];
+        let tail = &zone[start + part.len()..];
+        let plain_zone =
+            tail.is_empty() && letter.len() == 1 && letter.bytes().all(|b| b.is_ascii_lowercase());
+        let local_zone = letter.is_empty()
+            && tail.len() > 1
+            && tail[1..].split('-').all(|p| {
+                !p.is_empty()
+                    && p.bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+            });
+        return (plain_zone || local_zone).then_some(region);
+    }
+    None
+}
+
+/// Why a node with this providerID cannot be read through a reader of `region`; `None` only
+/// when the providerID names an availability zone of `region`.
+///
+/// DescribeInstances answers for one region: an instance of another region is absent from the
+/// answer, which reads as NotFound, and two of those would delete a Node whose instance runs.
+/// A providerID without a zone, or with one that is not a zone name, cannot be checked, so it
+/// gets a message too.
+pub fn zone_region_mismatch(provider_id: &str, region: &str) -> Option<String> {
+    let zone = match zone_from_provider_id(provider_id) {
+        Ok(Some(zone)) => zone,
+        Ok(None) => {
+            return Some(format!(
+                "providerID {provider_id:?} names no availability zone, so oobfence cannot \
+                 check that the instance is in the [aws] region {region:?} (in another region \
+                 it would look gone); only the aws:///ZONE/i-... form the AWS cloud provider \
+                 sets can be fenced: leave this node out of [aws] nodes"
+            ));
+        }
+        Err(e) => return Some(format!("{e}; its region cannot be checked")),
+    };
+    match region_of_zone(zone) {
+        Some(r) if r == region => None,
+        Some(r) => Some(format!(
+            "providerID {provider_id:?} is in availability zone {zone} of region {r}, but the \
+             [aws] region is {region:?}: DescribeInstances in {region} never lists the \
+             instance, so it would look gone; run oobfence for region {r:?} for this node, \
+             or leave it out of [aws] nodes"
+        )),
+        None => Some(format!(
+            "providerID {provider_id:?} names {zone:?}, which is not an availability zone name \
+             (REGION plus a letter, or a Local or Wavelength Zone REGION-...), so oobfence \
+             cannot check that the instance is in the [aws] region {region:?}"
+        )),
+    }
 }
 
 /// Request and throttle counts. They are Prometheus counters so the daemon can register the
@@ -92,6 +196,9 @@ pub struct InstanceRead {
     /// Non-root EBS volumes attached to it (read only for instances that are down), or why
     /// they could not be listed.
     pub volumes: Result<Vec<VolumeInfo>, String>,
+    /// Its private addresses ([`instance_identity`]); Unreported when it is absent from the
+    /// answer.
+    pub identity: MachineIdentity,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -120,7 +227,122 @@ pub fn map_state(name: &InstanceStateName) -> PowerState {
     }
 }
 
-type Reply = (PowerState, Vec<ReadDetail>);
+/// The state reason EC2 gives an instance that a user (or the API) hibernated.
+pub const HIBERNATE_REASON: &str = "Client.UserInitiatedHibernate";
+
+/// Maps one DescribeInstances instance to a power state: [`map_state`] on its state name,
+/// except that an instance stopping or stopped by hibernation is Suspended.
+///
+/// A hibernated instance is `stopped` like a powered-off one, but it resumes with its RAM, its
+/// processes and the same bootID: a kubelet that comes back from it still runs the pods the
+/// cluster has rescheduled elsewhere. The signals, from DescribeInstances alone:
+/// - `StateReason.Code` `Client.UserInitiatedHibernate` (StopInstances with Hibernate=true, on
+///   demand or Spot). EC2 keeps that code even when the OS failed to hibernate and EC2 fell
+///   back to a plain stop; the read is then Suspended for a machine that is really off, which
+///   only blocks a fence, never causes one.
+/// - Any other state reason that mentions hibernation (none is documented besides the one
+///   above; an undocumented one is not taken as a plain stop).
+/// - A Spot instance launched with `HibernationOptions.Configured` and stopped by a Spot
+///   interruption (`Server.SpotInstance…`): that combination is how a Spot request asks EC2
+///   to hibernate on interruption, and the state reason does not say whether it did.
+///
+/// `HibernationOptions.Configured` alone only says the instance *can* hibernate: a plain
+/// StopInstances on it is still Off.
+pub fn instance_power_state(instance: &Instance) -> PowerState {
+    let Some(name) = instance.state().and_then(|s| s.name()) else {
+        return PowerState::error(
+            ReadErrorKind::BadReply,
+            "DescribeInstances answered without a state",
+        );
+    };
+    if matches!(
+        name,
+        InstanceStateName::Stopped | InstanceStateName::Stopping
+    ) && let Some(why) = hibernation(instance)
+    {
+        return PowerState::Suspended {
+            detail: format!("{} {why}", name.as_str()),
+        };
+    }
+    map_state(name)
+}
+
+/// Why a stopping or stopped instance counts as hibernated, if it does.
+fn hibernation(instance: &Instance) -> Option<String> {
+    let reason = instance.state_reason()?;
+    let code = reason.code().unwrap_or_default();
+    let message = reason.message().unwrap_or_default();
+    let stated = || {
+        if message.is_empty() || message.starts_with(code) {
+            format!(
+                "(state reason {})",
+                if message.is_empty() { code } else { message }
+            )
+        } else {
+            format!("(state reason {code}: {message})")
+        }
+    };
+    let mentions = |s: &str| s.to_ascii_lowercase().contains("hibernat");
+    if code == HIBERNATE_REASON || mentions(code) || mentions(message) {
+        return Some(format!("by hibernation {}", stated()));
+    }
+    let spot = instance.instance_lifecycle() == Some(&InstanceLifecycleType::Spot);
+    let configured = instance
+        .hibernation_options()
+        .and_then(|h| h.configured())
+        .unwrap_or(false);
+    if spot && configured && code.starts_with("Server.SpotInstance") {
+        return Some(format!(
+            "by a Spot interruption of an instance configured to hibernate {}",
+            stated()
+        ));
+    }
+    None
+}
+
+/// What an instance says it is: its id, and every private IPv4 and IPv6 address and private
+/// DNS name of the instance and its network interfaces, without duplicates. EC2 leaves
+/// these empty for terminated instances; empty strings are dropped.
+pub fn instance_identity(instance: &Instance) -> MachineIdentity {
+    let Some(id) = instance.instance_id() else {
+        return MachineIdentity::unreported("DescribeInstances answered without an instance id");
+    };
+    let mut ips: Vec<String> = Vec::new();
+    let mut names: Vec<String> = Vec::new();
+    let mut add = |list: &mut Vec<String>, value: Option<&str>| {
+        if let Some(v) = value.map(str::trim).filter(|v| !v.is_empty())
+            && !list.iter().any(|have| have.eq_ignore_ascii_case(v))
+        {
+            list.push(v.to_string());
+        }
+    };
+    add(&mut ips, instance.private_ip_address());
+    add(&mut names, instance.private_dns_name());
+    for nic in instance.network_interfaces() {
+        add(&mut ips, nic.private_ip_address());
+        add(&mut names, nic.private_dns_name());
+        for a in nic.private_ip_addresses() {
+            add(&mut ips, a.private_ip_address());
+            add(&mut names, a.private_dns_name());
+        }
+        for a in nic.ipv6_addresses() {
+            add(&mut ips, a.ipv6_address());
+        }
+    }
+    MachineIdentity::Instance {
+        id: id.to_string(),
+        private_ips: ips,
+        private_dns_names: names,
+    }
+}
+
+/// One instance as DescribeInstances described it.
+#[derive(Clone, Debug)]
+struct Described {
+    state: PowerState,
+    root_device: Option<String>,
+    identity: MachineIdentity,
+}
 
 struct ReadRequest {
     instance_id: String,
@@ -194,10 +416,10 @@ impl Ec2Reader {
         let mut out = HashMap::new();
         for chunk in ids.chunks(CHUNK) {
             match self.describe_instances(chunk).await {
-                Ok(found) => {
+                Ok(mut found) => {
                     let down: Vec<String> = chunk
                         .iter()
-                        .filter(|id| found.get(*id).is_none_or(|(s, _)| s.is_down()))
+                        .filter(|id| found.get(*id).is_none_or(|d| d.state.is_down()))
                         .cloned()
                         .collect();
                     let mut volumes = if down.is_empty() {
@@ -206,16 +428,24 @@ impl Ec2Reader {
                         self.attached_volumes(&down).await
                     };
                     for id in chunk {
-                        let (state, root) = found
-                            .get(id)
-                            .cloned()
-                            .unwrap_or((PowerState::NotFound, None));
+                        let Described {
+                            state,
+                            root_device,
+                            identity,
+                        } = found.remove(id).unwrap_or_else(|| Described {
+                            state: PowerState::NotFound,
+                            root_device: None,
+                            identity: MachineIdentity::unreported(format!(
+                                "{id} is absent from the DescribeInstances answer of {}",
+                                self.region
+                            )),
+                        });
                         let vols = match &mut volumes {
                             Ok(v) => Ok(v
                                 .remove(id)
                                 .unwrap_or_default()
                                 .into_iter()
-                                .filter(|v| root.as_deref() != Some(v.device.as_str()))
+                                .filter(|v| root_device.as_deref() != Some(v.device.as_str()))
                                 .collect()),
                             Err(e) => Err(e.to_string()),
                         };
@@ -224,6 +454,7 @@ impl Ec2Reader {
                             Ok(InstanceRead {
                                 state,
                                 volumes: vols,
+                                identity,
                             }),
                         );
                     }
@@ -238,11 +469,11 @@ impl Ec2Reader {
         out
     }
 
-    /// instance id → (state, root device name).
+    /// instance id → what DescribeInstances said about it.
     async fn describe_instances(
         &self,
         ids: &[String],
-    ) -> Result<HashMap<String, (PowerState, Option<String>)>, PowerState> {
+    ) -> Result<HashMap<String, Described>, PowerState> {
         let mut found = HashMap::new();
         let mut token: Option<String> = None;
         for _ in 0..MAX_PAGES {
@@ -263,16 +494,13 @@ impl Ec2Reader {
             for r in out.reservations() {
                 for i in r.instances() {
                     let Some(id) = i.instance_id() else { continue };
-                    let state = match i.state().and_then(|s| s.name()) {
-                        Some(name) => map_state(name),
-                        None => PowerState::error(
-                            ReadErrorKind::BadReply,
-                            "DescribeInstances answered without a state",
-                        ),
-                    };
                     found.insert(
                         id.to_string(),
-                        (state, i.root_device_name().map(String::from)),
+                        Described {
+                            state: instance_power_state(i),
+                            root_device: i.root_device_name().map(String::from),
+                            identity: instance_identity(i),
+                        },
                     );
                 }
             }
@@ -365,23 +593,23 @@ impl Ec2Reader {
             reply: tx,
         };
         if self.requests.send(req).await.is_err() {
-            return (
+            return Reply::without_identity(
                 PowerState::error(ReadErrorKind::Config, "EC2 reader stopped"),
-                Vec::new(),
+                "the read was never made",
             );
         }
         match tokio::time::timeout(self.timeout + Duration::from_secs(1), rx).await {
             Ok(Ok(reply)) => reply,
-            Ok(Err(_)) => (
+            Ok(Err(_)) => Reply::without_identity(
                 PowerState::error(ReadErrorKind::Config, "EC2 batch dropped the read"),
-                Vec::new(),
+                "the read was dropped",
             ),
-            Err(_) => (
+            Err(_) => Reply::without_identity(
                 PowerState::error(
                     ReadErrorKind::Timeout,
                     format!("no EC2 answer within {:?}", self.timeout),
                 ),
-                Vec::new(),
+                "EC2 did not answer",
             ),
         }
     }
@@ -487,11 +715,17 @@ async fn batch_loop(reader: std::sync::Weak<Ec2Reader>, mut rx: mpsc::Receiver<R
         let results = reader.read_many(&ids).await;
         for req in batch {
             let reply = match results.get(&req.instance_id) {
-                Some(Ok(read)) => (read.state.clone(), volume_details(&read.volumes)),
-                Some(Err(e)) => (e.clone(), Vec::new()),
-                None => (
+                Some(Ok(read)) => Reply {
+                    state: read.state.clone(),
+                    details: volume_details(&read.volumes),
+                    identity: read.identity.clone(),
+                },
+                Some(Err(e)) => {
+                    Reply::without_identity(e.clone(), "the DescribeInstances call failed")
+                }
+                None => Reply::without_identity(
                     PowerState::error(ReadErrorKind::Config, "instance missing from its batch"),
-                    Vec::new(),
+                    "the read was not in its batch",
                 ),
             };
             let _ = req.reply.send(reply);
@@ -537,11 +771,26 @@ pub struct Ec2Source {
 }
 
 impl Ec2Source {
+    /// A source for an instance id, without the region check: prefer
+    /// [`Ec2Source::for_provider_id`].
     pub fn new(reader: Arc<Ec2Reader>, instance_id: String) -> Ec2Source {
         Ec2Source {
             reader,
             instance_id,
         }
+    }
+
+    /// The source for a Node's `spec.providerID`, read in the reader's region. Err (to be
+    /// reported as a Config error read, never as NotFound) when the providerID is not an AWS
+    /// instance one, or when its zone is not in the reader's region or cannot be checked
+    /// ([`zone_region_mismatch`]): such an instance would be absent from every answer and
+    /// look gone.
+    pub fn for_provider_id(reader: Arc<Ec2Reader>, provider_id: &str) -> Result<Ec2Source, String> {
+        let instance_id = instance_id_from_provider_id(provider_id)?;
+        if let Some(problem) = zone_region_mismatch(provider_id, reader.region()) {
+            return Err(problem);
+        }
+        Ok(Ec2Source::new(reader, instance_id))
     }
 
     pub fn instance_id(&self) -> &str {
@@ -563,10 +812,10 @@ impl PowerSource for Ec2Source {
     }
 
     fn read(&self) -> BoxFuture<'_, PowerState> {
-        Box::pin(async move { self.read_detailed().await.0 })
+        Box::pin(async move { self.read_reply().await.state })
     }
 
-    fn read_detailed(&self) -> BoxFuture<'_, (PowerState, Vec<ReadDetail>)> {
+    fn read_reply(&self) -> BoxFuture<'_, Reply> {
         Box::pin(self.reader.read_one(&self.instance_id))
     }
 }

@@ -312,10 +312,10 @@ impl PowerSource for IpmiSource {
     }
 
     fn read(&self) -> BoxFuture<'_, PowerState> {
-        Box::pin(async move { self.read_detailed().await.0 })
+        Box::pin(async move { self.read_reply().await.state })
     }
 
-    fn read_detailed(&self) -> BoxFuture<'_, (PowerState, Vec<ReadDetail>)> {
+    fn read_reply(&self) -> BoxFuture<'_, super::Reply> {
         let shared = self.shared.clone();
         Box::pin(async move {
             // Detached: if the caller gives up, the read still ends by its own deadline and
@@ -331,7 +331,11 @@ impl PowerSource for IpmiSource {
                     Vec::new(),
                 ),
             };
-            (scrub(&shared.password, state), details)
+            super::Reply {
+                state: scrub(&shared.password, state),
+                details,
+                identity: crate::identity::MachineIdentity::unreported("not read yet"),
+            }
         })
     }
 }

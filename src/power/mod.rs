@@ -13,6 +13,8 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use serde::Serialize;
 
+use crate::identity::MachineIdentity;
+
 /// What one out-of-band read found.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "state", rename_all = "snake_case")]
@@ -23,6 +25,9 @@ pub enum PowerState {
     Off,
     /// Powering on or off, paused, stopping...: not off, and may change soon.
     Transitional { detail: String },
+    /// Stopped with its memory kept (EC2 hibernation, a suspended VM): the OS resumes where it
+    /// stopped, with the same bootID and the same processes. Never off.
+    Suspended { detail: String },
     /// The cloud says the instance is terminated: the machine is gone for good.
     Terminated,
     /// The cloud does not know the instance (EC2 `InvalidInstanceID.NotFound`, or absent from
@@ -41,13 +46,14 @@ impl PowerState {
         }
     }
 
-    /// Short label used in metrics and tables: `on`, `off`, `transitional`, `terminated`,
-    /// `not_found`, `error`.
+    /// Short label used in metrics and tables: `on`, `off`, `transitional`, `suspended`,
+    /// `terminated`, `not_found`, `error`.
     pub fn label(&self) -> &'static str {
         match self {
             PowerState::On => "on",
             PowerState::Off => "off",
             PowerState::Transitional { .. } => "transitional",
+            PowerState::Suspended { .. } => "suspended",
             PowerState::Terminated => "terminated",
             PowerState::NotFound => "not_found",
             PowerState::Error { .. } => "error",
@@ -74,6 +80,7 @@ impl fmt::Display for PowerState {
             PowerState::On => f.write_str("On"),
             PowerState::Off => f.write_str("Off"),
             PowerState::Transitional { detail } => write!(f, "transitional ({detail})"),
+            PowerState::Suspended { detail } => write!(f, "suspended ({detail})"),
             PowerState::Terminated => f.write_str("terminated"),
             PowerState::NotFound => f.write_str("not found"),
             PowerState::Error { kind, detail } => write!(f, "error: {kind}: {detail}"),
@@ -118,7 +125,9 @@ impl fmt::Display for ReadErrorKind {
 /// One completed read: what it said, when it was taken and how long it took.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct PowerReading {
-    /// When the answer arrived (wall clock).
+    /// When the request was started (wall clock). Not when the answer arrived: a machine that
+    /// answered "Off" after a 5 s wait was known to be off 5 s before its answer came, no later,
+    /// so freshness is counted from the start.
     pub at: jiff::Timestamp,
     #[serde(serialize_with = "ser_secs")]
     pub latency: Duration,
@@ -128,6 +137,28 @@ pub struct PowerReading {
     /// the journal (IPMI fault bits, EC2 volumes held...). Never secrets.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub details: Vec<ReadDetail>,
+    /// What the machine that answered says it is; the core counts a read only when this is the
+    /// node's machine (see [`crate::identity`]).
+    pub identity: MachineIdentity,
+}
+
+/// Everything one read of a power source returns.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reply {
+    pub state: PowerState,
+    pub details: Vec<ReadDetail>,
+    pub identity: MachineIdentity,
+}
+
+impl Reply {
+    /// A reply that carries no identity (`why` says why).
+    pub fn without_identity(state: PowerState, reason: impl Into<String>) -> Reply {
+        Reply {
+            state,
+            details: Vec::new(),
+            identity: MachineIdentity::unreported(reason),
+        }
+    }
 }
 
 /// One named piece of evidence from a read.
@@ -170,10 +201,13 @@ pub trait PowerSource: Send + Sync {
     /// Read the power state once.
     fn read(&self) -> BoxFuture<'_, PowerState>;
 
-    /// Read once, with whatever evidence the backend has beyond the state. Backends that
-    /// report more than the state override this (and implement `read` on top of it).
-    fn read_detailed(&self) -> BoxFuture<'_, (PowerState, Vec<ReadDetail>)> {
-        Box::pin(async move { (self.read().await, Vec::new()) })
+    /// Read once, with the machine's identity and whatever evidence the backend has beyond
+    /// the state. Backends override this (and implement `read` on top of it); the default
+    /// reports no identity, so its reads never count towards a fence.
+    fn read_reply(&self) -> BoxFuture<'_, Reply> {
+        Box::pin(async move {
+            Reply::without_identity(self.read().await, "this power source cannot report one")
+        })
     }
 }
 

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{
-    Event, Node, NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo, Taint,
+    Event, Node, NodeAddress, NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo, Taint,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -59,6 +59,37 @@ pub fn keep_taint() -> Taint {
 pub struct FakeNode {
     pub client: Client,
     pub name: String,
+    /// What this stand-in kubelet reports about its machine.
+    pub identity: KubeletIdentity,
+}
+
+/// What a kubelet reports about its machine: `status.nodeInfo.systemUUID` (the SMBIOS UUID it
+/// reads) and its addresses. The stand-ins report the emulators' identities, so the daemon
+/// checks them exactly as on real machines.
+#[derive(Clone, Debug, Default)]
+pub struct KubeletIdentity {
+    pub system_uuid: String,
+    pub internal_ip: Option<String>,
+    pub hostname: Option<String>,
+}
+
+impl KubeletIdentity {
+    /// A machine known by its system UUID (Redfish, IPMI).
+    pub fn uuid(uuid: &str) -> KubeletIdentity {
+        KubeletIdentity {
+            system_uuid: uuid.into(),
+            ..Default::default()
+        }
+    }
+
+    /// An EC2 instance known by its private IP and private DNS name.
+    pub fn instance(private_ip: &str, private_dns: &str) -> KubeletIdentity {
+        KubeletIdentity {
+            system_uuid: "ec2a0000-0000-0000-0000-000000000000".into(),
+            internal_ip: Some(private_ip.into()),
+            hostname: Some(private_dns.into()),
+        }
+    }
 }
 
 fn ready_condition(status: &str, since: Timestamp, now: Timestamp) -> NodeCondition {
@@ -80,8 +111,20 @@ fn ready_condition(status: &str, since: Timestamp, now: Timestamp) -> NodeCondit
 }
 
 impl FakeNode {
-    /// Registers a Ready node with a Lease, labelled `TEST_LABEL=group`.
+    /// Registers a Ready node with a Lease, labelled `TEST_LABEL=group`, whose kubelet reports
+    /// no usable machine identity (its Off reads never count unless `identity = "unchecked"`).
     pub async fn create(client: &Client, name: &str, group: &str, boot_id: &str) -> FakeNode {
+        FakeNode::create_as(client, name, group, boot_id, KubeletIdentity::default()).await
+    }
+
+    /// Registers a Ready node whose kubelet reports `identity`.
+    pub async fn create_as(
+        client: &Client,
+        name: &str,
+        group: &str,
+        boot_id: &str,
+        identity: KubeletIdentity,
+    ) -> FakeNode {
         let now = Timestamp::now();
         let node = Node {
             metadata: ObjectMeta {
@@ -103,6 +146,7 @@ impl FakeNode {
         let n = FakeNode {
             client: client.clone(),
             name: name.into(),
+            identity,
         };
         n.set_status("True", now, boot_id).await;
         n.renew_lease().await;
@@ -123,12 +167,31 @@ impl FakeNode {
 
     /// Posts the Ready condition and bootID through the status subresource, as a kubelet does.
     pub async fn set_status(&self, ready: &str, since: Timestamp, boot_id: &str) {
+        let mut addresses = Vec::new();
+        if let Some(ip) = &self.identity.internal_ip {
+            addresses.push(NodeAddress {
+                type_: "InternalIP".into(),
+                address: ip.clone(),
+            });
+        }
+        if let Some(h) = &self.identity.hostname {
+            addresses.push(NodeAddress {
+                type_: "Hostname".into(),
+                address: h.clone(),
+            });
+        }
+        let system_uuid = if self.identity.system_uuid.is_empty() {
+            "test".to_string()
+        } else {
+            self.identity.system_uuid.clone()
+        };
         let status = NodeStatus {
             conditions: Some(vec![ready_condition(ready, since, Timestamp::now())]),
+            addresses: (!addresses.is_empty()).then_some(addresses),
             node_info: Some(NodeSystemInfo {
                 boot_id: boot_id.into(),
                 machine_id: "test".into(),
-                system_uuid: "test".into(),
+                system_uuid,
                 kernel_version: "test".into(),
                 os_image: "test".into(),
                 container_runtime_version: "test".into(),
