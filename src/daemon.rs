@@ -1360,6 +1360,20 @@ impl Daemon {
             *verdicts.entry(verdict).or_default() += 1;
         }
         m.set_identity_counts(&verdicts, unchecked);
+        let mut problems = std::collections::BTreeSet::new();
+        for (name, t) in &self.trackers {
+            if t.binding.as_ref().is_some_and(|b| b.verdict.label() == "mismatch") {
+                problems.insert((name.clone(), "identity-mismatch"));
+            }
+        }
+        for (name, c) in &self.conflicts {
+            let problem = match c {
+                MappingConflict::RegionMismatch(_) => "region-mismatch",
+                MappingConflict::SharedMachine(_) => "shared-machine",
+            };
+            problems.insert((name.clone(), problem));
+        }
+        m.set_identity_problems(&problems);
 
         let (mut foreign_ready, mut foreign_not_ready) = (0, 0);
         for n in nodes {

@@ -88,6 +88,12 @@ pub struct JournalLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NodeProblemLabels {
+    pub node: String,
+    pub problem: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct VerdictLabels {
     pub verdict: &'static str,
 }
@@ -175,6 +181,9 @@ pub struct Metrics {
     pub nodes_watched: Gauge,
     pub identity_nodes: Family<VerdictLabels, Gauge>,
     pub identity_unchecked: Gauge,
+    pub node_identity_problem: Family<NodeProblemLabels, Gauge>,
+    /// Nodes with an identity problem series, so that fixed ones are removed.
+    identity_problems_seen: Mutex<BTreeSet<(String, &'static str)>>,
     /// `power_sources_failing` label sets set so far, so the ones that recover go to 0.
     failing_seen: Mutex<BTreeSet<FailingLabels>>,
     /// Nodes oobfence deleted: node -> (uid of the deleted Node, when).
@@ -323,6 +332,12 @@ impl Metrics {
         for verdict in IDENTITY_VERDICTS {
             identity_nodes.get_or_create(&VerdictLabels { verdict }).set(0);
         }
+        let node_identity_problem = Family::<NodeProblemLabels, Gauge>::default();
+        registry.register(
+            "node_identity_problem",
+            "1 for a node whose mapping cannot be trusted, healthy or not: identity-mismatch (its power source answers for another machine), region-mismatch (EC2 providerID zone outside [aws] region), shared-machine (another node maps to the same machine). Such a node is never fenced until the config is fixed",
+            Listed(node_identity_problem.clone()),
+        );
         let identity_unchecked = Gauge::default();
         registry.register(
             "identity_unchecked_nodes",
@@ -399,6 +414,8 @@ impl Metrics {
             nodes_watched,
             identity_nodes,
             identity_unchecked,
+            node_identity_problem,
+            identity_problems_seen: Mutex::new(BTreeSet::new()),
             failing_seen: Mutex::new(BTreeSet::new()),
             deleted_fences: Mutex::new(BTreeMap::new()),
         }
@@ -586,6 +603,28 @@ impl Metrics {
         self.actions
             .get_or_create(&ActionLabels { action, result })
             .inc();
+    }
+
+    /// The nodes whose mapping cannot be trusted now; series of nodes no longer listed go.
+    pub fn set_identity_problems(&self, problems: &BTreeSet<(String, &'static str)>) {
+        let Ok(mut seen) = self.identity_problems_seen.lock() else {
+            return;
+        };
+        for (node, problem) in seen.difference(problems) {
+            self.node_identity_problem.remove(&NodeProblemLabels {
+                node: node.clone(),
+                problem,
+            });
+        }
+        for (node, problem) in problems {
+            self.node_identity_problem
+                .get_or_create(&NodeProblemLabels {
+                    node: node.clone(),
+                    problem,
+                })
+                .set(1);
+        }
+        *seen = problems.clone();
     }
 
     /// Nodes by the verdict of the last identity read of their machine (`unknown`: none yet),

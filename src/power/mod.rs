@@ -318,12 +318,14 @@ impl PowerSources {
                         "EC2 client not set up".into(),
                     ));
                 };
-                let id = provider_id
+                // The region check lives in the source: a providerID of another region is an
+                // error read, never "not found".
+                let source = provider_id
                     .ok_or_else(|| "node has no spec.providerID".to_string())
-                    .and_then(ec2::instance_id_from_provider_id);
-                Some(match id {
-                    Ok(id) => MappedSource {
-                        source: std::sync::Arc::new(ec2::Ec2Source::new(reader.clone(), id)),
+                    .and_then(|p| ec2::Ec2Source::for_provider_id(reader.clone(), p));
+                Some(match source {
+                    Ok(source) => MappedSource {
+                        source: std::sync::Arc::new(source),
                         // A read may wait for its batch and for the SDK's retries.
                         deadline: aws.timeout * 2 + Duration::from_secs(2),
                     },
