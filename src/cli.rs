@@ -318,10 +318,12 @@ async fn check_config(path: &Path, probe: bool) -> Result<ExitCode, ExitCode> {
     let sources = Arc::new(PowerSources::new(cfg.clone(), Default::default()).await);
     let conflicts = daemon::mapping_conflicts(
         &cfg,
-        nodes
-            .items
-            .iter()
-            .map(|n| (n.metadata.name.as_deref().unwrap_or(""), crate::cluster::provider_id(n))),
+        nodes.items.iter().map(|n| {
+            (
+                n.metadata.name.as_deref().unwrap_or(""),
+                crate::cluster::provider_id(n),
+            )
+        }),
     );
     let conflicts = &conflicts;
     let rows: Vec<Row> = futures::stream::iter(nodes.items.into_iter().map(|n| {

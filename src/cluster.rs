@@ -404,7 +404,9 @@ impl Cluster {
             let attempt = attempts.fetch_add(1, Ordering::Relaxed) + 1;
             let node = self.fresh_node(name, &guard.uid).await?;
             // Our own fence already in place (a retry after the cache lagged): nothing to do.
-            if let Some(record) = fence_record(&node, &self.actor).filter(|r| r.ours && r.taint_present) {
+            if let Some(record) =
+                fence_record(&node, &self.actor).filter(|r| r.ours && r.taint_present)
+            {
                 return Ok(FenceWrite {
                     boot_id: record.boot_id,
                     at: record.at,

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-pub use crate::identity::IdentityCheck;
 use crate::decision::{FenceAction, Policy};
+pub use crate::identity::IdentityCheck;
 use crate::secret::{self, Secret};
 
 /// A config problem: which file, which key, what is wrong.
@@ -162,7 +162,6 @@ pub struct BmcEntry {
     /// Whether an Off read must come from a machine that proves it is the node's.
     pub identity: IdentityCheck,
 }
-
 
 impl BmcEntry {
     /// The address for one node, with `{node}` filled in.
@@ -1207,7 +1206,10 @@ password_file = "{}"
         let cfg = parse(&minimal(&pw)).unwrap();
         assert_eq!(cfg.bmc[0].identity, IdentityCheck::Checked);
         let text = minimal(&pw) + "identity = \"unchecked\"\n";
-        assert_eq!(parse(&text).unwrap().bmc[0].identity, IdentityCheck::Unchecked);
+        assert_eq!(
+            parse(&text).unwrap().bmc[0].identity,
+            IdentityCheck::Unchecked
+        );
         let e = parse(&(minimal(&pw) + "identity = \"off\"\n"))
             .unwrap_err()
             .to_string();

@@ -339,14 +339,22 @@ fn log_startup_warnings(cfg: &Config) {
     if cfg.policy.confirm_reads < 2 {
         tracing::warn!("confirm_reads = 1: a single Off read is enough to fence");
     }
-    for b in cfg.bmc.iter().filter(|b| b.identity == IdentityCheck::Unchecked) {
+    for b in cfg
+        .bmc
+        .iter()
+        .filter(|b| b.identity == IdentityCheck::Unchecked)
+    {
         tracing::warn!(
             entry = format!("bmc[{}]", b.index),
             address = %b.address,
             "identity = \"unchecked\" for this [[bmc]] entry: an Off read counts without the machine proving it is the node's; a wrong mapping can fence a running node"
         );
     }
-    if let Some(a) = cfg.aws.as_ref().filter(|a| a.identity == IdentityCheck::Unchecked) {
+    if let Some(a) = cfg
+        .aws
+        .as_ref()
+        .filter(|a| a.identity == IdentityCheck::Unchecked)
+    {
         tracing::warn!(
             region = %a.region,
             "identity = \"unchecked\" for [aws]: a stopped instance counts without its private address matching the node's"
@@ -452,9 +460,12 @@ impl Daemon {
         }
         self.conflicts = mapping_conflicts(
             &self.cfg,
-            nodes
-                .iter()
-                .map(|n| (n.metadata.name.as_deref().unwrap_or(""), cluster::provider_id(n))),
+            nodes.iter().map(|n| {
+                (
+                    n.metadata.name.as_deref().unwrap_or(""),
+                    cluster::provider_id(n),
+                )
+            }),
         );
         for node in &nodes {
             self.evaluate(node, now);
@@ -534,7 +545,8 @@ impl Daemon {
         facts.mapping_conflict = self.conflicts.get(&name).cloned();
         let policy = self.cfg.policy.clone();
         let tracker = self.trackers.get_mut(&name).expect("inserted above");
-        facts.lease_renewal_seen = observe_lease(&mut tracker.lease_seen, facts.lease_renew_time, now);
+        facts.lease_renewal_seen =
+            observe_lease(&mut tracker.lease_seen, facts.lease_renew_time, now);
         // Reads are evidence about one NotReady period: a node seen Ready starts afresh (its
         // fence, if any, still needs the reads that lift it).
         if facts.readiness == Readiness::Ready && facts.fence.is_none() {
@@ -716,7 +728,9 @@ impl Daemon {
         };
         let previous = t.binding.as_ref().map(|b| b.verdict.clone());
         let keep_previous = matches!(verdict, Verdict::Unverifiable(_))
-            && previous.as_ref().is_some_and(|p| !matches!(p, Verdict::Unverifiable(_)));
+            && previous
+                .as_ref()
+                .is_some_and(|p| !matches!(p, Verdict::Unverifiable(_)));
         if keep_previous {
             return;
         }
@@ -742,7 +756,12 @@ impl Daemon {
                 let event = format!("{message} (rule identity-mismatch)");
                 tokio::spawn(async move {
                     cluster
-                        .event(&node, EventType::Warning, reasons::IDENTITY_MISMATCH, &event)
+                        .event(
+                            &node,
+                            EventType::Warning,
+                            reasons::IDENTITY_MISMATCH,
+                            &event,
+                        )
                         .await
                 });
                 "identity-mismatch"
@@ -1362,7 +1381,10 @@ impl Daemon {
         m.set_identity_counts(&verdicts, unchecked);
         let mut problems = std::collections::BTreeSet::new();
         for (name, t) in &self.trackers {
-            if t.binding.as_ref().is_some_and(|b| b.verdict.label() == "mismatch") {
+            if t.binding
+                .as_ref()
+                .is_some_and(|b| b.verdict.label() == "mismatch")
+            {
                 problems.insert((name.clone(), "identity-mismatch"));
             }
         }

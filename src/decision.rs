@@ -510,7 +510,9 @@ pub fn decide(
                 S::Blocked,
                 Step::Idle,
                 Rule::RegionMismatch,
-                format!("{detail}: an instance of another region is absent from every answer, which must never read as gone; fix [aws] region"),
+                format!(
+                    "{detail}: an instance of another region is absent from every answer, which must never read as gone; fix [aws] region"
+                ),
             );
         }
         Some(MappingConflict::SharedMachine(detail)) => {
@@ -518,7 +520,9 @@ pub fn decide(
                 S::Blocked,
                 Step::Idle,
                 Rule::SharedMachine,
-                format!("{detail}: one machine's being off cannot tell which node is dead; fix the config's mapping"),
+                format!(
+                    "{detail}: one machine's being off cannot tell which node is dead; fix the config's mapping"
+                ),
             );
         }
         None => {}
@@ -583,10 +587,14 @@ pub fn decide(
 
     // A machine that ever answered as another machine in this period: the mapping is wrong,
     // whatever it says now.
-    if let Some((r, detail)) = reads.iter().rev().find_map(|r| match identity_of(facts, r) {
-        Verdict::Mismatch(d) => Some((r, d)),
-        _ => None,
-    }) {
+    if let Some((r, detail)) = reads
+        .iter()
+        .rev()
+        .find_map(|r| match identity_of(facts, r) {
+            Verdict::Mismatch(d) => Some((r, d)),
+            _ => None,
+        })
+    {
         return Decision::new(
             S::Blocked,
             Step::Idle,
@@ -763,11 +771,7 @@ fn identity_summary(facts: &NodeFacts, r: &PowerReading) -> String {
 /// (Off, or gone: terminated / not found), each at least `interval` older than the previous
 /// counted one; a read of that kind closer than that is skipped, and any other read ends the
 /// streak.
-fn confirming_streak(
-    reads: &[PowerReading],
-    gone: bool,
-    interval: Duration,
-) -> Vec<&PowerReading> {
+fn confirming_streak(reads: &[PowerReading], gone: bool, interval: Duration) -> Vec<&PowerReading> {
     let mut streak: Vec<&PowerReading> = Vec::new();
     for r in reads.iter().rev() {
         let same_kind = if gone {
@@ -1554,7 +1558,11 @@ mod tests {
         assert_eq!(g.evidence_at, t(65));
         assert_eq!(g.read_max_age, policy().read_max_age);
         // Nothing else is guarded: there is nothing to write.
-        assert!(decide(&dead(), &[off(60)], &policy(), t(61)).guard.is_none());
+        assert!(
+            decide(&dead(), &[off(60)], &policy(), t(61))
+                .guard
+                .is_none()
+        );
     }
 
     fn fresh_like(g: &WriteGuard) -> FreshNode {
@@ -1810,8 +1818,7 @@ mod tests {
                                 identity::verify(&facts.identity, &r.identity).is_match()
                             };
                             let other = |r: &PowerReading| {
-                                identity::verify(&facts.identity, &r.identity).label()
-                                    == "mismatch"
+                                identity::verify(&facts.identity, &r.identity).label() == "mismatch"
                             };
                             assert!(!reads.iter().any(other), "{reads:?}");
                             let last = reads.last().unwrap();

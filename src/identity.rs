@@ -177,7 +177,10 @@ pub fn verify(node: &NodeIdentity, machine: &MachineIdentity) -> Verdict {
             if forms.is_empty() {
                 return Verdict::Unverifiable("the power source reported an empty UUID".into());
             }
-            if forms.iter().any(|f| PLACEHOLDER_UUIDS.contains(&f.as_str())) {
+            if forms
+                .iter()
+                .any(|f| PLACEHOLDER_UUIDS.contains(&f.as_str()))
+            {
                 return Verdict::Unverifiable(format!(
                     "the machine reports the placeholder UUID {}",
                     forms[0]

@@ -330,7 +330,9 @@ impl Metrics {
             Listed(identity_nodes.clone()),
         );
         for verdict in IDENTITY_VERDICTS {
-            identity_nodes.get_or_create(&VerdictLabels { verdict }).set(0);
+            identity_nodes
+                .get_or_create(&VerdictLabels { verdict })
+                .set(0);
         }
         let node_identity_problem = Family::<NodeProblemLabels, Gauge>::default();
         registry.register(

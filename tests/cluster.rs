@@ -11,10 +11,11 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
-use oobfence::cluster::{self, Cluster, ClusterError};
+use oobfence::cluster::{self, Cluster, ClusterError, RecordedAttachment};
+use oobfence::decision::{GuardPurpose, WriteGuard};
 use support::k8s::{
-    FakeNode, RunningDaemon, TEST_LABEL, annotation, events_for, keep_taint, taints, unique,
-    wait_for,
+    FakeNode, KubeletIdentity, RunningDaemon, TEST_LABEL, annotation, events_for, keep_taint,
+    taints, unique, wait_for,
 };
 use support::sushy::SushyEmulator;
 
@@ -83,9 +84,38 @@ async fn fences_a_dead_node_whose_bmc_reads_off_and_unfences_it_on_return() {
     let healthy_name = format!("{group}-b");
     let bmcs = redfish_bmc(&dead_name, &emu, 0, dir.path())
         + &redfish_bmc(&healthy_name, &emu, 1, dir.path());
-    let dead = FakeNode::create(&client, &dead_name, &group, "boot-1").await;
-    let healthy = FakeNode::create(&client, &healthy_name, &group, "boot-9").await;
+    let dead = FakeNode::create_as(
+        &client,
+        &dead_name,
+        &group,
+        "boot-1",
+        KubeletIdentity::uuid(&emu.uuid(0)),
+    )
+    .await;
+    let healthy = FakeNode::create_as(
+        &client,
+        &healthy_name,
+        &group,
+        "boot-9",
+        KubeletIdentity::uuid(&emu.uuid(1)),
+    )
+    .await;
     let daemon = RunningDaemon::start(&config(&group, "", &bmcs), dir).await;
+
+    // While healthy, oobfence learns that each BMC answers for its node's machine.
+    let report = wait_for("identity learnt while healthy", DECISION, || async {
+        let r = daemon.report(&dead_name).await?;
+        (r["identity"]["verdict"] == "match").then_some(r)
+    })
+    .await;
+    assert_eq!(report["state"], "healthy");
+    assert!(
+        report["identity"]["detail"]
+            .as_str()
+            .unwrap()
+            .contains(&emu.uuid(0)),
+        "{report}"
+    );
 
     emu.set_power(0, false).await;
     emu.wait_power(0, "Off", POWER_CHANGE).await;
@@ -166,7 +196,14 @@ async fn never_fences_a_node_whose_bmc_reads_on() {
     let dir = tempfile::tempdir().unwrap();
     let name = format!("{group}-a");
     let bmcs = redfish_bmc(&name, &emu, 0, dir.path());
-    let node = FakeNode::create(&client, &name, &group, "boot-1").await;
+    let node = FakeNode::create_as(
+        &client,
+        &name,
+        &group,
+        "boot-1",
+        KubeletIdentity::uuid(&emu.uuid(0)),
+    )
+    .await;
     let daemon = RunningDaemon::start(&config(&group, "", &bmcs), dir).await;
 
     node.die("boot-1").await;
@@ -248,7 +285,14 @@ async fn delete_node_action_deletes_the_node_and_keeps_a_backup() {
     let dir = tempfile::tempdir().unwrap();
     let name = format!("{group}-a");
     let bmcs = redfish_bmc(&name, &emu, 0, dir.path());
-    let node = FakeNode::create(&client, &name, &group, "boot-1").await;
+    let node = FakeNode::create_as(
+        &client,
+        &name,
+        &group,
+        "boot-1",
+        KubeletIdentity::uuid(&emu.uuid(0)),
+    )
+    .await;
     let daemon =
         RunningDaemon::start(&config(&group, "action = \"delete-node\"", &bmcs), dir).await;
     emu.set_power(0, false).await;
@@ -277,7 +321,14 @@ async fn dry_run_decides_but_writes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let name = format!("{group}-a");
     let bmcs = redfish_bmc(&name, &emu, 0, dir.path());
-    let node = FakeNode::create(&client, &name, &group, "boot-1").await;
+    let node = FakeNode::create_as(
+        &client,
+        &name,
+        &group,
+        "boot-1",
+        KubeletIdentity::uuid(&emu.uuid(0)),
+    )
+    .await;
     let before = node.get().await;
     let daemon = RunningDaemon::start(&config(&group, "dry_run = true", &bmcs), dir).await;
     emu.set_power(0, false).await;
@@ -323,7 +374,14 @@ async fn a_node_back_with_the_same_boot_id_keeps_its_fence() {
     let dir = tempfile::tempdir().unwrap();
     let name = format!("{group}-a");
     let bmcs = redfish_bmc(&name, &emu, 0, dir.path());
-    let node = FakeNode::create(&client, &name, &group, "boot-1").await;
+    let node = FakeNode::create_as(
+        &client,
+        &name,
+        &group,
+        "boot-1",
+        KubeletIdentity::uuid(&emu.uuid(0)),
+    )
+    .await;
     let daemon = RunningDaemon::start(&config(&group, "", &bmcs), dir).await;
     emu.set_power(0, false).await;
     emu.wait_power(0, "Off", POWER_CHANGE).await;
@@ -356,7 +414,7 @@ async fn taint_write_retries_on_conflict_and_keeps_concurrent_changes() {
         let name = format!("{group}-{round}");
         let node = FakeNode::create(&client, &name, &group, "boot-1").await;
         node.die("boot-1").await;
-        let uid = node.get().await.uid().unwrap();
+        let guard = guard_for(&client, &node.get().await).await;
         // A second writer keeps changing the node while oobfence writes its taint.
         let writer_client = client.clone();
         let writer_name = name.clone();
@@ -373,7 +431,7 @@ async fn taint_write_retries_on_conflict_and_keeps_concurrent_changes() {
             }
         });
         let write = cluster
-            .apply_fence_taint(&name, &uid, "test")
+            .apply_fence_taint(&name, &guard, "test")
             .await
             .expect("taint written despite the concurrent writer");
         writer.await.unwrap();
@@ -383,7 +441,7 @@ async fn taint_write_retries_on_conflict_and_keeps_concurrent_changes() {
         assert_eq!(n.labels().get("writer").map(String::as_str), Some("39"));
         // Writing again (a decision from a lagging cache) is a no-op, not a second taint.
         cluster
-            .apply_fence_taint(&name, &uid, "test")
+            .apply_fence_taint(&name, &guard, "test")
             .await
             .expect("repeat write");
         let n = node.get().await;
@@ -411,7 +469,7 @@ async fn writes_refuse_a_node_re_registered_under_the_same_name() {
     let name = format!("{group}-a");
     let cluster = Cluster::new(client.clone(), "test");
     let node = FakeNode::create(&client, &name, &group, "boot-1").await;
-    let old_uid = node.get().await.uid().unwrap();
+    let old = node.get().await;
     node.delete().await;
     wait_for("old node gone", Duration::from_secs(10), || async {
         node.try_get().await.is_none().then_some(())
@@ -419,23 +477,26 @@ async fn writes_refuse_a_node_re_registered_under_the_same_name() {
     .await;
     let node = FakeNode::create(&client, &name, &group, "boot-2").await;
     node.die("boot-2").await;
-    let e = cluster.delete_node(&name, &old_uid).await.unwrap_err();
+    let mut old_guard = guard_for(&client, &node.get().await).await;
+    old_guard.uid = old.uid().unwrap();
+    let e = cluster.delete_node(&name, &old_guard).await.unwrap_err();
     assert!(matches!(e, ClusterError::NodeReplaced { .. }), "{e}");
     let e = cluster
-        .apply_fence_taint(&name, &old_uid, "test")
+        .apply_fence_taint(&name, &old_guard, "test")
         .await
         .unwrap_err();
     assert!(matches!(e, ClusterError::NodeReplaced { .. }), "{e}");
     let n = node.get().await;
     assert!(!FakeNode::has_oos_taint(&n));
     // And a Ready node is never tainted, whatever the caller believed.
-    node.come_back("boot-3").await;
-    let uid = node.get().await.uid().unwrap();
+    let guard = guard_for(&client, &node.get().await).await;
+    node.come_back("boot-2").await;
     let e = cluster
-        .apply_fence_taint(&name, &uid, "test")
+        .apply_fence_taint(&name, &guard, "test")
         .await
         .unwrap_err();
-    assert!(matches!(e, ClusterError::Precondition(_)), "{e}");
+    assert!(matches!(e, ClusterError::Abandoned(_)), "{e}");
+    assert!(!FakeNode::has_oos_taint(&node.get().await));
     node.delete().await;
 }
 
@@ -450,7 +511,14 @@ async fn a_node_the_controller_marks_unknown_is_fenced() {
     let dir = tempfile::tempdir().unwrap();
     let name = format!("{group}-a");
     let bmcs = redfish_bmc(&name, &emu, 0, dir.path());
-    let node = FakeNode::create(&client, &name, &group, "boot-1").await;
+    let node = FakeNode::create_as(
+        &client,
+        &name,
+        &group,
+        "boot-1",
+        KubeletIdentity::uuid(&emu.uuid(0)),
+    )
+    .await;
     let daemon = RunningDaemon::start(&config(&group, "", &bmcs), dir).await;
     emu.set_power(0, false).await;
     // No status post and no Lease renewal from here on: the controller must notice.
@@ -481,6 +549,272 @@ async fn a_node_the_controller_marks_unknown_is_fenced() {
     assert!(
         fenced_at.duration_since(since) >= jiff::SignedDuration::from_secs(2),
         "fenced at {fenced_at}, NotReady since {since}: the grace period was not respected"
+    );
+    daemon.stop().await;
+    node.delete().await;
+}
+
+/// What a fence decision about `node`, as it is now, would carry: its uid, bootID and Lease
+/// renewTime, and an Off read taken just now.
+async fn guard_for(client: &Client, node: &Node) -> WriteGuard {
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(client.clone(), cluster::NODE_LEASE_NAMESPACE);
+    let lease = leases.get_opt(&node.name_any()).await.unwrap();
+    WriteGuard {
+        purpose: GuardPurpose::Fence,
+        uid: node.uid().unwrap(),
+        boot_id: cluster::boot_id(node),
+        lease_renew_time: lease.as_ref().and_then(cluster::lease_renewed),
+        evidence_at: jiff::Timestamp::now(),
+        read_max_age: Duration::from_secs(30),
+    }
+}
+
+/// The write re-checks, on its fresh GET, what the decision used: a node that booted again, a
+/// kubelet that renewed its Lease, or an Off read gone stale while the write was on its way
+/// abandons the write; nothing is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fence_write_is_abandoned_when_anything_the_decision_used_moved() {
+    let client = support::k8s::client().await;
+    let group = unique("recheck");
+    let name = format!("{group}-a");
+    let cluster = Cluster::new(client.clone(), "test");
+    let node = FakeNode::create(&client, &name, &group, "boot-1").await;
+    node.die("boot-1").await;
+
+    // The machine booted again (new bootID) between the reads and the write.
+    let guard = guard_for(&client, &node.get().await).await;
+    node.set_status("False", jiff::Timestamp::now(), "boot-2")
+        .await;
+    let e = cluster
+        .apply_fence_taint(&name, &guard, "test")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, ClusterError::Abandoned(m) if m.contains("bootID")),
+        "{e}"
+    );
+    let e = cluster.delete_node(&name, &guard).await.unwrap_err();
+    assert!(
+        matches!(&e, ClusterError::Abandoned(m) if m.contains("bootID")),
+        "{e}"
+    );
+
+    // The kubelet renewed its Lease after the decision.
+    let guard = guard_for(&client, &node.get().await).await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    node.renew_lease().await;
+    let e = cluster
+        .apply_fence_taint(&name, &guard, "test")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, ClusterError::Abandoned(m) if m.contains("Lease")),
+        "{e}"
+    );
+
+    // The newest Off read is older than read_max_age by the time of the write.
+    let mut guard = guard_for(&client, &node.get().await).await;
+    guard.evidence_at = jiff::Timestamp::now() - jiff::SignedDuration::from_secs(31);
+    let e = cluster
+        .apply_fence_taint(&name, &guard, "test")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, ClusterError::Abandoned(m) if m.contains("old at write time")),
+        "{e}"
+    );
+    assert!(!FakeNode::has_oos_taint(&node.get().await));
+    assert!(node.try_get().await.is_some(), "never deleted");
+
+    // Nothing moved: written.
+    let guard = guard_for(&client, &node.get().await).await;
+    cluster
+        .apply_fence_taint(&name, &guard, "test")
+        .await
+        .expect("taint");
+    let n = node.get().await;
+    assert!(FakeNode::has_oos_taint(&n));
+    assert_eq!(
+        annotation(&n, cluster::ANNOTATION_FENCED_BY).as_deref(),
+        Some(cluster.actor())
+    );
+    node.delete().await;
+}
+
+/// A fence placed by another oobfence (another datacenter, or another host) is never lifted
+/// nor its record cleared here, even with a guard that would otherwise pass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_oobfences_fence_is_never_lifted() {
+    let client = support::k8s::client().await;
+    let group = unique("foreign");
+    let name = format!("{group}-a");
+    let me = Cluster::with_actor(client.clone(), "test", "oobfence/test@mgmt1");
+    let other = Cluster::with_actor(client.clone(), "test", "oobfence/test@mgmt2");
+    let node = FakeNode::create(&client, &name, &group, "boot-1").await;
+    node.die("boot-1").await;
+    other
+        .apply_fence_taint(&name, &guard_for(&client, &node.get().await).await, "test")
+        .await
+        .expect("the other host fences");
+    node.come_back("boot-2").await;
+    let n = node.get().await;
+    let unfence = WriteGuard {
+        purpose: GuardPurpose::Unfence,
+        lease_renew_time: None,
+        ..guard_for(&client, &n).await
+    };
+    let e = me.remove_fence_taint(&name, &unfence).await.unwrap_err();
+    assert!(
+        matches!(&e, ClusterError::Precondition(m) if m.contains("another oobfence")),
+        "{e}"
+    );
+    let e = me
+        .clear_fence_record(&name, &n.uid().unwrap())
+        .await
+        .unwrap_err();
+    assert!(matches!(e, ClusterError::Precondition(_)), "{e}");
+    let n = node.get().await;
+    assert!(FakeNode::has_oos_taint(&n));
+    assert_eq!(
+        annotation(&n, cluster::ANNOTATION_FENCED_BY).as_deref(),
+        Some("oobfence/test@mgmt2")
+    );
+    // Its own daemon lifts it, once the re-check passes.
+    other
+        .remove_fence_taint(&name, &unfence)
+        .await
+        .expect("untaint");
+    assert!(!FakeNode::has_oos_taint(&node.get().await));
+    node.delete().await;
+}
+
+/// After a node delete only the VolumeAttachments recorded before it go (name and uid): one
+/// created since, or re-created under a recorded name, belongs to a node re-registered under
+/// the same name and stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_recorded_volume_attachments_are_deleted() {
+    use k8s_openapi::api::storage::v1::VolumeAttachment;
+    let client = support::k8s::client().await;
+    let group = unique("va");
+    let name = format!("{group}-a");
+    let cluster = Cluster::new(client.clone(), "test");
+    let vas: Api<VolumeAttachment> = Api::all(client.clone());
+    let va = |va_name: &str| -> VolumeAttachment {
+        serde_json::from_value(json!({
+            "metadata": {"name": va_name},
+            "spec": {
+                "attacher": "ebs.csi.aws.com",
+                "nodeName": name,
+                "source": {"persistentVolumeName": format!("pv-{va_name}")}
+            }
+        }))
+        .unwrap()
+    };
+    let (old, reused, new) = (
+        format!("{group}-old"),
+        format!("{group}-reused"),
+        format!("{group}-new"),
+    );
+    for n in [&old, &reused] {
+        vas.create(&Default::default(), &va(n)).await.unwrap();
+    }
+    let recorded = cluster.volume_attachments_of(&name).await.unwrap();
+    let mut names: Vec<&str> = recorded.iter().map(|r| r.name.as_str()).collect();
+    names.sort();
+    assert_eq!(names, [old.as_str(), reused.as_str()]);
+    // The node is re-registered under its name and gets attachments of its own: a new one,
+    // and one under a name that was recorded (a new object, a new uid).
+    vas.create(&Default::default(), &va(&new)).await.unwrap();
+    vas.delete(&reused, &Default::default()).await.unwrap();
+    wait_for(
+        "old VolumeAttachment object gone",
+        Duration::from_secs(10),
+        || async { vas.get_opt(&reused).await.unwrap().is_none().then_some(()) },
+    )
+    .await;
+    vas.create(&Default::default(), &va(&reused)).await.unwrap();
+
+    let deleted = cluster.delete_volume_attachments(&recorded).await.unwrap();
+    assert_eq!(deleted, vec![old.clone()]);
+    assert!(
+        vas.get_opt(&old)
+            .await
+            .unwrap()
+            .is_none_or(|v| v.metadata.deletion_timestamp.is_some())
+    );
+    assert!(
+        vas.get_opt(&new).await.unwrap().is_some(),
+        "created after the record"
+    );
+    assert!(
+        vas.get_opt(&reused).await.unwrap().is_some(),
+        "re-created under a recorded name"
+    );
+    let unknown = RecordedAttachment {
+        name: format!("{group}-never"),
+        uid: "0".into(),
+    };
+    assert_eq!(
+        cluster.delete_volume_attachments(&[unknown]).await.unwrap(),
+        Vec::<String>::new()
+    );
+    for n in [&new, &reused] {
+        let _ = vas.delete(n, &Default::default()).await;
+    }
+}
+
+/// A BMC entry that reads another machine: its Off never fences the node, and the mismatch
+/// is known while the node is still healthy (metric, Event, `/nodes`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bmc_that_answers_for_another_machine_never_fences() {
+    let client = support::k8s::client().await;
+    let emu = SushyEmulator::start(2).await;
+    let group = unique("mismatch");
+    let dir = tempfile::tempdir().unwrap();
+    let name = format!("{group}-a");
+    // The node's kubelet reports machine 1; the entry (a copy-paste slip) reads machine 0.
+    let bmcs = redfish_bmc(&name, &emu, 0, dir.path());
+    let node = FakeNode::create_as(
+        &client,
+        &name,
+        &group,
+        "boot-1",
+        KubeletIdentity::uuid(&emu.uuid(1)),
+    )
+    .await;
+    let daemon = RunningDaemon::start(&config(&group, "", &bmcs), dir).await;
+    let report = wait_for("mismatch found while healthy", DECISION, || async {
+        let r = daemon.report(&name).await?;
+        (r["identity"]["verdict"] == "mismatch").then_some(r)
+    })
+    .await;
+    assert_eq!(report["state"], "healthy");
+    let metrics = daemon.metrics().await;
+    assert!(
+        metrics.contains(&format!(
+            "oobfence_node_identity_problem{{node=\"{name}\",problem=\"identity-mismatch\"}} 1"
+        )),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("oobfence_identity_nodes{verdict=\"mismatch\"} 1"),
+        "{metrics}"
+    );
+    // Machine 0 powers off and the node dies: Off from the wrong machine is no proof.
+    emu.set_power(0, false).await;
+    emu.wait_power(0, "Off", POWER_CHANGE).await;
+    node.die("boot-1").await;
+    let report = daemon.wait_rule(&name, "identity-mismatch", DECISION).await;
+    assert_eq!(report["state"], "blocked");
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(!FakeNode::has_oos_taint(&node.get().await));
+    let events = events_for(&client, &name).await;
+    assert!(
+        events
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("OobfenceIdentityMismatch")),
+        "{events:?}"
     );
     daemon.stop().await;
     node.delete().await;

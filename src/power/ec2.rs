@@ -237,9 +237,9 @@ pub const HIBERNATE_REASON: &str = "Client.UserInitiatedHibernate";
 /// processes and the same bootID: a kubelet that comes back from it still runs the pods the
 /// cluster has rescheduled elsewhere. The signals, from DescribeInstances alone:
 /// - `StateReason.Code` `Client.UserInitiatedHibernate` (StopInstances with Hibernate=true, on
-///   demand or Spot). EC2 keeps that code even when the OS failed to hibernate and EC2 fell
-///   back to a plain stop; the read is then Suspended for a machine that is really off, which
-///   only blocks a fence, never causes one.
+///   demand or Spot). It says hibernation was *initiated*: when the OS cannot hibernate, EC2
+///   falls back to a plain stop, and the read may then be Suspended for a machine that is
+///   really off, which only blocks a fence, never causes one.
 /// - Any other state reason that mentions hibernation (none is documented besides the one
 ///   above; an undocumented one is not taken as a plain stop).
 /// - A Spot instance launched with `HibernationOptions.Configured` and stopped by a Spot
@@ -301,21 +301,21 @@ fn hibernation(instance: &Instance) -> Option<String> {
 }
 
 /// What an instance says it is: its id, and every private IPv4 and IPv6 address and private
-/// DNS name of the instance and its network interfaces, without duplicates. EC2 leaves
-/// these empty for terminated instances; empty strings are dropped.
+/// DNS name of the instance and its network interfaces, without duplicates. A terminated
+/// instance has lost its network interfaces and reports none; empty strings are dropped.
 pub fn instance_identity(instance: &Instance) -> MachineIdentity {
     let Some(id) = instance.instance_id() else {
         return MachineIdentity::unreported("DescribeInstances answered without an instance id");
     };
     let mut ips: Vec<String> = Vec::new();
     let mut names: Vec<String> = Vec::new();
-    let mut add = |list: &mut Vec<String>, value: Option<&str>| {
+    fn add(list: &mut Vec<String>, value: Option<&str>) {
         if let Some(v) = value.map(str::trim).filter(|v| !v.is_empty())
             && !list.iter().any(|have| have.eq_ignore_ascii_case(v))
         {
             list.push(v.to_string());
         }
-    };
+    }
     add(&mut ips, instance.private_ip_address());
     add(&mut names, instance.private_dns_name());
     for nic in instance.network_interfaces() {
@@ -888,5 +888,307 @@ mod tests {
         let unknown = volume_details(&Err("DescribeVolumes failed".into()));
         assert!(unknown[0].value.starts_with("unknown"));
         assert!(volume_ids(&unknown).is_empty());
+    }
+    /// An instance as DescribeInstances may describe it, to finish with `.build()`.
+    fn instance(
+        state: InstanceStateName,
+        code: Option<&str>,
+        message: Option<&str>,
+    ) -> aws_sdk_ec2::types::builders::InstanceBuilder {
+        use aws_sdk_ec2::types::{InstanceState, StateReason};
+        Instance::builder()
+            .instance_id("i-0123456789abcdef0")
+            .state(InstanceState::builder().name(state).build())
+            .state_reason(
+                StateReason::builder()
+                    .set_code(code.map(String::from))
+                    .set_message(message.map(String::from))
+                    .build(),
+            )
+    }
+
+    fn configured_to_hibernate(
+        b: aws_sdk_ec2::types::builders::InstanceBuilder,
+    ) -> aws_sdk_ec2::types::builders::InstanceBuilder {
+        b.hibernation_options(
+            aws_sdk_ec2::types::HibernationOptions::builder()
+                .configured(true)
+                .build(),
+        )
+    }
+
+    #[test]
+    fn hibernated_instances_are_suspended_never_off() {
+        use InstanceStateName as N;
+        let hibernated = instance(
+            N::Stopped,
+            Some(HIBERNATE_REASON),
+            Some("Client.UserInitiatedHibernate: User initiated hibernate"),
+        )
+        .build();
+        // The old mapping looked at the state name only, and a stopped name is Off.
+        match instance_power_state(&hibernated) {
+            PowerState::Suspended { detail } => {
+                assert!(detail.starts_with("stopped by hibernation"), "{detail}");
+                assert!(detail.contains(HIBERNATE_REASON), "{detail}");
+            }
+            other => panic!("a hibernated instance read as {other:?}"),
+        }
+        assert!(!instance_power_state(&hibernated).is_down());
+        // Still writing its RAM to EBS: suspended too, not merely transitional.
+        let stopping = instance(N::Stopping, Some(HIBERNATE_REASON), None).build();
+        assert!(
+            matches!(
+                instance_power_state(&stopping),
+                PowerState::Suspended { ref detail } if detail.starts_with("stopping by hibernation")
+            ),
+            "{:?}",
+            instance_power_state(&stopping)
+        );
+        // Only the message says so: still hibernation.
+        let by_message = instance(
+            N::Stopped,
+            None,
+            Some("Client.UserInitiatedHibernate: User initiated hibernate"),
+        )
+        .build();
+        assert_eq!(instance_power_state(&by_message).label(), "suspended");
+
+        // A plain stop is Off, also on an instance that could hibernate.
+        let stopped = instance(
+            N::Stopped,
+            Some("Client.UserInitiatedShutdown"),
+            Some("Client.UserInitiatedShutdown: User initiated shutdown"),
+        );
+        assert_eq!(
+            instance_power_state(&stopped.clone().build()),
+            PowerState::Off
+        );
+        assert_eq!(
+            instance_power_state(&configured_to_hibernate(stopped).build()),
+            PowerState::Off
+        );
+        assert_eq!(
+            instance_power_state(&instance(N::Stopped, None, None).build()),
+            PowerState::Off
+        );
+        // A Spot interruption of an instance configured to hibernate may have hibernated it.
+        let spot_stop = instance(
+            N::Stopped,
+            Some("Server.SpotInstanceShutdown"),
+            Some("Server.SpotInstanceShutdown: Stopped due to Spot interruption"),
+        );
+        assert_eq!(
+            instance_power_state(&spot_stop.clone().build()),
+            PowerState::Off
+        );
+        // Configured alone, or Spot alone, is not enough.
+        assert_eq!(
+            instance_power_state(&configured_to_hibernate(spot_stop.clone()).build()),
+            PowerState::Off
+        );
+        assert_eq!(
+            instance_power_state(
+                &spot_stop
+                    .clone()
+                    .instance_lifecycle(InstanceLifecycleType::Spot)
+                    .build()
+            ),
+            PowerState::Off
+        );
+        assert_eq!(
+            instance_power_state(
+                &configured_to_hibernate(spot_stop)
+                    .instance_lifecycle(InstanceLifecycleType::Spot)
+                    .build()
+            )
+            .label(),
+            "suspended"
+        );
+        // A stale hibernation reason on a running or terminated instance changes nothing.
+        assert_eq!(
+            instance_power_state(&instance(N::Running, Some(HIBERNATE_REASON), None).build()),
+            PowerState::On
+        );
+        assert_eq!(
+            instance_power_state(&instance(N::Terminated, Some(HIBERNATE_REASON), None).build()),
+            PowerState::Terminated
+        );
+        let no_state = Instance::builder().instance_id("i-0123abcd").build();
+        assert_eq!(instance_power_state(&no_state).label(), "error");
+    }
+
+    #[test]
+    fn identity_lists_every_private_address_once() {
+        use aws_sdk_ec2::types::{
+            InstanceIpv6Address, InstanceNetworkInterface, InstancePrivateIpAddress,
+        };
+        let i = Instance::builder()
+            .instance_id("i-0123456789abcdef0")
+            .private_ip_address("10.0.0.5")
+            .private_dns_name("ip-10-0-0-5.ec2.internal")
+            .network_interfaces(
+                InstanceNetworkInterface::builder()
+                    .private_ip_address("10.0.0.5")
+                    .private_dns_name("ip-10-0-0-5.ec2.internal")
+                    .private_ip_addresses(
+                        InstancePrivateIpAddress::builder()
+                            .private_ip_address("10.0.0.5")
+                            .private_dns_name("IP-10-0-0-5.ec2.internal")
+                            .primary(true)
+                            .build(),
+                    )
+                    .private_ip_addresses(
+                        InstancePrivateIpAddress::builder()
+                            .private_ip_address("10.0.0.6")
+                            .private_dns_name("ip-10-0-0-6.ec2.internal")
+                            .build(),
+                    )
+                    .ipv6_addresses(
+                        InstanceIpv6Address::builder()
+                            .ipv6_address("2600:1f18::5")
+                            .build(),
+                    )
+                    .build(),
+            )
+            .network_interfaces(
+                InstanceNetworkInterface::builder()
+                    .private_ip_address("10.0.1.7")
+                    .private_dns_name("")
+                    .build(),
+            )
+            .build();
+        assert_eq!(
+            instance_identity(&i),
+            MachineIdentity::Instance {
+                id: "i-0123456789abcdef0".into(),
+                private_ips: vec![
+                    "10.0.0.5".into(),
+                    "10.0.0.6".into(),
+                    "2600:1f18::5".into(),
+                    "10.0.1.7".into()
+                ],
+                private_dns_names: vec![
+                    "ip-10-0-0-5.ec2.internal".into(),
+                    "ip-10-0-0-6.ec2.internal".into()
+                ],
+            }
+        );
+        // A terminated instance has no addresses left: an Instance identity with none.
+        let gone = Instance::builder()
+            .instance_id("i-0123abcd")
+            .private_dns_name("")
+            .build();
+        assert_eq!(
+            instance_identity(&gone),
+            MachineIdentity::Instance {
+                id: "i-0123abcd".into(),
+                private_ips: vec![],
+                private_dns_names: vec![],
+            }
+        );
+        assert!(matches!(
+            instance_identity(&Instance::builder().build()),
+            MachineIdentity::Unreported { .. }
+        ));
+    }
+
+    #[test]
+    fn zones_belong_to_their_region() {
+        for (zone, region) in [
+            ("us-east-1a", "us-east-1"),
+            ("us-west-2d", "us-west-2"),
+            ("eu-central-2b", "eu-central-2"),
+            ("us-gov-west-1a", "us-gov-west-1"),
+            ("cn-northwest-1c", "cn-northwest-1"),
+            ("ap-southeast-3a", "ap-southeast-3"),
+            // Local Zones and Wavelength Zones belong to their parent region.
+            ("us-west-2-lax-1a", "us-west-2"),
+            ("us-east-1-bos-1a", "us-east-1"),
+            ("us-east-1-wl1-bos-wlz-1", "us-east-1"),
+            ("ap-northeast-1-wl1-nrt-wlz-1", "ap-northeast-1"),
+        ] {
+            assert_eq!(region_of_zone(zone), Some(region), "{zone}");
+        }
+        for not_a_zone in [
+            "",
+            "us-east-1",
+            "us-east-1ab",
+            "us-east-1A",
+            "use1-az1",
+            "us-1a",
+            "us-east-a",
+            "us-east-1-",
+            "us-east-1-lax-",
+            "us-east-1a-lax-1a",
+            "US-EAST-1A",
+        ] {
+            assert_eq!(region_of_zone(not_a_zone), None, "{not_a_zone:?}");
+        }
+    }
+
+    #[test]
+    fn provider_id_zones() {
+        let id = "i-0123456789abcdef0";
+        assert_eq!(
+            zone_from_provider_id(&format!("aws:///us-west-2a/{id}")),
+            Ok(Some("us-west-2a"))
+        );
+        assert_eq!(
+            zone_from_provider_id(&format!("aws://us-west-2a/{id}")),
+            Ok(Some("us-west-2a"))
+        );
+        assert_eq!(zone_from_provider_id(&format!("aws:///{id}")), Ok(None));
+        assert_eq!(zone_from_provider_id(&format!("aws://{id}")), Ok(None));
+        assert!(zone_from_provider_id(&format!("aws:///a/b/{id}")).is_err());
+        assert!(zone_from_provider_id("gce://p/z/i-0123abcd").is_err());
+    }
+
+    #[test]
+    fn region_mismatch_names_the_zone_and_both_regions() {
+        let id = "i-0123456789abcdef0";
+        // In the region: nothing to say.
+        for pid in [
+            format!("aws:///us-east-1a/{id}"),
+            format!("aws://us-east-1c/{id}"),
+            format!("aws:///us-east-1-bos-1a/{id}"),
+            format!("aws:///us-east-1-wl1-bos-wlz-1/{id}"),
+        ] {
+            assert_eq!(zone_region_mismatch(&pid, "us-east-1"), None, "{pid}");
+        }
+        // Another region, also through a Local or Wavelength Zone.
+        for (pid, zone, region) in [
+            (format!("aws:///us-west-2a/{id}"), "us-west-2a", "us-west-2"),
+            (
+                format!("aws:///us-west-2-lax-1a/{id}"),
+                "us-west-2-lax-1a",
+                "us-west-2",
+            ),
+            (
+                format!("aws:///us-west-2-wl1-las-wlz-1/{id}"),
+                "us-west-2-wl1-las-wlz-1",
+                "us-west-2",
+            ),
+            // A prefix of the configured region is still another region.
+            (
+                format!("aws:///us-east-11a/{id}"),
+                "us-east-11a",
+                "us-east-11",
+            ),
+        ] {
+            let msg = zone_region_mismatch(&pid, "us-east-1").unwrap_or_else(|| panic!("{pid}"));
+            assert!(msg.contains(zone), "{msg}");
+            assert!(msg.contains(&format!("region {region}")), "{msg}");
+            assert!(msg.contains("\"us-east-1\""), "{msg}");
+        }
+        // No zone, or no zone name: the region cannot be checked, and the message says so.
+        for pid in [format!("aws:///{id}"), format!("aws://{id}")] {
+            let msg = zone_region_mismatch(&pid, "us-east-1").unwrap();
+            assert!(msg.contains("no availability zone"), "{msg}");
+        }
+        let msg = zone_region_mismatch(&format!("aws:///use1-az1/{id}"), "us-east-1").unwrap();
+        assert!(msg.contains("not an availability zone name"), "{msg}");
+        let msg = zone_region_mismatch("gce://p/z/x", "us-east-1").unwrap();
+        assert!(msg.contains("not an AWS one"), "{msg}");
     }
 }

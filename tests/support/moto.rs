@@ -89,9 +89,15 @@ impl Drop for MotoServer {
 }
 
 pub fn client_for(endpoint: &str) -> aws_sdk_ec2::Client {
+    client_in(endpoint, REGION)
+}
+
+/// An EC2 client for another of moto's regions (moto keeps one set of instances per region,
+/// chosen by the request's signature, like EC2).
+pub fn client_in(endpoint: &str, region: &str) -> aws_sdk_ec2::Client {
     let conf = aws_sdk_ec2::config::Builder::new()
         .behavior_version(BehaviorVersion::latest())
-        .region(Region::new(REGION))
+        .region(Region::new(region.to_string()))
         .credentials_provider(Credentials::new("testing", "testing", None, None, "tests"))
         .endpoint_url(endpoint)
         .build();
@@ -100,6 +106,11 @@ pub fn client_for(endpoint: &str) -> aws_sdk_ec2::Client {
 
 /// Launches `n` instances and returns their ids.
 pub async fn run_instances(ec2: &aws_sdk_ec2::Client, n: i32) -> Vec<String> {
+    run_instances_in(ec2, n, ZONE).await
+}
+
+/// Launches `n` instances in `zone` (of the client's region) and returns their ids.
+pub async fn run_instances_in(ec2: &aws_sdk_ec2::Client, n: i32, zone: &str) -> Vec<String> {
     let out = ec2
         .run_instances()
         .image_id("ami-12c6146b")
@@ -108,7 +119,7 @@ pub async fn run_instances(ec2: &aws_sdk_ec2::Client, n: i32) -> Vec<String> {
         .max_count(n)
         .placement(
             aws_sdk_ec2::types::Placement::builder()
-                .availability_zone(ZONE)
+                .availability_zone(zone)
                 .build(),
         )
         .send()
