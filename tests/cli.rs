@@ -194,7 +194,14 @@ async fn check_config_probe_reads_every_mapped_node_of_the_cluster() {
     let group = support::k8s::unique("probe");
     let mapped = format!("{group}-a");
     let unmapped = format!("{group}-b");
-    let a = support::k8s::FakeNode::create(&client, &mapped, &group, "b").await;
+    let a = support::k8s::FakeNode::create_as(
+        &client,
+        &mapped,
+        &group,
+        "b",
+        support::k8s::KubeletIdentity::uuid(&emu.uuid(0)),
+    )
+    .await;
     let b = support::k8s::FakeNode::create(&client, &unmapped, &group, "b").await;
     let dir = tempfile::tempdir().unwrap();
     let pw = dir.path().join("pw");
@@ -231,6 +238,10 @@ ca_file = "{}"
     let row = |n: &str| out.lines().find(|l| l.starts_with(n)).map(String::from);
     let ra = row(&mapped).unwrap_or_else(|| panic!("{out}"));
     assert!(ra.contains("redfish") && ra.contains(" On"), "{ra}");
+    assert!(
+        ra.contains("match") && ra.contains(&emu.uuid(0)),
+        "the IDENTITY column ties the BMC to the node: {ra}"
+    );
     let rb = row(&unmapped).unwrap_or_else(|| panic!("{out}"));
     assert!(rb.contains("not mapped"), "{rb}");
     a.delete().await;

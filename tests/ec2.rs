@@ -1,6 +1,7 @@
 //! The EC2 power source against moto's EC2 emulator (real AWS wire format), a counting proxy
 //! for the batching, recorded EC2 replies for what moto cannot produce (stopping,
-//! shutting-down, throttling, auth failure), and end to end with a real kube-apiserver.
+//! shutting-down, hibernation, throttling, auth failure), and end to end with a real
+//! kube-apiserver.
 
 mod support;
 
@@ -16,19 +17,23 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 use oobfence::config::{AwsConfig, Config};
+use oobfence::identity::{MachineIdentity, NodeIdentity, verify};
 use oobfence::power::ec2::{Ec2Reader, Ec2Source, volume_ids};
-use oobfence::power::{PowerSource, PowerState, ReadErrorKind};
+use oobfence::power::{PowerSource, PowerSources, PowerState, ReadErrorKind, Reply};
 use support::k8s::{FakeNode, RunningDaemon, TEST_LABEL, events_for, unique, wait_for};
-use support::moto::{CountingProxy, MotoServer, attach_data_volume, run_instances};
+use support::moto::{
+    CountingProxy, MotoServer, attach_data_volume, client_in, run_instances, run_instances_in,
+};
 
-fn aws_config(endpoint: &str, timeout: &str) -> AwsConfig {
+fn config(endpoint: &str, timeout: &str) -> Config {
     let text = format!(
         "datacenter = \"t\"\n[aws]\nregion = \"us-east-1\"\nnodes = [\"*\"]\nendpoint_url = \"{endpoint}\"\ntimeout = \"{timeout}\"\n"
     );
-    Config::parse(&text, std::path::Path::new("t.toml"))
-        .unwrap()
-        .aws
-        .unwrap()
+    Config::parse(&text, std::path::Path::new("t.toml")).unwrap()
+}
+
+fn aws_config(endpoint: &str, timeout: &str) -> AwsConfig {
+    config(endpoint, timeout).aws.unwrap()
 }
 
 async fn reader(endpoint: &str) -> Arc<Ec2Reader> {
@@ -36,10 +41,15 @@ async fn reader(endpoint: &str) -> Arc<Ec2Reader> {
     Ec2Reader::new(&aws_config(endpoint, "5s"), Default::default()).await
 }
 
-async fn read(reader: &Arc<Ec2Reader>, id: &str) -> (PowerState, Vec<oobfence::power::ReadDetail>) {
+async fn read_reply(reader: &Arc<Ec2Reader>, id: &str) -> Reply {
     Ec2Source::new(reader.clone(), id.to_string())
-        .read_detailed()
+        .read_reply()
         .await
+}
+
+async fn read(reader: &Arc<Ec2Reader>, id: &str) -> (PowerState, Vec<oobfence::power::ReadDetail>) {
+    let r = read_reply(reader, id).await;
+    (r.state, r.details)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

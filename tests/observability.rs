@@ -20,7 +20,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, PostParams};
 
 use oobfence::journal::{self, Record, RecordKind};
-use support::k8s::{FakeNode, RunningDaemon, TEST_LABEL, events_for, unique, wait_for};
+use support::k8s::{
+    FakeNode, KubeletIdentity, RunningDaemon, TEST_LABEL, events_for, unique, wait_for,
+};
 use support::sushy::SushyEmulator;
 
 const DECISION: Duration = Duration::from_secs(45);
@@ -295,7 +297,14 @@ async fn metrics_journal_and_why_follow_a_fence_its_volumes_and_the_recovery() {
     let bmcs = redfish_bmc(&dead_name, &emu, 0, dir.path()) + &dead_bmc(&dark_name, dir.path());
     let config_text = config(&group, &journal_path, &bmcs);
 
-    let dead = FakeNode::create(&client, &dead_name, &group, "boot-1").await;
+    let dead = FakeNode::create_as(
+        &client,
+        &dead_name,
+        &group,
+        "boot-1",
+        KubeletIdentity::uuid(&emu.uuid(0)),
+    )
+    .await;
     let dark = FakeNode::create(&client, &dark_name, &group, "boot-7").await;
     // A volume attached to the machine that is about to die.
     let vas: Api<VolumeAttachment> = Api::all(client.clone());

@@ -392,7 +392,14 @@ async fn the_daemon_fences_with_nothing_but_the_minted_kubeconfig() {
     let emu = SushyEmulator::start(1).await;
     let group = unique("rbac-fence");
     let name = format!("{group}-a");
-    let node = FakeNode::create(&admin, &name, &group, "boot-1").await;
+    let node = FakeNode::create_as(
+        &admin,
+        &name,
+        &group,
+        "boot-1",
+        support::k8s::KubeletIdentity::uuid(&emu.uuid(0)),
+    )
+    .await;
     let password = dir.path().join("bmc-password");
     std::fs::write(&password, format!("{}\n", support::sushy::PASSWORD)).unwrap();
     let config = format!(
