@@ -123,6 +123,20 @@ struct Tracker {
     identity_due: Option<Instant>,
 }
 
+impl Tracker {
+    /// Brings what the tracker knows into the node's facts, and what the facts show into the
+    /// tracker: when the Lease was seen renewed (oobfence's clock), the identity binding, and
+    /// the reads — evidence about one NotReady period only, so a node seen Ready starts afresh
+    /// (a fenced one keeps them: they are what lifts its fence).
+    fn observe(&mut self, facts: &mut decision::NodeFacts, now: Timestamp) {
+        facts.lease_renewal_seen = observe_lease(&mut self.lease_seen, facts.lease_renew_time, now);
+        if facts.readiness == Readiness::Ready && facts.fence.is_none() {
+            self.reads.clear();
+        }
+        facts.identity_binding = self.binding.clone();
+    }
+}
+
 /// When oobfence saw the Lease take its current renewTime, by oobfence's own clock: the
 /// kubelet's clock is never compared with ours (as the node lifecycle controller does). A Lease
 /// seen for the first time counts as renewed now. `None` when the node has no Lease.
@@ -1483,6 +1497,44 @@ mod tests {
         assert_eq!(observe_lease(&mut seen, Some(renewed), t(40)), Some(t(40)));
         // No Lease: nothing to judge by.
         assert_eq!(observe_lease(&mut seen, None, t(50)), None);
+    }
+
+    /// Reads are evidence about one NotReady period: whatever clock the controller stamps
+    /// `lastTransitionTime` with, a node seen Ready in between leaves none behind.
+    #[test]
+    fn reads_are_dropped_whenever_the_node_is_seen_ready() {
+        use crate::identity::MachineIdentity;
+        let off = |at: i64| PowerReading {
+            at: t(at),
+            latency: Duration::from_millis(5),
+            state: PowerState::Off,
+            details: Vec::new(),
+            identity: MachineIdentity::unreported("test"),
+        };
+        let mut tracker = Tracker {
+            reads: vec![off(10), off(15)],
+            ..Default::default()
+        };
+        let mut facts = crate::cluster::node_facts(&Node::default(), None, "me");
+        facts.readiness = Readiness::NotReady {
+            // A controller clock far ahead of ours: a time filter would keep stale reads.
+            since: t(-3600),
+        };
+        tracker.observe(&mut facts, t(20));
+        assert_eq!(tracker.reads.len(), 2, "still the same NotReady period");
+        facts.readiness = Readiness::Ready;
+        tracker.observe(&mut facts, t(21));
+        assert!(tracker.reads.is_empty(), "seen Ready: the period is over");
+        // A fenced node seen Ready keeps its reads: they are what lifts the fence.
+        tracker.reads = vec![off(30)];
+        facts.fence = Some(decision::FenceRecord {
+            at: t(25),
+            boot_id: "b".into(),
+            taint_present: true,
+            ours: true,
+        });
+        tracker.observe(&mut facts, t(31));
+        assert_eq!(tracker.reads.len(), 1);
     }
 
     struct SlowOff;
