@@ -559,14 +559,7 @@ impl Daemon {
         facts.mapping_conflict = self.conflicts.get(&name).cloned();
         let policy = self.cfg.policy.clone();
         let tracker = self.trackers.get_mut(&name).expect("inserted above");
-        facts.lease_renewal_seen =
-            observe_lease(&mut tracker.lease_seen, facts.lease_renew_time, now);
-        // Reads are evidence about one NotReady period: a node seen Ready starts afresh (its
-        // fence, if any, still needs the reads that lift it).
-        if facts.readiness == Readiness::Ready && facts.fence.is_none() {
-            tracker.reads.clear();
-        }
-        facts.identity_binding = tracker.binding.clone();
+        tracker.observe(&mut facts, now);
         let decision = decision::decide(&facts, &tracker.reads, &policy, now);
 
         // Power read wanted now?
