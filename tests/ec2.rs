@@ -96,6 +96,166 @@ async fn instance_states_map_to_power_states_with_volumes_as_evidence() {
     assert!(r.still_attached(stopped, &[data]).await.unwrap().is_empty());
 }
 
+/// What DescribeInstances itself says about `id`, fetched with the SDK client.
+async fn described(ec2: &aws_sdk_ec2::Client, id: &str) -> aws_sdk_ec2::types::Instance {
+    let out = ec2
+        .describe_instances()
+        .instance_ids(id)
+        .send()
+        .await
+        .expect("DescribeInstances");
+    out.reservations()
+        .iter()
+        .flat_map(|r| r.instances())
+        .find(|i| i.instance_id() == Some(id))
+        .unwrap_or_else(|| panic!("{id} is not in {out:?}"))
+        .clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_report_the_instance_addresses_describe_instances_shows() {
+    let moto = MotoServer::start().await;
+    let ec2 = moto.client();
+    let ids = run_instances(&ec2, 2).await;
+    let (running, stopped) = (&ids[0], &ids[1]);
+    ec2.stop_instances()
+        .instance_ids(stopped)
+        .send()
+        .await
+        .unwrap();
+    let r = reader(&moto.endpoint()).await;
+
+    for (id, want_state) in [(running, PowerState::On), (stopped, PowerState::Off)] {
+        let truth = described(&ec2, id).await;
+        let ip = truth.private_ip_address().expect("moto gives a private IP");
+        let dns = truth
+            .private_dns_name()
+            .expect("moto gives a private DNS name");
+        assert!(!ip.is_empty() && !dns.is_empty(), "{truth:?}");
+        let reply = read_reply(&r, id).await;
+        assert_eq!(reply.state, want_state);
+        let MachineIdentity::Instance {
+            id: got_id,
+            private_ips,
+            private_dns_names,
+        } = &reply.identity
+        else {
+            panic!("{id}: {:?}", reply.identity);
+        };
+        assert_eq!(got_id, id);
+        assert!(
+            private_ips.iter().any(|a| a == ip),
+            "{ip} not in {private_ips:?}"
+        );
+        assert!(
+            private_dns_names.iter().any(|n| n == dns),
+            "{dns} not in {private_dns_names:?}"
+        );
+        // Every address the read reports is one DescribeInstances has for this instance.
+        let nic_ips: Vec<&str> = truth
+            .network_interfaces()
+            .iter()
+            .flat_map(|n| n.private_ip_addresses())
+            .filter_map(|a| a.private_ip_address())
+            .chain([ip])
+            .collect();
+        for a in private_ips {
+            assert!(
+                nic_ips.contains(&a.as_str()),
+                "{a} is not {id}'s: {nic_ips:?}"
+            );
+        }
+        // The core's check: a Node reporting that address is this instance's, another is not.
+        let node = |addresses: &[&str]| NodeIdentity {
+            system_uuid: String::new(),
+            addresses: addresses.iter().map(|a| a.to_string()).collect(),
+        };
+        assert!(verify(&node(&[ip]), &reply.identity).is_match());
+        assert!(verify(&node(&["host-a", dns]), &reply.identity).is_match());
+        assert_eq!(
+            verify(&node(&["10.255.255.254"]), &reply.identity).label(),
+            "mismatch"
+        );
+    }
+
+    // Absent from the answer: NotFound, and no identity, with the reason.
+    let gone = read_reply(&r, "i-0123456789abcdef0").await;
+    assert_eq!(gone.state, PowerState::NotFound);
+    match &gone.identity {
+        MachineIdentity::Unreported { reason } => {
+            assert!(reason.contains("i-0123456789abcdef0"), "{reason}");
+        }
+        other => panic!("an absent instance reported {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn provider_id_of_another_region_is_a_config_error_never_not_found() {
+    let moto = MotoServer::start().await;
+    let ec2 = moto.client();
+    // An instance in moto's us-east-1 (the configured region), addressed with a zone of
+    // us-west-2.
+    let here = run_instances(&ec2, 1).await.remove(0);
+    // The failure this guards against: an instance of us-west-2 read in us-east-1 is absent
+    // from the answer, which reads as NotFound, as if it were gone.
+    let west = client_in(&moto.endpoint(), "us-west-2");
+    let there = run_instances_in(&west, 1, "us-west-2a").await.remove(0);
+    let r = reader(&moto.endpoint()).await;
+    assert_eq!(
+        read(&r, &there).await.0,
+        PowerState::NotFound,
+        "moto no longer keeps regions apart: this test proves nothing"
+    );
+
+    let sources =
+        PowerSources::new(Arc::new(config(&moto.endpoint(), "5s")), Default::default()).await;
+    for id in [&here, &there] {
+        let pid = format!("aws:///us-west-2a/{id}");
+        let refused = match Ec2Source::for_provider_id(r.clone(), &pid) {
+            Ok(_) => panic!("{pid} was accepted for region us-east-1"),
+            Err(e) => e,
+        };
+        assert!(
+            refused.contains("us-west-2a") && refused.contains("us-east-1"),
+            "{refused}"
+        );
+        // The node's source, as the daemon builds it: every read is a Config error naming the
+        // zone and the region, however often it is read.
+        let mapped = sources
+            .for_node("n1", Some(&pid))
+            .expect("[aws] maps every node");
+        for _ in 0..3 {
+            let reply = mapped.source.read_reply().await;
+            match &reply.state {
+                PowerState::Error { kind, detail } => {
+                    assert_eq!(*kind, ReadErrorKind::Config, "{detail}");
+                    assert!(
+                        detail.contains("us-west-2a") && detail.contains("us-east-1"),
+                        "{detail}"
+                    );
+                }
+                other => panic!("{pid} read as {other:?}"),
+            }
+            assert!(!reply.state.is_down());
+        }
+    }
+    // The same instance with its own zone reads normally.
+    let ok = Ec2Source::for_provider_id(r.clone(), &format!("aws:///us-east-1a/{here}"))
+        .expect("a zone of us-east-1");
+    assert_eq!(ok.instance_id(), here);
+    assert_eq!(ok.read_reply().await.state, PowerState::On);
+    let mapped = sources
+        .for_node("n1", Some(&format!("aws:///us-east-1a/{here}")))
+        .unwrap();
+    assert_eq!(mapped.source.read().await, PowerState::On);
+    // Without a zone the region cannot be checked: refused too, and the message says why.
+    let no_zone = match Ec2Source::for_provider_id(r.clone(), &format!("aws:///{here}")) {
+        Ok(_) => panic!("a providerID without a zone was accepted"),
+        Err(e) => e,
+    };
+    assert!(no_zone.contains("no availability zone"), "{no_zone}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_hundred_reads_make_one_or_a_few_calls() {
     let moto = MotoServer::start().await;
@@ -224,6 +384,87 @@ async fn intermediate_states_from_recorded_replies_are_not_off() {
     let (state, details) = read(&r, "i-1234567890abcdef0").await;
     assert_eq!(state, PowerState::Off);
     assert!(details[0].value.starts_with("unknown"), "{details:?}");
+}
+
+/// A DescribeInstances answer for an on-demand instance stopped with `StopInstances
+/// Hibernate=true`, as EC2 reports it once the RAM is on the root volume: state `stopped`
+/// (code 80) like a plain stop, but the state reason `Client.UserInitiatedHibernate`. moto
+/// cannot produce it: its StopInstances ignores `Hibernate` and always records
+/// `Client.UserInitiatedShutdown`.
+const HIBERNATED: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
+<DescribeInstancesResponse xmlns="http://ec2.amazonaws.com/doc/2016-11-15/">
+  <requestId>4c6b1c2e-8d7a-4f3b-9c51-example</requestId>
+  <reservationSet><item><reservationId>r-0a1b2c3d4e5f60718</reservationId><ownerId>123456789012</ownerId><groupSet/>
+    <instancesSet><item>
+      <instanceId>i-0a1b2c3d4e5f60718</instanceId><imageId>ami-0abcdef1234567890</imageId>
+      <instanceState><code>80</code><name>stopped</name></instanceState>
+      <privateDnsName>ip-10-0-12-34.us-west-2.compute.internal</privateDnsName>
+      <dnsName/>
+      <reason>User initiated (2024-05-02 09:14:07 GMT)</reason>
+      <amiLaunchIndex>0</amiLaunchIndex><productCodes/>
+      <instanceType>m5.large</instanceType>
+      <launchTime>2024-05-01T07:02:11.000Z</launchTime>
+      <placement><availabilityZone>us-west-2a</availabilityZone><groupName/><tenancy>default</tenancy></placement>
+      <monitoring><state>disabled</state></monitoring>
+      <subnetId>subnet-0123456789abcdef0</subnetId><vpcId>vpc-0123456789abcdef0</vpcId>
+      <privateIpAddress>10.0.12.34</privateIpAddress>
+      <stateReason><code>Client.UserInitiatedHibernate</code><message>Client.UserInitiatedHibernate: User initiated hibernate</message></stateReason>
+      <architecture>x86_64</architecture>
+      <rootDeviceType>ebs</rootDeviceType><rootDeviceName>/dev/xvda</rootDeviceName>
+      <blockDeviceMapping><item><deviceName>/dev/xvda</deviceName><ebs><volumeId>vol-0a1b2c3d4e5f60718</volumeId><status>attached</status><attachTime>2024-05-01T07:02:12.000Z</attachTime><deleteOnTermination>true</deleteOnTermination></ebs></item></blockDeviceMapping>
+      <virtualizationType>hvm</virtualizationType><hypervisor>xen</hypervisor>
+      <networkInterfaceSet><item>
+        <networkInterfaceId>eni-0a1b2c3d4e5f60718</networkInterfaceId><subnetId>subnet-0123456789abcdef0</subnetId><vpcId>vpc-0123456789abcdef0</vpcId>
+        <ownerId>123456789012</ownerId><status>in-use</status><macAddress>02:1a:2b:3c:4d:5e</macAddress>
+        <privateIpAddress>10.0.12.34</privateIpAddress><privateDnsName>ip-10-0-12-34.us-west-2.compute.internal</privateDnsName>
+        <sourceDestCheck>true</sourceDestCheck><groupSet/>
+        <attachment><attachmentId>eni-attach-0a1b2c3d4e5f60718</attachmentId><deviceIndex>0</deviceIndex><status>attached</status><deleteOnTermination>true</deleteOnTermination></attachment>
+        <privateIpAddressesSet><item><privateIpAddress>10.0.12.34</privateIpAddress><privateDnsName>ip-10-0-12-34.us-west-2.compute.internal</privateDnsName><primary>true</primary></item></privateIpAddressesSet>
+        <ipv6AddressesSet/><interfaceType>interface</interfaceType>
+      </item></networkInterfaceSet>
+      <ebsOptimized>false</ebsOptimized><enaSupport>true</enaSupport>
+      <hibernationOptions><configured>true</configured></hibernationOptions>
+    </item></instancesSet>
+  </item></reservationSet>
+</DescribeInstancesResponse>"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hibernated_instance_is_suspended_not_off() {
+    let (endpoint, hits) = recorded_ec2(200, HIBERNATED).await;
+    let r = reader(&endpoint).await;
+    let reply = read_reply(&r, "i-0a1b2c3d4e5f60718").await;
+    match &reply.state {
+        PowerState::Suspended { detail } => {
+            assert!(detail.contains("Client.UserInitiatedHibernate"), "{detail}");
+        }
+        other => panic!("a hibernated instance read as {other:?}"),
+    }
+    assert!(!reply.state.is_down());
+    assert_eq!(
+        reply.identity,
+        MachineIdentity::Instance {
+            id: "i-0a1b2c3d4e5f60718".into(),
+            private_ips: vec!["10.0.12.34".into()],
+            private_dns_names: vec!["ip-10-0-12-34.us-west-2.compute.internal".into()],
+        }
+    );
+    // Not down, so no DescribeVolumes: one call in all.
+    assert_eq!(hits.load(std::sync::atomic::Ordering::Relaxed), 1);
+
+    // The same answer for a plain stop (only the state reason differs) is Off, although the
+    // instance is configured for hibernation.
+    let plain: &'static str = Box::leak(
+        HIBERNATED
+            .replace(
+                "<code>Client.UserInitiatedHibernate</code><message>Client.UserInitiatedHibernate: User initiated hibernate</message>",
+                "<code>Client.UserInitiatedShutdown</code><message>Client.UserInitiatedShutdown: User initiated shutdown</message>",
+            )
+            .into_boxed_str(),
+    );
+    assert_ne!(plain, HIBERNATED);
+    let (endpoint, _) = recorded_ec2(200, plain).await;
+    let r = reader(&endpoint).await;
+    assert_eq!(read(&r, "i-0a1b2c3d4e5f60718").await.0, PowerState::Off);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
