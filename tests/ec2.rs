@@ -20,7 +20,9 @@ use oobfence::config::{AwsConfig, Config};
 use oobfence::identity::{MachineIdentity, NodeIdentity, verify};
 use oobfence::power::ec2::{Ec2Reader, Ec2Source, volume_ids};
 use oobfence::power::{PowerSource, PowerSources, PowerState, ReadErrorKind, Reply};
-use support::k8s::{FakeNode, RunningDaemon, TEST_LABEL, events_for, unique, wait_for};
+use support::k8s::{
+    FakeNode, KubeletIdentity, RunningDaemon, TEST_LABEL, events_for, unique, wait_for,
+};
 use support::moto::{
     CountingProxy, MotoServer, attach_data_volume, client_in, run_instances, run_instances_in,
 };
@@ -550,14 +552,39 @@ endpoint_url = "{endpoint}"
 }
 
 async fn set_provider_id(node: &FakeNode, instance: &str) {
+    set_provider_id_in(node, "us-east-1a", instance).await;
+}
+
+async fn set_provider_id_in(node: &FakeNode, zone: &str, instance: &str) {
     node.nodes()
         .patch(
             &node.name,
             &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"providerID": format!("aws:///us-east-1a/{instance}")}})),
+            &Patch::Merge(json!({"spec": {"providerID": format!("aws:///{zone}/{instance}")}})),
         )
         .await
         .unwrap();
+}
+
+/// What the instance's kubelet would report: its private IP and private DNS name, as
+/// DescribeInstances shows them.
+async fn kubelet_of(ec2: &aws_sdk_ec2::Client, instance: &str) -> KubeletIdentity {
+    let out = ec2
+        .describe_instances()
+        .instance_ids(instance)
+        .send()
+        .await
+        .unwrap();
+    let i = out
+        .reservations()
+        .iter()
+        .flat_map(|r| r.instances())
+        .next()
+        .unwrap();
+    KubeletIdentity::instance(
+        i.private_ip_address().unwrap(),
+        i.private_dns_name().unwrap(),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -566,19 +593,64 @@ async fn stopped_instance_is_tainted_and_terminated_one_is_deleted_with_its_atta
     let client = support::k8s::client().await;
     let moto = MotoServer::start().await;
     let ec2 = moto.client();
-    let ids = run_instances(&ec2, 3).await;
+    let ids = run_instances(&ec2, 4).await;
+    // An instance of another region, and a node whose providerID claims us-west-2a for it.
+    let west = support::moto::client_in(&moto.endpoint(), "us-west-2");
+    let west_id = support::moto::run_instances_in(&west, 1, "us-west-2a").await;
     let group = unique("ec2");
-    let (stopped_name, terminated_name, running_name) = (
+    let (stopped_name, terminated_name, running_name, impostor_name, west_name) = (
         format!("{group}-stopped"),
         format!("{group}-terminated"),
         format!("{group}-running"),
+        format!("{group}-impostor"),
+        format!("{group}-west"),
     );
-    let stopped = FakeNode::create(&client, &stopped_name, &group, "b1").await;
-    let terminated = FakeNode::create(&client, &terminated_name, &group, "b1").await;
-    let running = FakeNode::create(&client, &running_name, &group, "b1").await;
+    let stopped = FakeNode::create_as(
+        &client,
+        &stopped_name,
+        &group,
+        "b1",
+        kubelet_of(&ec2, &ids[0]).await,
+    )
+    .await;
+    let terminated = FakeNode::create_as(
+        &client,
+        &terminated_name,
+        &group,
+        "b1",
+        kubelet_of(&ec2, &ids[1]).await,
+    )
+    .await;
+    let running = FakeNode::create_as(
+        &client,
+        &running_name,
+        &group,
+        "b1",
+        kubelet_of(&ec2, &ids[2]).await,
+    )
+    .await;
+    // Its providerID points at instance 3 (a slip), but its kubelet is another machine.
+    let impostor = FakeNode::create_as(
+        &client,
+        &impostor_name,
+        &group,
+        "b1",
+        KubeletIdentity::instance("10.99.99.99", "ip-10-99-99-99.ec2.internal"),
+    )
+    .await;
+    let west_node = FakeNode::create_as(
+        &client,
+        &west_name,
+        &group,
+        "b1",
+        kubelet_of(&west, &west_id[0]).await,
+    )
+    .await;
     set_provider_id(&stopped, &ids[0]).await;
     set_provider_id(&terminated, &ids[1]).await;
     set_provider_id(&running, &ids[2]).await;
+    set_provider_id(&impostor, &ids[3]).await;
+    set_provider_id_in(&west_node, "us-west-2a", &west_id[0]).await;
     let data = attach_data_volume(&ec2, &ids[0]).await;
 
     // A VolumeAttachment for the node that will be terminated.
@@ -610,13 +682,46 @@ async fn stopped_instance_is_tainted_and_terminated_one_is_deleted_with_its_atta
         &ec2_config(
             &group,
             &moto.endpoint(),
-            &[&stopped_name, &terminated_name, &running_name],
+            &[
+                &stopped_name,
+                &terminated_name,
+                &running_name,
+                &impostor_name,
+                &west_name,
+            ],
         ),
         dir,
     )
     .await;
+    // While the nodes are healthy, oobfence learns that us-east-1 answers for each instance
+    // (the binding a terminated instance's "gone" answers rely on), and finds the impostor.
+    let limit = Duration::from_secs(45);
+    for (name, verdict) in [
+        (&stopped_name, "match"),
+        (&terminated_name, "match"),
+        (&impostor_name, "mismatch"),
+    ] {
+        wait_for(&format!("identity of {name} learnt"), limit, || async {
+            let r = daemon.report(name).await?;
+            (r["identity"]["verdict"] == verdict).then_some(())
+        })
+        .await;
+    }
+    let west_report = daemon.report(&west_name).await.unwrap();
+    assert!(
+        west_report["identity"]["mapping_conflict"]
+            .as_str()
+            .is_some_and(|c| c.contains("us-west-2a")),
+        "{west_report}"
+    );
     ec2.stop_instances()
         .instance_ids(&ids[0])
+        .instance_ids(&ids[3])
+        .send()
+        .await
+        .unwrap();
+    west.stop_instances()
+        .instance_ids(&west_id[0])
         .send()
         .await
         .unwrap();
@@ -628,8 +733,9 @@ async fn stopped_instance_is_tainted_and_terminated_one_is_deleted_with_its_atta
     stopped.die("b1").await;
     terminated.die("b1").await;
     running.die("b1").await;
+    impostor.die("b1").await;
+    west_node.die("b1").await;
 
-    let limit = Duration::from_secs(45);
     wait_for("stopped instance's node tainted", limit, || async {
         let n: Node = stopped.get().await;
         FakeNode::has_oos_taint(&n).then_some(())
@@ -646,6 +752,17 @@ async fn stopped_instance_is_tainted_and_terminated_one_is_deleted_with_its_atta
     let report = daemon.wait_rule(&running_name, "power-on", limit).await;
     assert_eq!(report["state"], "blocked");
     assert!(!FakeNode::has_oos_taint(&running.get().await));
+    // A stopped instance that is not the node's machine, and a node of another region: never
+    // fenced, never deleted, each with its rule.
+    daemon
+        .wait_rule(&impostor_name, "identity-mismatch", limit)
+        .await;
+    daemon.wait_rule(&west_name, "region-mismatch", limit).await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    for n in [&impostor, &west_node] {
+        let node = n.try_get().await.expect("never deleted");
+        assert!(!FakeNode::has_oos_taint(&node), "{}", n.name);
+    }
 
     // The fence Event names the EBS volume the instance held.
     let events = events_for(&client, &stopped_name).await;
@@ -707,9 +824,22 @@ async fn stopped_instance_is_tainted_and_terminated_one_is_deleted_with_its_atta
         metrics.contains("oobfence_ec2_fence_to_volumes_detached_seconds_count 1"),
         "{metrics}"
     );
+    let metrics = daemon.metrics().await;
+    for (node, problem) in [
+        (&impostor_name, "identity-mismatch"),
+        (&west_name, "region-mismatch"),
+    ] {
+        assert!(
+            metrics.contains(&format!(
+                "oobfence_node_identity_problem{{node=\"{node}\",problem=\"{problem}\"}} 1"
+            )),
+            "{metrics}"
+        );
+    }
     daemon.stop().await;
-    stopped.delete().await;
-    running.delete().await;
+    for n in [&stopped, &running, &impostor, &west_node] {
+        n.delete().await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -727,7 +857,14 @@ async fn probe_prints_state_and_held_volumes() {
         .unwrap();
     let group = unique("ec2probe");
     let name = format!("{group}-a");
-    let node = FakeNode::create(&client, &name, &group, "b1").await;
+    let node = FakeNode::create_as(
+        &client,
+        &name,
+        &group,
+        "b1",
+        kubelet_of(&ec2, &ids[0]).await,
+    )
+    .await;
     set_provider_id(&node, &ids[0]).await;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("dc.toml");
@@ -756,6 +893,10 @@ async fn probe_prints_state_and_held_volumes() {
     );
     assert!(
         stdout.contains(&format!("volumes: {data} on /dev/sdf")),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!("identity: instance {}, private IP", ids[0])),
         "{stdout}"
     );
     node.delete().await;
