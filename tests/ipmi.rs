@@ -14,6 +14,7 @@ use futures::future::join_all;
 use std::time::{Duration, Instant};
 
 use oobfence::config::{BmcEntry, Config};
+use oobfence::identity::{MachineIdentity, NodeIdentity, verify};
 use oobfence::power::ipmi::IpmiSource;
 use oobfence::power::{PowerSource, PowerState, ReadErrorKind};
 use support::ipmi_sim::{self, IpmiSim};
@@ -128,12 +129,21 @@ fn source_at(dir: &Path, address: &str, extra: &str) -> IpmiSource {
     IpmiSource::new(&e, "n1").unwrap()
 }
 
-/// Reads through oobfence and through ipmitool; both must say `want`.
+/// Reads through oobfence and through ipmitool; both must say `want`, and oobfence must
+/// report the simulator's System GUID.
 async fn both_say(src: &IpmiSource, sim: &IpmiSim, want: PowerState) -> Duration {
     let start = Instant::now();
-    let (state, details) = src.read_detailed().await;
+    let reply = src.read_reply().await;
     let took = start.elapsed();
-    assert_eq!(state, want, "details: {details:?}");
+    let details = reply.details;
+    assert_eq!(reply.state, want, "details: {details:?}");
+    assert_eq!(
+        reply.identity,
+        MachineIdentity::SystemUuid {
+            forms: sim.uuid_forms(),
+            serial: None
+        }
+    );
     assert_eq!(
         sim.ipmitool_power(),
         label(&want),
@@ -181,6 +191,250 @@ async fn reads_on_off_and_flips_as_ipmitool_does() {
     drop(src);
     // Dropping the last source closes its session on the BMC.
     assert_eq!(sim.other_sessions(), 0);
+}
+
+// --- identity: Get System GUID ------------------------------------------------------------------
+
+/// The bytes of `ipmitool raw` output (`" 00 11 22 ..."`, possibly over several lines).
+fn raw_bytes(out: &str) -> Vec<u8> {
+    out.split_whitespace()
+        .map(|h| u8::from_str_radix(h, 16).unwrap_or_else(|e| panic!("{h:?} in {out:?}: {e}")))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_reply_reports_the_simulators_system_guid() {
+    let sim = IpmiSim::start_with_guid("00112233445566778899AABBCCDDEEFF");
+    // What ipmi_sim sends for that `guid` line: the bytes as written, no reordering.
+    let raw = raw_bytes(&sim.ipmitool(&["raw", "0x06", "0x37"]));
+    assert_eq!(raw, sim.guid_bytes(), "ipmitool raw 0x06 0x37");
+    assert_eq!(
+        raw,
+        (0..16).map(|i| i * 0x11).collect::<Vec<u8>>(),
+        "ipmi_sim reordered its GUID"
+    );
+    assert_eq!(sim.uuid(), "00112233-4455-6677-8899-aabbccddeeff");
+
+    let src = admin_source(&sim, "");
+    let reply = src.read_reply().await;
+    assert_eq!(reply.state, PowerState::On, "{reply:?}");
+    let MachineIdentity::SystemUuid { forms, serial } = &reply.identity else {
+        panic!("{:?}", reply.identity);
+    };
+    assert_eq!(serial, &None);
+    // The bytes in the order sent (RFC 4122), with the first three fields swapped (SMBIOS) and
+    // all sixteen reversed (IPMI): a node whose kubelet reports any of them is this machine.
+    assert_eq!(
+        forms,
+        &[
+            "33221100-5544-7766-8899-aabbccddeeff",
+            "ffeeddcc-bbaa-9988-7766-554433221100",
+            "00112233-4455-6677-8899-aabbccddeeff",
+        ]
+    );
+    assert!(forms.contains(&sim.uuid()));
+    let node = |uuid: &str| NodeIdentity {
+        system_uuid: uuid.into(),
+        addresses: Vec::new(),
+    };
+    assert!(verify(&node(&sim.uuid()), &reply.identity).is_match());
+    assert!(
+        verify(
+            &node("33221100-5544-7766-8899-AABBCCDDEEFF"),
+            &reply.identity
+        )
+        .is_match()
+    );
+
+    // The GUID rides in the power read's session: an Off read carries it the same way, and
+    // the BMC still holds one session.
+    sim.set_power(false);
+    let off = src.read_reply().await;
+    assert_eq!(off.state, PowerState::Off);
+    assert_eq!(off.identity, reply.identity);
+    assert_eq!(sim.other_sessions(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_simulators_with_different_guids_are_different_machines() {
+    let a = IpmiSim::start();
+    let b = IpmiSim::start();
+    assert_ne!(a.guid_bytes(), b.guid_bytes());
+    let read_a = admin_source(&a, "").read_reply().await;
+    let read_b = admin_source(&b, "").read_reply().await;
+    assert_eq!(
+        (&read_a.state, &read_b.state),
+        (&PowerState::On, &PowerState::On)
+    );
+    let forms = |identity: &MachineIdentity| match identity {
+        MachineIdentity::SystemUuid { forms, .. } => forms.clone(),
+        other => panic!("{other:?}"),
+    };
+    let (forms_a, forms_b) = (forms(&read_a.identity), forms(&read_b.identity));
+    assert_eq!(forms_a, a.uuid_forms());
+    assert_eq!(forms_b, b.uuid_forms());
+    assert!(
+        forms_a.iter().all(|f| !forms_b.contains(f)),
+        "{forms_a:?} vs {forms_b:?}"
+    );
+    // A node mapped to the wrong BMC is told apart.
+    let node_a = NodeIdentity {
+        system_uuid: a.uuid(),
+        addresses: Vec::new(),
+    };
+    assert!(verify(&node_a, &read_a.identity).is_match());
+    let wrong = verify(&node_a, &read_b.identity);
+    assert_eq!(wrong.label(), "mismatch", "{wrong}");
+}
+
+/// A relay between oobfence and a real BMC that counts the RMCP+ sessions opened through it
+/// (Open Session Requests) and, while `drop_guid` is set, swallows the second in-session
+/// request of each session (Get System GUID: the first is Get Chassis Status) and every resend
+/// of it. Bounded by a stop flag and 60 s.
+struct GuidSwallower {
+    addr: SocketAddr,
+    opened: Arc<AtomicU32>,
+    swallowed: Arc<AtomicU32>,
+    drop_guid: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl GuidSwallower {
+    fn start(bmc: SocketAddr) -> GuidSwallower {
+        let front = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let back = UdpSocket::bind("127.0.0.1:0").unwrap();
+        back.connect(bmc).unwrap();
+        front.set_nonblocking(true).unwrap();
+        back.set_nonblocking(true).unwrap();
+        let addr = front.local_addr().unwrap();
+        let opened = Arc::new(AtomicU32::new(0));
+        let swallowed = Arc::new(AtomicU32::new(0));
+        let drop_guid = Arc::new(AtomicBool::new(false));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (o, w, d, s) = (
+            opened.clone(),
+            swallowed.clone(),
+            drop_guid.clone(),
+            stop.clone(),
+        );
+        let thread = std::thread::spawn(move || {
+            let start = Instant::now();
+            let mut buf = [0u8; 2048];
+            let mut client = None;
+            let mut requests = 0;
+            let mut victim: Option<Vec<u8>> = None;
+            while !s.load(Ordering::Relaxed) && start.elapsed() < Duration::from_secs(60) {
+                let mut idle = true;
+                if let Ok((n, from)) = front.recv_from(&mut buf) {
+                    idle = false;
+                    client = Some(from);
+                    let req = &buf[..n];
+                    let open_session = n > 6 && req[3] == 0x07 && req[4] == 0x06 && req[5] == 0x10;
+                    if open_session {
+                        o.fetch_add(1, Ordering::Relaxed);
+                        requests = 0;
+                    }
+                    if victim.as_deref() == Some(req) {
+                        w.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
+                    if in_session(req) {
+                        requests += 1;
+                        if requests == 2 && d.load(Ordering::Relaxed) {
+                            victim = Some(req.to_vec());
+                            w.fetch_add(1, Ordering::Relaxed);
+                            continue;
+                        }
+                    }
+                    let _ = back.send(req);
+                }
+                if let Ok(n) = back.recv(&mut buf)
+                    && let Some(c) = client
+                {
+                    idle = false;
+                    let _ = front.send_to(&buf[..n], c);
+                }
+                if idle {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        });
+        GuidSwallower {
+            addr,
+            opened,
+            swallowed,
+            drop_guid,
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for GuidSwallower {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_guid_question_keeps_the_session_and_its_silence_costs_only_the_identity() {
+    let sim = IpmiSim::start();
+    let relay = GuidSwallower::start(format!("127.0.0.1:{}", sim.port()).parse().unwrap());
+    let e = bmc(
+        sim.dir(),
+        &relay.addr.to_string(),
+        ipmi_sim::USERNAME,
+        ipmi_sim::PASSWORD,
+        "timeout = \"2s\"",
+    );
+    let src = IpmiSource::new(&e, "n1").unwrap();
+    let want = MachineIdentity::SystemUuid {
+        forms: sim.uuid_forms(),
+        serial: None,
+    };
+
+    // Three reads, chassis status and GUID each, through the one session opened first.
+    for _ in 0..3 {
+        let reply = src.read_reply().await;
+        assert_eq!(reply.state, PowerState::On, "{reply:?}");
+        assert_eq!(reply.identity, want);
+    }
+    assert_eq!(relay.opened.load(Ordering::Relaxed), 1, "sessions opened");
+    drop(src);
+    // Let the answer to its Close Session pass the relay first: the relay sends every answer to
+    // its latest client, and the next source's ping must not get it.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    // A BMC that never answers Get System GUID: the power state is still read, within the
+    // deadline, with no identity; the session, whose last request went unanswered, is closed.
+    let src = IpmiSource::new(&e, "n1").unwrap();
+    relay.drop_guid.store(true, Ordering::Relaxed);
+    sim.set_power(false);
+    let start = Instant::now();
+    let reply = src.read_reply().await;
+    let took = start.elapsed();
+    relay.drop_guid.store(false, Ordering::Relaxed);
+    assert_eq!(reply.state, PowerState::Off, "{reply:?}");
+    let MachineIdentity::Unreported { reason } = &reply.identity else {
+        panic!("{:?}", reply.identity);
+    };
+    assert!(reason.starts_with("Get System GUID failed: "), "{reason}");
+    assert!(reason.contains("within the deadline"), "{reason}");
+    assert!(!reason.contains(ipmi_sim::PASSWORD), "{reason}");
+    // One request and its two resends.
+    assert_eq!(relay.swallowed.load(Ordering::Relaxed), 3);
+    assert!(took < Duration::from_millis(2700), "{took:?}");
+    assert_eq!(sim.other_sessions(), 0, "the failed session was kept");
+    // The next read opens a new session and has its identity back.
+    let reply = src.read_reply().await;
+    assert_eq!(reply.state, PowerState::Off);
+    assert_eq!(reply.identity, want);
+    assert_eq!(relay.opened.load(Ordering::Relaxed), 3, "sessions opened");
+    assert_eq!(sim.other_sessions(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use oobfence::config::{BmcEntry, Config};
-use oobfence::power::redfish::{RedfishSource, parse_power_state};
+use oobfence::identity::MachineIdentity;
+use oobfence::power::redfish::{RedfishSource, parse_reply};
 use oobfence::power::{PowerSource, PowerState, ReadErrorKind};
 use support::sushy::{self, SushyEmulator};
 
@@ -110,6 +111,69 @@ async fn discovers_the_single_system() {
     // The discovered path is kept for later reads.
     assert!(format!("{src:?}").contains(&emu.system_path(0)), "{src:?}");
     assert_eq!(src.read().await, PowerState::On);
+}
+
+/// The identity is what the emulator's ComputerSystem says: its UUID, and its SerialNumber
+/// when it has one.
+#[tokio::test]
+async fn read_reply_reports_each_systems_uuid() {
+    let emu = SushyEmulator::start(3).await;
+    for i in 0..3 {
+        let system = format!("system = \"{}\"\n{}", emu.system_path(i), pinned(&emu));
+        let entry = bmc(emu.dir(), &emu.base_url(), sushy::PASSWORD, &system);
+        let reply = source(&entry, "node").read_reply().await;
+        assert_eq!(reply.state, PowerState::On, "system {i}: {reply:?}");
+        let doc = emu.system_doc(i).await;
+        let want_serial = doc["SerialNumber"]
+            .as_str()
+            .filter(|s| !s.trim().is_empty())
+            .map(|s| s.trim().to_string());
+        let MachineIdentity::SystemUuid { forms, serial } = &reply.identity else {
+            panic!("system {i}: {:?}", reply.identity);
+        };
+        assert_eq!(forms, &[emu.uuid(i)], "system {i}");
+        assert_eq!(serial, &want_serial, "system {i}");
+        for other in (0..3).filter(|&j| j != i) {
+            assert!(!forms.contains(&emu.uuid(other)), "system {i} as {other}");
+        }
+    }
+
+    // A discovered system reports its identity the same way.
+    let emu = SushyEmulator::start(1).await;
+    let entry = bmc(emu.dir(), &emu.base_url(), sushy::PASSWORD, &pinned(&emu));
+    let reply = source(&entry, "node000").read_reply().await;
+    assert_eq!(reply.state, PowerState::On);
+    assert!(
+        matches!(&reply.identity, MachineIdentity::SystemUuid { forms, .. } if forms == &[emu.uuid(0)]),
+        "{:?}",
+        reply.identity
+    );
+
+    // A failed read (refused credentials, a redirect) carries no identity, and no password.
+    let wrong = "Wr0ng-but-still-S3cret";
+    let system = format!("system = \"{}\"\n{}", emu.system_path(0), pinned(&emu));
+    let entry = bmc(emu.dir(), &emu.base_url(), wrong, &system);
+    let reply = source(&entry, "node000").read_reply().await;
+    assert_eq!(error_of(&reply.state).0, ReadErrorKind::Auth, "{reply:?}");
+    assert!(
+        matches!(reply.identity, MachineIdentity::Unreported { .. }),
+        "{:?}",
+        reply.identity
+    );
+    assert!(!format!("{reply:?}").contains(wrong), "{reply:?}");
+    let system = format!("system = \"/redfish/v1/Systems/node000\"\n{}", pinned(&emu));
+    let entry = bmc(emu.dir(), &emu.base_url(), sushy::PASSWORD, &system);
+    let reply = source(&entry, "node000").read_reply().await;
+    assert_eq!(
+        error_of(&reply.state).0,
+        ReadErrorKind::Protocol,
+        "{reply:?}"
+    );
+    assert!(
+        matches!(reply.identity, MachineIdentity::Unreported { .. }),
+        "{:?}",
+        reply.identity
+    );
 }
 
 #[tokio::test]
@@ -316,8 +380,11 @@ async fn garbage_peer_is_never_a_power_state() {
     }
 }
 
-/// Every JSON sample that ships with the `sushy` Redfish client, parsed as a reply: a resource
-/// maps to exactly what its own `PowerState` says, and to an error when it has none.
+/// Every JSON sample that ships with the `sushy` Redfish client, parsed as the reply to a GET
+/// of the path it names itself by (its `@odata.id`), as the BMC it came from would serve it: a
+/// ComputerSystem maps to exactly what its own `PowerState` says and to its `UUID`; anything
+/// else (a Chassis, a Manager, a collection, a body without `@odata.id`) is an error. Asked for
+/// any other path, every sample is an error.
 #[test]
 fn sushy_vendor_samples() {
     let root = sushy_package_dir().join("tests");
@@ -332,13 +399,14 @@ fn sushy_vendor_samples() {
 
     let mut systems = Vec::new();
     let mut with_power_state = 0;
+    let mut with_identity = 0;
     for file in &files {
         let body = std::fs::read(file).unwrap();
-        let got = parse_power_state(&body);
         let Ok(doc) = serde_json::from_slice::<serde_json::Value>(&body) else {
+            let got = parse_reply(&body, "/redfish/v1/Systems/1");
             assert!(
                 matches!(
-                    got,
+                    got.state,
                     PowerState::Error {
                         kind: ReadErrorKind::BadReply,
                         ..
@@ -349,18 +417,18 @@ fn sushy_vendor_samples() {
             );
             continue;
         };
+        let own_id = doc.get("@odata.id").and_then(|i| i.as_str());
+        let asked = own_id.unwrap_or("/redfish/v1/Systems/1");
+        let got = parse_reply(&body, asked);
         // Chassis and Managers carry a PowerState too, but only a ComputerSystem's counts.
-        let other_resource = doc
-            .get("@odata.type")
-            .and_then(|t| t.as_str())
-            .is_some_and(|t| !t.contains("ComputerSystem"));
-        let want = if other_resource {
-            PowerState::error(ReadErrorKind::BadReply, "not a ComputerSystem")
-        } else {
+        let is_system = own_id.is_some() && is_computer_system(&doc);
+        let want = if is_system {
             expected(doc.get("PowerState"))
+        } else {
+            PowerState::error(ReadErrorKind::BadReply, "not the ComputerSystem asked for")
         };
         assert_eq!(
-            label(&got),
+            label(&got.state),
             label(&want),
             "{}: {got:?}, expected {want:?}",
             file.display()
@@ -368,21 +436,44 @@ fn sushy_vendor_samples() {
         if doc.get("PowerState").is_some() {
             with_power_state += 1;
         }
-        let is_system = !other_resource && doc.get("PowerState").is_some()
-            || doc
-                .get("@odata.type")
-                .and_then(|t| t.as_str())
-                .is_some_and(|t| t.contains("ComputerSystem"));
+        if !matches!(got.state, PowerState::Error { .. }) {
+            check_sample_identity(file, &doc, &got.identity);
+            with_identity += 1;
+        } else {
+            assert!(
+                matches!(got.identity, MachineIdentity::Unreported { .. }),
+                "{}: {got:?}",
+                file.display()
+            );
+        }
+        // The same body as the answer for another system: never read.
+        let elsewhere = parse_reply(&body, "/redfish/v1/Systems/SomeOtherSystem");
+        assert_eq!(
+            label(&elsewhere.state),
+            "error bad_reply",
+            "{}: {elsewhere:?}",
+            file.display()
+        );
         if is_system {
             systems.push((file.clone(), doc));
         }
     }
     assert!(with_power_state > 0, "no sample carries a PowerState");
-    assert!(
-        systems
-            .iter()
-            .any(|(f, _)| f.to_string_lossy().contains("oem/dell")),
-        "the Dell system sample was not found"
+    assert!(with_identity > 0, "no sample was read with an identity");
+    let dell = systems
+        .iter()
+        .find(|(f, _)| f.to_string_lossy().contains("oem/dell"))
+        .expect("the Dell system sample was not found");
+    let reply = parse_reply(
+        &serde_json::to_vec(&dell.1).unwrap(),
+        dell.1["@odata.id"].as_str().unwrap(),
+    );
+    assert_eq!(
+        reply.identity,
+        MachineIdentity::SystemUuid {
+            forms: vec!["4c4c4544-0043-5910-8043-b8c04f5a3233".into()],
+            serial: Some("CNIVC000180873".into()),
+        }
     );
 
     // The same real payloads with every other PowerState value put in.
@@ -391,6 +482,7 @@ fn sushy_vendor_samples() {
         if doc.get("PowerState").is_none() {
             continue;
         }
+        let asked = doc["@odata.id"].as_str().unwrap();
         for value in [
             serde_json::json!("Off"),
             serde_json::json!("On"),
@@ -404,10 +496,10 @@ fn sushy_vendor_samples() {
         ] {
             let mut doc = doc.clone();
             doc["PowerState"] = value.clone();
-            let got = parse_power_state(&serde_json::to_vec_pretty(&doc).unwrap());
+            let got = parse_reply(&serde_json::to_vec_pretty(&doc).unwrap(), asked);
             let want = expected(Some(&value));
             assert_eq!(
-                label(&got),
+                label(&got.state),
                 label(&want),
                 "{} with {value}: {got:?}",
                 file.display()
@@ -416,6 +508,44 @@ fn sushy_vendor_samples() {
         }
     }
     assert!(checked > 0, "no ComputerSystem sample with a PowerState");
+}
+
+/// `#ComputerSystem.ComputerSystem` or `#ComputerSystem.v<digits and _>.ComputerSystem`.
+fn is_computer_system(doc: &serde_json::Value) -> bool {
+    let Some(t) = doc.get("@odata.type").and_then(|t| t.as_str()) else {
+        return false;
+    };
+    let Some(version) = t
+        .strip_prefix("#ComputerSystem.")
+        .and_then(|r| r.strip_suffix("ComputerSystem"))
+    else {
+        return false;
+    };
+    version.is_empty()
+        || version
+            .strip_prefix('v')
+            .and_then(|v| v.strip_suffix('.'))
+            .is_some_and(|v| v.split('_').all(|n| n.parse::<u32>().is_ok()))
+}
+
+/// A sample read as a ComputerSystem reports its own `UUID` (lowercase) and `SerialNumber`.
+fn check_sample_identity(file: &Path, doc: &serde_json::Value, identity: &MachineIdentity) {
+    let uuid = doc.get("UUID").and_then(|u| u.as_str());
+    match (uuid, identity) {
+        (Some(uuid), MachineIdentity::SystemUuid { forms, serial }) => {
+            assert_eq!(forms, &[uuid.to_lowercase()], "{}", file.display());
+            let want = doc
+                .get("SerialNumber")
+                .and_then(|s| s.as_str())
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty());
+            assert_eq!(serial, &want, "{}", file.display());
+        }
+        (None, MachineIdentity::Unreported { reason }) => {
+            assert!(reason.contains("no UUID"), "{}: {reason}", file.display());
+        }
+        (_, other) => panic!("{}: UUID {uuid:?} read as {other:?}", file.display()),
+    }
 }
 
 /// What a reply should map to, from its top-level `PowerState` value.
@@ -468,16 +598,30 @@ fn collect_json(dir: &Path, out: &mut Vec<PathBuf>) {
 }
 
 /// An HTTPS server (Python's `http.server`) that answers each path with one odd reply.
-const ODD_BMC: &str = r#"
-import http.server, ssl, sys, time
+const ODD_BMC: &str = r##"
+import http.server, json, ssl, sys, time
+
+TYPE = "#ComputerSystem.v1_13_0.ComputerSystem"
+
+def system(odata_id, members):
+    """A ComputerSystem that names itself `odata_id`, with `members` (raw JSON) besides."""
+    head = '{"@odata.id": %s, "@odata.type": %s, ' % (json.dumps(odata_id), json.dumps(TYPE))
+    return (head + members + "}").encode()
 
 BIG = b'{"PowerState": "Off", "Pad": "' + b"x" * (2 * 1024 * 1024) + b'"}'
 ROUTES = {
-    "/off": (200, b'{"PowerState": "Off"}'),
+    "/off": (200, system("/off", '"PowerState": "Off", "UUID": "4C4C4544-0038-4B10-8052-B4C04F4A4E32", "SerialNumber": "SN-odd"')),
+    "/off-url": (200, system("https://bmc.example/off-url/", '"PowerState": "Off"')),
+    "/serial-echo": (200, system("/serial-echo", '"PowerState": "On", "UUID": "4c4c4544-0038-4b10-8052-b4c04f4a4e32", "SerialNumber": "Pa55-word-echoed"')),
+    "/bad-uuid": (200, system("/bad-uuid", '"PowerState": "On", "UUID": "Pa55-word"')),
+    "/other-system": (200, system("/redfish/v1/Systems/other", '"PowerState": "Off"')),
+    "/anonymous": (200, b'{"@odata.type": "' + TYPE.encode() + b'", "PowerState": "Off"}'),
+    "/chassis": (200, b'{"@odata.id": "/chassis", "@odata.type": "#Chassis.v1_0_0.Chassis", "PowerState": "Off"}'),
+    "/untyped": (200, b'{"@odata.id": "/untyped", "PowerState": "Off"}'),
     "/html": (200, b"<html><body>Please log in</body></html>"),
-    "/lower": (200, b'{"PowerState": "off"}'),
-    "/dup": (200, b'{"PowerState": "On", "PowerState": "Off"}'),
-    "/null": (200, b'{"PowerState": null}'),
+    "/lower": (200, system("/lower", '"PowerState": "off"')),
+    "/dup": (200, system("/dup", '"PowerState": "On", "PowerState": "Off"')),
+    "/null": (200, system("/null", '"PowerState": null')),
     "/truncated": (200, b'{"PowerState": "Off"'),
     "/big": (200, BIG),
     "/error": (500, b'{"error": {"code": "Base.1.0.GeneralError"}}'),
@@ -524,7 +668,7 @@ server.daemon_threads = True
 server.socket = ctx.wrap_socket(server.socket, server_side=True)
 print(server.server_address[1], flush=True)
 server.serve_forever()
-"#;
+"##;
 
 /// The odd HTTPS server above, stopped by PID on drop.
 struct OddBmc {
@@ -581,7 +725,7 @@ impl Drop for OddBmc {
 async fn odd_https_replies_are_never_a_power_state() {
     let bmc_server = OddBmc::start();
     let dir = tempfile::tempdir().unwrap();
-    let read = |path: &str| {
+    let reply = |path: &str, password: &str| {
         let extra = format!(
             "timeout = \"2s\"\nsystem = \"{path}\"\nca_file = \"{}\"",
             bmc_server.cert.display()
@@ -589,15 +733,55 @@ async fn odd_https_replies_are_never_a_power_state() {
         let entry = bmc(
             dir.path(),
             &format!("https://127.0.0.1:{}", bmc_server.port),
-            "pw",
+            password,
             &extra,
         );
-        async move { source(&entry, "n").read().await }
+        async move { source(&entry, "n").read_reply().await }
     };
-    // The server itself works: a clean Off is read as Off.
-    assert_eq!(read("/off").await, PowerState::Off);
+    let read = |path: &str| {
+        let reply = reply(path, "pw");
+        async move { reply.await.state }
+    };
+    // The server itself works: a clean Off is read as Off, with the machine's identity.
+    let off = reply("/off", "pw").await;
+    assert_eq!(off.state, PowerState::Off);
+    assert_eq!(
+        off.identity,
+        MachineIdentity::SystemUuid {
+            forms: vec!["4c4c4544-0038-4b10-8052-b4c04f4a4e32".into()],
+            serial: Some("SN-odd".into()),
+        }
+    );
+    // An absolute URL in @odata.id with the asked path (and a trailing slash) is the same.
+    assert_eq!(read("/off-url").await, PowerState::Off);
+    // What the BMC echoes into the identity never shows the password.
+    let echo = reply("/serial-echo", "Pa55-word").await;
+    assert_eq!(echo.state, PowerState::On);
+    let text = format!("{} {:?}", echo.identity, echo.identity);
+    assert!(!text.contains("Pa55-word"), "{text}");
+    assert!(text.contains("<redacted>"), "{text}");
+    let bad_uuid = reply("/bad-uuid", "Pa55-word").await;
+    assert_eq!(bad_uuid.state, PowerState::On);
+    let MachineIdentity::Unreported { reason } = &bad_uuid.identity else {
+        panic!("{bad_uuid:?}");
+    };
+    assert!(reason.contains("not a UUID"), "{reason}");
+    assert!(!reason.contains("Pa55-word"), "{reason}");
 
     let cases = [
+        (
+            "/other-system",
+            ReadErrorKind::BadReply,
+            "reply is the resource \"/redfish/v1/Systems/other\" (its @odata.id), not the \
+             ComputerSystem at \"/other-system\"",
+        ),
+        ("/anonymous", ReadErrorKind::BadReply, "has no @odata.id"),
+        (
+            "/chassis",
+            ReadErrorKind::BadReply,
+            "reply is a \"#Chassis.v1_0_0.Chassis\", not a ComputerSystem",
+        ),
+        ("/untyped", ReadErrorKind::BadReply, "has no @odata.type"),
         ("/html", ReadErrorKind::BadReply, "not JSON"),
         (
             "/lower",

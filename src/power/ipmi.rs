@@ -5,6 +5,10 @@
 //! — silence, refused credentials or cipher, a failed integrity check, a wrong sequence number, a
 //! short reply — is an error read, never Off.
 //!
+//! After the chassis status, in the same session, Get System GUID asks the machine what it is
+//! (see [`crate::identity`]). That question comes second and can only cost the identity: a BMC
+//! that refuses it, answers it oddly or not at all still has its power state read.
+//!
 //! The RMCP+ work (RAKP key exchange, AES-CBC-128, HMAC-SHA1-96) is done by the `ipmi-rs`
 //! crate, which is blocking and leaves gaps this module covers:
 //!
@@ -20,7 +24,7 @@
 //! What the crate cannot do at all is refused as a config error: cipher suites other than 3
 //! (17 included) and accounts without the Administrator role (the crate always asks for it in
 //! RAKP message 1). It never sends Set Session Privilege Level, so sessions run at the User
-//! level a new session starts with, which is all Get Chassis Status needs.
+//! level a new session starts with, which is all Get Chassis Status and Get System GUID need.
 
 pub mod commands;
 mod link;
@@ -35,16 +39,21 @@ use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use ipmi_rs::Ipmi;
-use ipmi_rs::connection::{IpmiConnection, LogicalUnit, Request, RequestTargetAddress};
+use ipmi_rs::connection::{
+    CompletionErrorCode, IpmiConnection, LogicalUnit, NetFn, Request, RequestTargetAddress,
+};
 use ipmi_rs::rmcp::{
     ActivationError, ParseSessionResponseError, RakpMessage2ParseError, RakpMessage4ParseError,
     Rmcp, RmcpIpmiError, RmcpIpmiReceiveError, V2_0ActivationError,
 };
 
-use self::commands::{ChassisStatus, CloseSession, GetChassisStatus, WrongLength};
+use self::commands::{
+    ChassisStatus, CloseSession, GetChassisStatus, GetSystemGuid, GuidReply, WrongLength,
+};
 use self::link::{Link, Trouble, Waker};
-use super::{PowerSource, PowerState, ReadDetail, ReadErrorKind};
+use super::{PowerSource, PowerState, ReadDetail, ReadErrorKind, Reply};
 use crate::config::BmcEntry;
+use crate::identity::{MachineIdentity, uuid_forms_of_ipmi_guid};
 use crate::secret::Secret;
 
 /// The RMCP+ port (IANA "asf-rmcp").
@@ -315,27 +324,21 @@ impl PowerSource for IpmiSource {
         Box::pin(async move { self.read_reply().await.state })
     }
 
-    fn read_reply(&self) -> BoxFuture<'_, super::Reply> {
+    /// The chassis status and the System GUID, both from one exchange in one session.
+    fn read_reply(&self) -> BoxFuture<'_, Reply> {
         let shared = self.shared.clone();
         Box::pin(async move {
             // Detached: if the caller gives up, the read still ends by its own deadline and
             // leaves the session slot in order.
             let task = tokio::spawn(read_task(shared.clone()));
-            let (state, details) = match task.await {
+            let reply = match task.await {
                 Ok(done) => done,
-                Err(e) => (
-                    PowerState::error(
-                        ReadErrorKind::BadReply,
-                        format!("the IPMI read failed internally: {e}"),
-                    ),
-                    Vec::new(),
-                ),
+                Err(e) => failed(Trouble::new(
+                    ReadErrorKind::BadReply,
+                    format!("the IPMI read failed internally: {e}"),
+                )),
             };
-            super::Reply {
-                state: scrub(&shared.password, state),
-                details,
-                identity: crate::identity::MachineIdentity::unreported("not read yet"),
-            }
+            scrub_reply(&shared.password, reply)
         })
     }
 }
@@ -474,7 +477,11 @@ async fn close_when_idle(slot: Weak<tokio::sync::Mutex<Slot>>) {
 
 // --- one read -----------------------------------------------------------------------------------
 
-type Reply = (PowerState, Vec<ReadDetail>);
+/// What one exchange with the BMC learnt: the chassis status, and what the machine says it is.
+struct Answer {
+    status: ChassisStatus,
+    identity: MachineIdentity,
+}
 
 async fn read_task(shared: Arc<Shared>) -> Reply {
     let deadline = Instant::now() + shared.timeout;
@@ -499,10 +506,10 @@ async fn read_task(shared: Arc<Shared>) -> Reply {
             // Half the time for the kept session; the rest for a new one if the BMC forgot it.
             let half = now + deadline.saturating_duration_since(now) / 2;
             match run_blocking(shared.clone(), Job::Reuse(Box::new(session)), half).await {
-                (kept, Ok(status)) => {
+                (kept, Ok(answer)) => {
                     slot.session = kept;
                     arm_closer(&shared.slot, &mut slot);
-                    return succeeded(&shared, status);
+                    return succeeded(&shared, answer);
                 }
                 (_, Err(t)) => {
                     tracing::debug!(
@@ -548,12 +555,12 @@ async fn read_task(shared: Arc<Shared>) -> Reply {
         }
     };
     match run_blocking(shared.clone(), Job::Fresh(bmc), deadline).await {
-        (kept, Ok(status)) => {
+        (kept, Ok(answer)) => {
             slot.session = kept;
             if slot.session.is_some() {
                 arm_closer(&shared.slot, &mut slot);
             }
-            succeeded(&shared, status)
+            succeeded(&shared, answer)
         }
         (_, Err(mut t)) => {
             if let Some(first) = kept_failure {
@@ -574,7 +581,8 @@ fn arm_closer(slot_arc: &Arc<tokio::sync::Mutex<Slot>>, slot: &mut Slot) {
     }
 }
 
-fn succeeded(shared: &Shared, status: ChassisStatus) -> Reply {
+fn succeeded(shared: &Shared, answer: Answer) -> Reply {
+    let Answer { status, identity } = answer;
     let faults = status.faults();
     let events = status.last_events();
     let list = |v: &[&str]| {
@@ -597,18 +605,22 @@ fn succeeded(shared: &Shared, status: ChassisStatus) -> Reply {
     } else {
         PowerState::Off
     };
-    (
+    Reply {
         state,
-        vec![
+        details: vec![
             ReadDetail::new("chassis power faults", list(&faults)),
             ReadDetail::new("last power event", list(&events)),
             ReadDetail::new("chassis status bytes", status.hex()),
         ],
-    )
+        identity,
+    }
 }
 
 fn failed(t: Trouble) -> Reply {
-    (PowerState::error(t.kind, t.detail), Vec::new())
+    Reply::without_identity(
+        PowerState::error(t.kind, t.detail),
+        "the power read failed, so the System GUID was not asked for",
+    )
 }
 
 enum Job {
@@ -621,7 +633,7 @@ async fn run_blocking(
     shared: Arc<Shared>,
     job: Job,
     deadline: Instant,
-) -> (Option<Session>, Result<ChassisStatus, Trouble>) {
+) -> (Option<Session>, Result<Answer, Trouble>) {
     match on_blocking_pool(move || run_job(&shared, job, deadline)).await {
         Ok(done) => done,
         Err(t) => (None, Err(t)),
@@ -649,11 +661,13 @@ fn resend_interval(timeout: Duration) -> Duration {
     (timeout / 5).clamp(Duration::from_millis(200), Duration::from_secs(1))
 }
 
+/// Reads the chassis status, then the System GUID, in one session. Returns the session when
+/// it may be used again.
 fn run_job(
     shared: &Shared,
     job: Job,
     deadline: Instant,
-) -> (Option<Session>, Result<ChassisStatus, Trouble>) {
+) -> (Option<Session>, Result<Answer, Trouble>) {
     let mut session = match job {
         Job::Reuse(s) => *s,
         Job::Fresh(bmc) => match Session::open(shared.id, bmc) {
@@ -669,21 +683,119 @@ fn run_job(
             }
         },
     };
-    session.link.wire.trouble = None;
     let stray_before = session.link.wire.stray;
     let resent_before = session.link.wire.resent;
-    let peer = match session.link.crate_peer() {
-        Ok(p) => p,
-        Err(e) => {
-            return (
-                None,
-                Err(Trouble::new(
-                    ReadErrorKind::Config,
-                    format!("local relay socket: {e}"),
-                )),
-            );
-        }
+    let status = exchange(&mut session, shared, deadline, |ipmi, peer, backstop| {
+        talk(ipmi, peer, backstop, &shared.username, &shared.password)
+    });
+    let status = match status {
+        Ok(status) => status,
+        Err(t) => return (None, Err(t)),
     };
+    session.reads += 1;
+    session.last_used = Instant::now();
+    // The power state is read; whatever becomes of the GUID question leaves it as read.
+    let (identity, clean) = ask_identity(&mut session, shared, deadline);
+    // Something odd on the wire (a late answer, a resend, a failed GUID exchange): start clean
+    // next time.
+    let odd = !clean
+        || session.link.wire.stray != stray_before
+        || session.link.wire.resent != resent_before;
+    let kept = if odd { None } else { Some(session) };
+    (kept, Ok(Answer { status, identity }))
+}
+
+/// Asks for the System GUID in the session the chassis status was just read through, within
+/// what is left of the read's deadline. The identity, and whether the session is still in a
+/// known state (the BMC answered, even with a refusal).
+fn ask_identity(
+    session: &mut Session,
+    shared: &Shared,
+    deadline: Instant,
+) -> (MachineIdentity, bool) {
+    if Instant::now() >= deadline {
+        return (
+            MachineIdentity::unreported(
+                "no time was left within the read's deadline to ask for the System GUID",
+            ),
+            true,
+        );
+    }
+    match exchange(session, shared, deadline, |ipmi, _, _| ask_guid(ipmi)) {
+        Ok(reply) => (guid_identity(reply), true),
+        Err(t) => (
+            MachineIdentity::unreported(format!("Get System GUID failed: {}", t.detail)),
+            false,
+        ),
+    }
+}
+
+/// Get System GUID, straight through the connection (see [`GetSystemGuid`] for why).
+fn ask_guid(ipmi: &mut Option<Ipmi<Rmcp>>) -> Result<GuidReply, Trouble> {
+    let Some(ipmi) = ipmi else {
+        return Err(Trouble::new(
+            ReadErrorKind::Config,
+            "the IPMI library has no active session",
+        ));
+    };
+    let mut request = Request::new(
+        GetSystemGuid.into(),
+        RequestTargetAddress::Bmc(LogicalUnit::Zero),
+    );
+    let response = ipmi
+        .inner_mut()
+        .send_recv(&mut request)
+        .map_err(|e| connection_trouble("Get System GUID", &e))?;
+    if response.netfn() != NetFn::App || response.cmd() != 0x37 {
+        return Err(Trouble::new(
+            ReadErrorKind::BadReply,
+            format!(
+                "answer is for NetFn {:?} command {:#04x}, not Get System GUID",
+                response.netfn(),
+                response.cmd()
+            ),
+        ));
+    }
+    Ok(GuidReply::parse(response.cc(), response.data()))
+}
+
+/// The machine's identity from a Get System GUID answer. BMCs disagree on the byte order, so
+/// the identity holds every UUID the 16 bytes may stand for.
+fn guid_identity(reply: GuidReply) -> MachineIdentity {
+    match reply {
+        GuidReply::Guid(guid) => MachineIdentity::SystemUuid {
+            forms: uuid_forms_of_ipmi_guid(&guid),
+            serial: None,
+        },
+        GuidReply::Refused(code) => {
+            let name = CompletionErrorCode::try_from(code)
+                .map(|c| format!(" ({c:?})"))
+                .unwrap_or_default();
+            MachineIdentity::unreported(format!(
+                "the BMC refused Get System GUID with completion code {code:#04x}{name}"
+            ))
+        }
+        GuidReply::WrongLength(n) => MachineIdentity::unreported(format!(
+            "the Get System GUID reply has {n} data bytes; 16 expected"
+        )),
+    }
+}
+
+/// One request and its answer through the wire guard: `ask` runs the crate on this thread
+/// while the guard relays on another, until `deadline`. What the guard saw on the wire explains
+/// a failure better than the crate's error, and no answer counts while the guard has an
+/// objection.
+fn exchange<T>(
+    session: &mut Session,
+    shared: &Shared,
+    deadline: Instant,
+    ask: impl FnOnce(&mut Option<Ipmi<Rmcp>>, SocketAddr, Duration) -> Result<T, Trouble>,
+) -> Result<T, Trouble> {
+    session.link.wire.trouble = None;
+    let peer = session
+        .link
+        .crate_peer()
+        .map_err(|e| Trouble::new(ReadErrorKind::Config, format!("local relay socket: {e}")))?;
     // The crate's own receive timeout is only a backstop: the guard wakes it at the deadline.
     let backstop = shared.timeout + Duration::from_secs(1);
     let stop = AtomicBool::new(false);
@@ -691,7 +803,7 @@ fn run_job(
 
     let Session {
         link, ipmi, waker, ..
-    } = &mut session;
+    } = &mut *session;
     let (answer, relay_ok) = std::thread::scope(|scope| {
         let relay = std::thread::Builder::new()
             .name("oobfence-ipmi".into())
@@ -703,16 +815,21 @@ fn run_job(
                 return (Ok(Err(t)), true);
             }
         };
-        let answer = catch_unwind(AssertUnwindSafe(|| {
-            talk(ipmi, peer, backstop, &shared.username, &shared.password)
-        }));
+        let answer = catch_unwind(AssertUnwindSafe(|| ask(ipmi, peer, backstop)));
         stop.store(true, Ordering::Release);
         waker.wake();
         (answer, relay.join().is_ok())
     });
 
     let wire_trouble = session.link.wire.trouble.take();
-    let result = match answer {
+    if !relay_ok {
+        session.broken = true;
+        return Err(Trouble::new(
+            ReadErrorKind::BadReply,
+            "the IPMI relay failed internally",
+        ));
+    }
+    match answer {
         Err(panic) => {
             session.broken = true;
             Err(wire_trouble.unwrap_or_else(|| {
@@ -725,34 +842,11 @@ fn run_job(
                 )
             }))
         }
-        // What the guard saw on the wire explains a failure better than the crate's error,
-        // and no answer counts while the guard has an objection.
         Ok(Err(crate_error)) => Err(wire_trouble.unwrap_or(crate_error)),
-        Ok(Ok(status)) => match wire_trouble {
+        Ok(Ok(value)) => match wire_trouble {
             Some(t) => Err(t),
-            None => Ok(status),
+            None => Ok(value),
         },
-    };
-    if !relay_ok {
-        session.broken = true;
-        return (
-            None,
-            Err(Trouble::new(
-                ReadErrorKind::BadReply,
-                "the IPMI relay failed internally",
-            )),
-        );
-    }
-    match result {
-        Ok(status) => {
-            session.reads += 1;
-            session.last_used = Instant::now();
-            // Something odd on the wire (a late answer, a resend): start clean next time.
-            let odd = session.link.wire.stray != stray_before
-                || session.link.wire.resent != resent_before;
-            (if odd { None } else { Some(session) }, Ok(status))
-        }
-        Err(t) => (None, Err(t)),
     }
 }
 
@@ -892,20 +986,25 @@ fn activation_trouble(e: &ActivationError, username: &str) -> Trouble {
     }
 }
 
-fn command_trouble(e: &ipmi_rs::IpmiError<RmcpIpmiError, WrongLength>) -> Trouble {
-    use ipmi_rs::IpmiError as E;
+/// A request that did not get through the session, or whose answer did not come back intact.
+fn connection_trouble(command: &str, e: &RmcpIpmiError) -> Trouble {
     match e {
-        E::Connection(RmcpIpmiError::Receive(r)) => {
-            receive_trouble("answer to Get Chassis Status", r)
-        }
-        E::Connection(RmcpIpmiError::Send(s)) => Trouble::new(
+        RmcpIpmiError::Receive(r) => receive_trouble(&format!("answer to {command}"), r),
+        RmcpIpmiError::Send(s) => Trouble::new(
             ReadErrorKind::Unreachable,
-            format!("cannot send Get Chassis Status: {}", short_debug(s)),
+            format!("cannot send {command}: {}", short_debug(s)),
         ),
-        E::Connection(RmcpIpmiError::NotActive) => Trouble::new(
+        RmcpIpmiError::NotActive => Trouble::new(
             ReadErrorKind::Config,
             "the IPMI library has no active session",
         ),
+    }
+}
+
+fn command_trouble(e: &ipmi_rs::IpmiError<RmcpIpmiError, WrongLength>) -> Trouble {
+    use ipmi_rs::IpmiError as E;
+    match e {
+        E::Connection(c) => connection_trouble("Get Chassis Status", c),
         E::Failed {
             completion_code, ..
         } => Trouble::new(
@@ -948,7 +1047,28 @@ fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
     short_debug(&text)
 }
 
-/// Last line of defence: no detail string leaves this source with the password in it.
+/// Last line of defence: no detail or identity string leaves this source with the password in
+/// it. (The GUID forms are hexadecimal digits and hyphens formatted here, not BMC text.)
+fn scrub_reply(password: &Secret, reply: Reply) -> Reply {
+    let identity = match reply.identity {
+        MachineIdentity::Unreported { reason } => {
+            let secret = password.expose();
+            if !secret.is_empty() && reason.contains(secret) {
+                MachineIdentity::unreported(reason.replace(secret, "<redacted>"))
+            } else {
+                MachineIdentity::Unreported { reason }
+            }
+        }
+        other => other,
+    };
+    Reply {
+        state: scrub(password, reply.state),
+        details: reply.details,
+        identity,
+    }
+}
+
+/// The password out of a state's detail.
 fn scrub(password: &Secret, state: PowerState) -> PowerState {
     let secret = password.expose();
     match state {
@@ -1082,16 +1202,37 @@ mod tests {
             PowerState::error(ReadErrorKind::Auth, "x very-secret-pw y"),
         );
         assert_eq!(s.to_string(), "error: auth: x <redacted> y");
+        let reply = scrub_reply(
+            &pw,
+            Reply::without_identity(
+                PowerState::error(ReadErrorKind::Auth, "very-secret-pw"),
+                "Get System GUID failed: very-secret-pw",
+            ),
+        );
+        let text = format!("{reply:?}");
+        assert!(!text.contains("very-secret-pw"), "{text}");
+        assert_eq!(
+            reply.identity.to_string(),
+            "no identity (Get System GUID failed: <redacted>)"
+        );
+    }
+
+    fn answer(status: &[u8], identity: MachineIdentity) -> Answer {
+        Answer {
+            status: ChassisStatus::parse(status).unwrap(),
+            identity,
+        }
     }
 
     #[test]
     fn off_with_faults_is_off_and_shows_them() {
         let dir = tempfile::tempdir().unwrap();
         let src = IpmiSource::new(&entry(dir.path(), "bmc.example"), "n1").unwrap();
-        let status = ChassisStatus::parse(&[0x08, 0x01, 0x00]).unwrap();
-        let (state, details) = succeeded(&src.shared, status);
-        assert_eq!(state, PowerState::Off);
-        let text: Vec<String> = details.iter().map(ToString::to_string).collect();
+        let guid = guid_identity(GuidReply::Guid([0x11; 16]));
+        let reply = succeeded(&src.shared, answer(&[0x08, 0x01, 0x00], guid.clone()));
+        assert_eq!(reply.state, PowerState::Off);
+        assert_eq!(reply.identity, guid);
+        let text: Vec<String> = reply.details.iter().map(ToString::to_string).collect();
         assert_eq!(
             text,
             [
@@ -1100,8 +1241,48 @@ mod tests {
                 "chassis status bytes: 08 01 00",
             ]
         );
-        let (state, _) = succeeded(&src.shared, ChassisStatus::parse(&[0x01, 0, 0]).unwrap());
-        assert_eq!(state, PowerState::On);
+        let reply = succeeded(&src.shared, answer(&[0x01, 0, 0], guid));
+        assert_eq!(reply.state, PowerState::On);
+    }
+
+    #[test]
+    fn a_guid_maps_to_its_uuid_forms_and_a_refusal_to_no_identity() {
+        // SMBIOS UUID 00112233-4455-6677-8899-aabbccddeeff as a BMC that follows SMBIOS sends it.
+        let guid = [
+            0x33, 0x22, 0x11, 0x00, 0x55, 0x44, 0x77, 0x66, 0x88, 0x99, 0xaa, 0xbb, 0xcc, 0xdd,
+            0xee, 0xff,
+        ];
+        let MachineIdentity::SystemUuid { forms, serial } = guid_identity(GuidReply::Guid(guid))
+        else {
+            panic!("no system UUID");
+        };
+        assert!(
+            forms.contains(&"00112233-4455-6677-8899-aabbccddeeff".to_string()),
+            "{forms:?}"
+        );
+        assert_eq!(forms, uuid_forms_of_ipmi_guid(&guid));
+        assert_eq!(serial, None);
+
+        let reason = |reply| match guid_identity(reply) {
+            MachineIdentity::Unreported { reason } => reason,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            reason(GuidReply::Refused(0xC1)),
+            "the BMC refused Get System GUID with completion code 0xc1 (InvalidCommand)"
+        );
+        assert!(reason(GuidReply::Refused(0xD4)).contains("0xd4"));
+        assert_eq!(
+            reason(GuidReply::WrongLength(15)),
+            "the Get System GUID reply has 15 data bytes; 16 expected"
+        );
+    }
+
+    #[test]
+    fn failed_reads_carry_no_identity() {
+        let reply = failed(Trouble::new(ReadErrorKind::Timeout, "no answer"));
+        assert_eq!(reply.state.label(), "error");
+        assert!(matches!(reply.identity, MachineIdentity::Unreported { .. }));
     }
 
     #[tokio::test]

@@ -1,9 +1,12 @@
-//! Redfish power source: `GET` the ComputerSystem resource and read its `PowerState`.
+//! Redfish power source: `GET` the ComputerSystem resource and read its `PowerState` and, from
+//! the same answer, its `UUID` (the machine's identity, see [`crate::identity`]).
 //!
-//! Only the exact string `"Off"` in a well-formed JSON object from a 2xx answer means off.
-//! Everything else — other spellings, a missing or duplicated property, an HTML error page, a
-//! redirect, a TLS or credential problem, silence — is reported as an error of the matching
-//! [`ReadErrorKind`], with a short detail for the operator that never carries the password.
+//! Only the exact string `"Off"` in a well-formed JSON object from a 2xx answer means off, and
+//! only when that object says it is the ComputerSystem that was asked for (its `@odata.id` and
+//! `@odata.type`). Everything else — other spellings, a missing or duplicated property, another
+//! resource, an HTML error page, a redirect, a TLS or credential problem, silence — is reported
+//! as an error of the matching [`ReadErrorKind`], with a short detail for the operator that
+//! never carries the password.
 
 use std::error::Error as StdError;
 use std::fmt;
@@ -15,8 +18,9 @@ use futures::future::BoxFuture;
 use reqwest::{StatusCode, Url};
 use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, Visitor};
 
-use super::{PowerSource, PowerState, ReadErrorKind};
+use super::{PowerSource, PowerState, ReadErrorKind, Reply};
 use crate::config::{BmcEntry, BmcTls};
+use crate::identity::MachineIdentity;
 use crate::secret::Secret;
 
 /// Where the systems collection lives on every Redfish service.
@@ -140,38 +144,38 @@ impl RedfishSource {
         })
     }
 
-    async fn read_within_deadline(&self) -> PowerState {
-        let state = match tokio::time::timeout(self.timeout, self.read_once()).await {
-            Ok(state) => state,
-            Err(_) => PowerState::error(
+    async fn read_within_deadline(&self) -> Reply {
+        let reply = match tokio::time::timeout(self.timeout, self.read_once()).await {
+            Ok(reply) => reply,
+            Err(_) => failed(PowerState::error(
                 ReadErrorKind::Timeout,
                 format!(
                     "no complete answer within {}",
                     humantime::format_duration(self.timeout)
                 ),
-            ),
+            )),
         };
-        self.scrub(state)
+        self.scrub_reply(reply)
     }
 
-    async fn read_once(&self) -> PowerState {
+    async fn read_once(&self) -> Reply {
         let (path, found) = match (&self.system, self.discovered.get()) {
             (Some(path), _) => (path.clone(), false),
             (None, Some(path)) => (path.clone(), false),
             (None, None) => match self.discover().await {
                 Ok(path) => (path, true),
-                Err(state) => return state,
+                Err(state) => return failed(state),
             },
         };
-        let state = match self.get(&path).await {
-            Ok(body) => parse_power_state(&body),
-            Err(state) => state,
+        let reply = match self.get(&path).await {
+            Ok(body) => parse_reply(&body, &path),
+            Err(state) => failed(state),
         };
-        if found && !matches!(state, PowerState::Error { .. }) {
+        if found && !matches!(reply.state, PowerState::Error { .. }) {
             // A concurrent read may have set it first; both found the same single member.
             let _ = self.discovered.set(path);
         }
-        state
+        reply
     }
 
     /// Finds the single member of `/redfish/v1/Systems`.
@@ -239,7 +243,16 @@ impl RedfishSource {
         }
     }
 
-    /// Last line of defence: no detail string leaves this source with the password in it.
+    /// Last line of defence: no detail or identity string leaves this source with the password
+    /// in it.
+    fn scrub_reply(&self, reply: Reply) -> Reply {
+        Reply {
+            state: self.scrub(reply.state),
+            details: reply.details,
+            identity: scrub_identity(self.password.expose(), reply.identity),
+        }
+    }
+
     fn scrub(&self, state: PowerState) -> PowerState {
         let secret = self.password.expose();
         match state {
@@ -276,7 +289,43 @@ impl PowerSource for RedfishSource {
     }
 
     fn read(&self) -> BoxFuture<'_, PowerState> {
+        Box::pin(async move { self.read_reply().await.state })
+    }
+
+    /// One GET of the ComputerSystem yields both the power state and the identity.
+    fn read_reply(&self) -> BoxFuture<'_, Reply> {
         Box::pin(self.read_within_deadline())
+    }
+}
+
+/// A failed or refused read: what answered is not known to be the machine, so no identity.
+fn failed(state: PowerState) -> Reply {
+    Reply::without_identity(
+        state,
+        "the read failed, so nothing the BMC said is taken as the machine's identity",
+    )
+}
+
+/// The password out of an identity's free text (a BMC may echo anything into `SerialNumber`).
+/// The UUID forms are left alone: they are hexadecimal digits and hyphens formatted here, and
+/// the same UUID is public in the Node's `status.nodeInfo.systemUUID`.
+fn scrub_identity(secret: &str, identity: MachineIdentity) -> MachineIdentity {
+    let clean = |s: String| {
+        if !secret.is_empty() && s.contains(secret) {
+            s.replace(secret, "<redacted>")
+        } else {
+            s
+        }
+    };
+    match identity {
+        MachineIdentity::Unreported { reason } => MachineIdentity::Unreported {
+            reason: clean(reason),
+        },
+        MachineIdentity::SystemUuid { forms, serial } => MachineIdentity::SystemUuid {
+            forms,
+            serial: serial.map(clean),
+        },
+        other => other,
     }
 }
 
@@ -350,48 +399,154 @@ fn check_path(path: &str) -> Result<(), &'static str> {
     Ok(())
 }
 
-/// Maps a Redfish resource body to a power state.
+/// Maps the answer to a GET of the ComputerSystem at `asked` to a power state and the identity
+/// of the machine that answered.
 ///
-/// Only a JSON object whose single `PowerState` property is exactly `"Off"` maps to
-/// [`PowerState::Off`]. `"On"` maps to On; `"PoweringOn"`, `"PoweringOff"` and `"Paused"` are
-/// transitional; anything else is a [`ReadErrorKind::BadReply`] error naming what was found.
-pub fn parse_power_state(body: &[u8]) -> PowerState {
-    let bad = |detail: String| PowerState::error(ReadErrorKind::BadReply, detail);
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return bad("empty reply".to_string());
-    }
-    let resource: Resource = match serde_json::from_slice(body) {
+/// The answer counts only as a JSON object that says it is that resource: its `@odata.id` is
+/// `asked` and its `@odata.type` is a ComputerSystem (see [`check_is_asked_system`]); a BMC
+/// that answers with another system, a Chassis or a Manager (they have a `PowerState` too) must
+/// not have its answer taken for this machine's. Then only a single `PowerState` property that
+/// is exactly `"Off"` maps to [`PowerState::Off`]. `"On"` maps to On; `"PoweringOn"`,
+/// `"PoweringOff"` and `"Paused"` are transitional; anything else is a
+/// [`ReadErrorKind::BadReply`] error naming what was found. The identity is the `UUID` property
+/// (with `SerialNumber` as evidence), or unreported with the reason when it is unusable.
+pub fn parse_reply(body: &[u8], asked: &str) -> Reply {
+    let resource = match parse_resource(body) {
         Ok(r) => r,
-        Err(e) if e.is_data() => {
-            return bad(format!("reply is not a Redfish resource object ({e})"));
-        }
-        Err(e) => {
-            return bad(format!(
+        Err(state) => return failed(state),
+    };
+    if let Err(state) = check_is_asked_system(&resource, asked) {
+        return failed(state);
+    }
+    match power_state_of(&resource) {
+        state @ PowerState::Error { .. } => failed(state),
+        state => Reply {
+            state,
+            details: Vec::new(),
+            identity: identity_of(&resource),
+        },
+    }
+}
+
+fn bad(detail: String) -> PowerState {
+    PowerState::error(ReadErrorKind::BadReply, detail)
+}
+
+fn parse_resource(body: &[u8]) -> Result<Resource, PowerState> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Err(bad("empty reply".to_string()));
+    }
+    serde_json::from_slice(body).map_err(|e| {
+        if e.is_data() {
+            bad(format!("reply is not a Redfish resource object ({e})"))
+        } else {
+            bad(format!(
                 "reply is not JSON ({e}); it starts with {}",
                 quote_bytes(body)
-            ));
+            ))
+        }
+    })
+}
+
+/// The reply must name itself the resource that was asked for, and be a ComputerSystem.
+///
+/// `@odata.id` may differ from `asked` by one trailing slash, or be a full URL whose path is
+/// `asked` (some services write absolute URLs). `@odata.type` must be
+/// `#ComputerSystem.v<version>.ComputerSystem` or the unversioned
+/// `#ComputerSystem.ComputerSystem`; a `ComputerSystemCollection` or anything else is refused.
+fn check_is_asked_system(resource: &Resource, asked: &str) -> Result<(), PowerState> {
+    let id = one_string(&resource.odata_ids, "@odata.id").map_err(|why| {
+        bad(format!(
+            "reply {why}, so it is not known to be the ComputerSystem at {} that was asked for",
+            quote(asked)
+        ))
+    })?;
+    if !names_path(id, asked) {
+        return Err(bad(format!(
+            "reply is the resource {} (its @odata.id), not the ComputerSystem at {} that was \
+             asked for",
+            quote(id),
+            quote(asked)
+        )));
+    }
+    let odata_type = one_string(&resource.odata_types, "@odata.type").map_err(|why| {
+        bad(format!(
+            "reply {why}, so it is not known to be a ComputerSystem"
+        ))
+    })?;
+    if !is_computer_system_type(odata_type) {
+        return Err(bad(format!(
+            "reply is a {}, not a ComputerSystem (#ComputerSystem.v1_x_y.ComputerSystem); set \
+             `system` to a path under /redfish/v1/Systems",
+            quote(odata_type)
+        )));
+    }
+    Ok(())
+}
+
+/// Whether an `@odata.id` names the path `asked`: equal but for one trailing slash, as a path
+/// or as the path of an `http(s)` URL without query or fragment.
+fn names_path(odata_id: &str, asked: &str) -> bool {
+    let one_slash_off = |s: &str| s.strip_suffix('/').unwrap_or(s).to_string();
+    let path = if odata_id.starts_with('/') {
+        odata_id.to_string()
+    } else {
+        match Url::parse(odata_id) {
+            Ok(url)
+                if matches!(url.scheme(), "https" | "http")
+                    && url.query().is_none()
+                    && url.fragment().is_none() =>
+            {
+                url.path().to_string()
+            }
+            _ => return false,
         }
     };
+    one_slash_off(&path) == one_slash_off(asked)
+}
+
+/// `#ComputerSystem.ComputerSystem` or `#ComputerSystem.v1_20_0.ComputerSystem` (any version
+/// of digits and underscores after the `v`).
+fn is_computer_system_type(odata_type: &str) -> bool {
+    let Some(rest) = odata_type.strip_prefix("#ComputerSystem.") else {
+        return false;
+    };
+    let Some(version) = rest.strip_suffix("ComputerSystem") else {
+        return false;
+    };
+    if version.is_empty() {
+        return true;
+    }
+    version
+        .strip_prefix('v')
+        .and_then(|v| v.strip_suffix('.'))
+        .is_some_and(|v| {
+            v.split('_')
+                .all(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        })
+}
+
+/// The single string value of a property; the reason, as the end of a sentence starting with
+/// "reply", when there is none, several, or not a string.
+fn one_string<'a>(values: &'a [serde_json::Value], name: &str) -> Result<&'a str, String> {
+    match values {
+        [] => Err(format!("has no {name}")),
+        [serde_json::Value::String(s)] => Ok(s),
+        [other] => Err(format!(
+            "has a {name} that is not a string: {}",
+            quote(&other.to_string())
+        )),
+        many => Err(format!("has {name} {} times", many.len())),
+    }
+}
+
+fn power_state_of(resource: &Resource) -> PowerState {
     let value = match resource.power_states.as_slice() {
         [] => {
-            let what = match &resource.odata_type {
-                Some(t) => format!(" (its @odata.type is {})", quote(t)),
-                None => String::new(),
-            };
-            return bad(format!(
-                "reply has no PowerState{what}; is `system` the path of a ComputerSystem?"
-            ));
-        }
-        // A Chassis or Manager also has a PowerState; only the ComputerSystem's is the answer.
-        [_] if resource
-            .odata_type
-            .as_deref()
-            .is_some_and(|t| !t.contains("ComputerSystem")) =>
-        {
-            return bad(format!(
-                "reply is a {}, not a ComputerSystem; set `system` to a path under /redfish/v1/Systems",
-                quote(resource.odata_type.as_deref().unwrap_or_default())
-            ));
+            return bad(
+                "the ComputerSystem has no PowerState; is `system` the path of a ComputerSystem?"
+                    .to_string(),
+            );
         }
         [one] => one,
         many => {
@@ -418,11 +573,43 @@ pub fn parse_power_state(body: &[u8]) -> PowerState {
     }
 }
 
-/// The parts of a Redfish resource that matter here. Every occurrence of `PowerState` is kept
+/// The machine's identity from the ComputerSystem's `UUID`, with `SerialNumber` beside it.
+fn identity_of(resource: &Resource) -> MachineIdentity {
+    let uuid = match one_string(&resource.uuids, "UUID") {
+        Ok(uuid) => uuid,
+        Err(why) => return MachineIdentity::unreported(format!("the ComputerSystem {why}")),
+    };
+    if uuid.trim().is_empty() {
+        return MachineIdentity::unreported("the ComputerSystem's UUID is empty");
+    }
+    MachineIdentity::system_uuid(uuid, serial_of(resource)).unwrap_or_else(|| {
+        MachineIdentity::unreported(format!(
+            "the ComputerSystem's UUID {} is not a UUID",
+            quote(uuid)
+        ))
+    })
+}
+
+/// `SerialNumber` when it is one non-empty string, escaped and bounded like every quotation
+/// of BMC text (it ends up in `why`, Events and the journal).
+fn serial_of(resource: &Resource) -> Option<String> {
+    let serial = one_string(&resource.serials, "SerialNumber").ok()?.trim();
+    if serial.is_empty() {
+        return None;
+    }
+    let escaped: String = serial.chars().flat_map(char::escape_debug).collect();
+    Some(truncate(&escaped, QUOTE_CHARS))
+}
+
+/// The parts of a Redfish resource that matter here. Every occurrence of each property is kept
 /// (a plain map would silently keep only the last of duplicated keys); the rest is skipped.
+#[derive(Default)]
 struct Resource {
     power_states: Vec<serde_json::Value>,
-    odata_type: Option<String>,
+    odata_ids: Vec<serde_json::Value>,
+    odata_types: Vec<serde_json::Value>,
+    uuids: Vec<serde_json::Value>,
+    serials: Vec<serde_json::Value>,
 }
 
 impl<'de> Deserialize<'de> for Resource {
@@ -441,25 +628,22 @@ impl<'de> Visitor<'de> for ResourceVisitor {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Resource, A::Error> {
-        let mut resource = Resource {
-            power_states: Vec::new(),
-            odata_type: None,
-        };
+        let mut r = Resource::default();
         while let Some(key) = map.next_key::<String>()? {
-            match key.as_str() {
-                "PowerState" => resource.power_states.push(map.next_value()?),
-                "@odata.type" => {
-                    let value: serde_json::Value = map.next_value()?;
-                    if let serde_json::Value::String(s) = value {
-                        resource.odata_type = Some(s);
-                    }
-                }
+            let kept = match key.as_str() {
+                "PowerState" => &mut r.power_states,
+                "@odata.id" => &mut r.odata_ids,
+                "@odata.type" => &mut r.odata_types,
+                "UUID" => &mut r.uuids,
+                "SerialNumber" => &mut r.serials,
                 _ => {
                     map.next_value::<IgnoredAny>()?;
+                    continue;
                 }
-            }
+            };
+            kept.push(map.next_value()?);
         }
-        Ok(resource)
+        Ok(r)
     }
 }
 
@@ -577,27 +761,221 @@ fn truncate(s: &str, max: usize) -> String {
     }
 }
 
+/// A ComputerSystem reply counts only when it is the resource that was asked for. Every body
+/// below carries a well-formed `PowerState`. Before `@odata.id` and `@odata.type` were checked,
+/// a reply for another system, one without `@odata.id` or `@odata.type`, and one whose type
+/// merely contained "ComputerSystem" (`#ComputerSystemCollection...`) were read as On or Off.
 #[cfg(test)]
-mod odata_type_tests {
+mod reply_identity_tests {
     use super::*;
 
-    #[test]
-    fn only_a_computer_system_power_state_counts() {
-        let manager = br##"{"@odata.type": "#Manager.v1_10_0.Manager", "PowerState": "Off"}"##;
-        assert!(matches!(
-            parse_power_state(manager),
+    const ASKED: &str = "/redfish/v1/Systems/1";
+    const SYSTEM_TYPE: &str = "#ComputerSystem.v1_20_0.ComputerSystem";
+
+    fn body(id: Option<&str>, odata_type: Option<&str>, power: &str) -> Vec<u8> {
+        let mut doc = serde_json::json!({ "PowerState": power, "UUID": "4c4c4544-0038-4b10-8052-b4c04f4a4e32" });
+        if let Some(id) = id {
+            doc["@odata.id"] = id.into();
+        }
+        if let Some(t) = odata_type {
+            doc["@odata.type"] = t.into();
+        }
+        doc.to_string().into_bytes()
+    }
+
+    /// The reply is refused as a bad reply whose detail says `want`, and carries no identity.
+    fn refused(body: &[u8], want: &str) {
+        let reply = parse_reply(body, ASKED);
+        match &reply.state {
             PowerState::Error {
                 kind: ReadErrorKind::BadReply,
-                ..
-            }
-        ));
-        let system =
-            br##"{"@odata.type": "#ComputerSystem.v1_20_0.ComputerSystem", "PowerState": "Off"}"##;
-        assert_eq!(parse_power_state(system), PowerState::Off);
-        assert_eq!(
-            parse_power_state(br#"{"PowerState": "Off"}"#),
-            PowerState::Off
+                detail,
+            } => assert!(detail.contains(want), "{want:?} not in {detail:?}"),
+            other => panic!("{} read as {other:?}", String::from_utf8_lossy(body)),
+        }
+        assert!(
+            matches!(reply.identity, MachineIdentity::Unreported { .. }),
+            "{:?}",
+            reply.identity
         );
+    }
+
+    #[test]
+    fn the_asked_system_counts() {
+        let reply = parse_reply(&body(Some(ASKED), Some(SYSTEM_TYPE), "Off"), ASKED);
+        assert_eq!(reply.state, PowerState::Off);
+        assert!(matches!(reply.identity, MachineIdentity::SystemUuid { .. }));
+        for (id, t) in [
+            ("/redfish/v1/Systems/1/", SYSTEM_TYPE),
+            ("https://bmc.example/redfish/v1/Systems/1", SYSTEM_TYPE),
+            (
+                "https://bmc.example:8443/redfish/v1/Systems/1/",
+                SYSTEM_TYPE,
+            ),
+            (ASKED, "#ComputerSystem.ComputerSystem"),
+            (ASKED, "#ComputerSystem.v1_0_0.ComputerSystem"),
+        ] {
+            let state = parse_reply(&body(Some(id), Some(t), "On"), ASKED).state;
+            assert_eq!(state, PowerState::On, "{id} {t}");
+        }
+        // The trailing slash may be on the asked path instead.
+        let state = parse_reply(
+            &body(Some(ASKED), Some(SYSTEM_TYPE), "On"),
+            "/redfish/v1/Systems/1/",
+        )
+        .state;
+        assert_eq!(state, PowerState::On);
+    }
+
+    #[test]
+    fn another_systems_reply_is_refused() {
+        // A BMC that answers for another of its systems (or a proxy that mixes up paths).
+        refused(
+            &body(Some("/redfish/v1/Systems/2"), Some(SYSTEM_TYPE), "Off"),
+            "\"/redfish/v1/Systems/2\" (its @odata.id), not the ComputerSystem at \"/redfish/v1/Systems/1\"",
+        );
+        for id in [
+            "/redfish/v1/Systems/10",
+            "/redfish/v1/Systems/1//",
+            "/redfish/v1/systems/1",
+            "/redfish/v1/Systems",
+            "/redfish/v1/Systems/1/Pending",
+            "https://bmc.example/redfish/v1/Systems/2",
+            "https://bmc.example/redfish/v1/Systems/1?x=1",
+            "https://bmc.example/redfish/v1/Systems/1#/PowerState",
+            "ftp://bmc.example/redfish/v1/Systems/1",
+            "redfish/v1/Systems/1",
+            "",
+        ] {
+            refused(&body(Some(id), Some(SYSTEM_TYPE), "Off"), "its @odata.id");
+        }
+    }
+
+    #[test]
+    fn a_reply_without_odata_id_is_refused() {
+        refused(&body(None, Some(SYSTEM_TYPE), "Off"), "has no @odata.id");
+        refused(
+            br##"{"@odata.id": 1, "@odata.type": "#ComputerSystem.v1_20_0.ComputerSystem", "PowerState": "Off"}"##,
+            "@odata.id that is not a string",
+        );
+        refused(
+            br##"{"@odata.id": "/redfish/v1/Systems/2", "@odata.id": "/redfish/v1/Systems/1", "@odata.type": "#ComputerSystem.v1_20_0.ComputerSystem", "PowerState": "Off"}"##,
+            "@odata.id 2 times",
+        );
+    }
+
+    #[test]
+    fn a_chassis_or_manager_reply_is_refused() {
+        // A `system` pointing at the Chassis or Manager: they have a PowerState of their own.
+        for t in [
+            "#Chassis.v1_0_0.Chassis",
+            "#Manager.v1_10_0.Manager",
+            "#ComputerSystemCollection.ComputerSystemCollection",
+            "#ComputerSystem.v1_20_0.Chassis",
+            "#ComputerSystem.1.0.1.ComputerSystem",
+            "ComputerSystem.v1_20_0.ComputerSystem",
+            "#ComputerSystem.v1_20_0.ComputerSystemX",
+            "",
+        ] {
+            refused(
+                &body(Some(ASKED), Some(t), "Off"),
+                &format!("reply is a {}, not a ComputerSystem", quote(t)),
+            );
+        }
+    }
+
+    #[test]
+    fn a_reply_without_odata_type_is_refused() {
+        refused(&body(Some(ASKED), None, "Off"), "has no @odata.type");
+        refused(
+            br#"{"@odata.id": "/redfish/v1/Systems/1", "@odata.type": null, "PowerState": "On"}"#,
+            "@odata.type that is not a string",
+        );
+    }
+
+    #[test]
+    fn identity_comes_from_uuid_and_serial_number() {
+        let reply = parse_reply(
+            br##"{"@odata.id": "/redfish/v1/Systems/1", "@odata.type": "#ComputerSystem.v1_20_0.ComputerSystem",
+                  "PowerState": "On", "UUID": "4C4C4544-0038-4B10-8052-B4C04F4A4E32", "SerialNumber": " CN7\n01 "}"##,
+            ASKED,
+        );
+        assert_eq!(reply.state, PowerState::On);
+        assert_eq!(
+            reply.identity,
+            MachineIdentity::SystemUuid {
+                forms: vec!["4c4c4544-0038-4b10-8052-b4c04f4a4e32".into()],
+                serial: Some("CN7\\n01".into()),
+            }
+        );
+        let unreported = |extra: &str| {
+            let body = format!(
+                r##"{{"@odata.id": "{ASKED}", "@odata.type": "{SYSTEM_TYPE}", "PowerState": "Off"{extra}}}"##
+            );
+            let reply = parse_reply(body.as_bytes(), ASKED);
+            assert_eq!(reply.state, PowerState::Off, "{body}");
+            match reply.identity {
+                MachineIdentity::Unreported { reason } => reason,
+                other => panic!("{body}: {other:?}"),
+            }
+        };
+        assert_eq!(unreported(""), "the ComputerSystem has no UUID");
+        assert_eq!(
+            unreported(r#", "UUID": """#),
+            "the ComputerSystem's UUID is empty"
+        );
+        assert_eq!(
+            unreported(r#", "UUID": "not-a-uuid", "SerialNumber": "S1""#),
+            "the ComputerSystem's UUID \"not-a-uuid\" is not a UUID"
+        );
+        assert!(unreported(r#", "UUID": null"#).contains("not a string"));
+        assert!(
+            unreported(r#", "UUID": "4c4c4544-0038-4b10-8052-b4c04f4a4e32", "UUID": "4c4c4544-0038-4b10-8052-b4c04f4a4e33""#)
+                .contains("UUID 2 times")
+        );
+        // No serial, an empty or a null one: the UUID alone.
+        for extra in ["", r#", "SerialNumber": "  ""#, r#", "SerialNumber": null"#] {
+            let body = format!(
+                r##"{{"@odata.id": "{ASKED}", "@odata.type": "{SYSTEM_TYPE}", "PowerState": "Off", "UUID": "4c4c4544-0038-4b10-8052-b4c04f4a4e32"{extra}}}"##
+            );
+            let identity = parse_reply(body.as_bytes(), ASKED).identity;
+            assert!(
+                matches!(identity, MachineIdentity::SystemUuid { serial: None, .. }),
+                "{body}: {identity:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn failed_reads_carry_no_identity() {
+        // The right system, but a PowerState that is no answer: no identity either.
+        let reply = parse_reply(&body(Some(ASKED), Some(SYSTEM_TYPE), "off"), ASKED);
+        assert!(matches!(reply.state, PowerState::Error { .. }), "{reply:?}");
+        assert!(matches!(reply.identity, MachineIdentity::Unreported { .. }));
+    }
+
+    #[test]
+    fn the_password_never_shows_in_an_identity() {
+        let scrubbed = scrub_identity(
+            "very-secret-pw",
+            MachineIdentity::SystemUuid {
+                forms: vec!["4c4c4544-0038-4b10-8052-b4c04f4a4e32".into()],
+                serial: Some("sn-very-secret-pw".into()),
+            },
+        );
+        assert!(
+            !format!("{scrubbed} {scrubbed:?}").contains("very-secret-pw"),
+            "{scrubbed}"
+        );
+        let scrubbed = scrub_identity(
+            "very-secret-pw",
+            MachineIdentity::unreported("UUID \"very-secret-pw\" is not a UUID"),
+        );
+        assert!(
+            !scrubbed.to_string().contains("very-secret-pw"),
+            "{scrubbed}"
+        );
+        assert!(scrubbed.to_string().contains("<redacted>"), "{scrubbed}");
     }
 }
 
@@ -615,6 +993,21 @@ mod tests {
         }
     }
 
+    const ASKED: &str = "/redfish/v1/Systems/1";
+
+    /// A ComputerSystem at [`ASKED`] with these members (JSON, without braces) besides.
+    fn system(members: &str) -> Vec<u8> {
+        let sep = if members.is_empty() { "" } else { ", " };
+        format!(
+            r##"{{"@odata.id": "{ASKED}", "@odata.type": "#ComputerSystem.v1_20_0.ComputerSystem"{sep}{members}}}"##
+        )
+        .into_bytes()
+    }
+
+    fn parse_power_state(body: &[u8]) -> PowerState {
+        parse_reply(body, ASKED).state
+    }
+
     fn detail(state: &PowerState) -> &str {
         match state {
             PowerState::Error { detail, .. } | PowerState::Transitional { detail } => detail,
@@ -625,14 +1018,17 @@ mod tests {
     #[test]
     fn exact_values_map_to_states() {
         assert_eq!(
-            parse_power_state(br#"{"PowerState":"Off"}"#),
+            parse_power_state(&system(r#""PowerState":"Off""#)),
             PowerState::Off
         );
-        assert_eq!(parse_power_state(br#"{"PowerState":"On"}"#), PowerState::On);
+        assert_eq!(
+            parse_power_state(&system(r#""PowerState":"On""#)),
+            PowerState::On
+        );
         for t in ["PoweringOn", "PoweringOff", "Paused"] {
-            let body = format!(r#"{{"Id":"1","PowerState":"{t}","Status":{{"State":"Enabled"}}}}"#);
+            let body = format!(r#""Id":"1","PowerState":"{t}","Status":{{"State":"Enabled"}}"#);
             assert_eq!(
-                parse_power_state(body.as_bytes()),
+                parse_power_state(&system(&body)),
                 PowerState::Transitional {
                     detail: t.to_string()
                 }
@@ -654,8 +1050,8 @@ mod tests {
             "",
             "Unknown",
         ] {
-            let body = serde_json::json!({ "PowerState": v }).to_string();
-            let s = parse_power_state(body.as_bytes());
+            let member = serde_json::json!({ "PowerState": v }).to_string();
+            let s = parse_power_state(&system(&member[1..member.len() - 1]));
             assert_eq!(kind(&s), Some(ReadErrorKind::BadReply), "{v:?}: {s:?}");
             assert!(detail(&s).contains("unknown PowerState"), "{s:?}");
         }
@@ -663,23 +1059,23 @@ mod tests {
 
     #[test]
     fn missing_null_and_odd_types_are_errors() {
-        let cases: [(&[u8], &str); 10] = [
-            (b"{}", "no PowerState"),
+        let cases = [
+            (system(""), "has no PowerState"),
             (
-                br##"{"@odata.type":"#ComputerSystemCollection.ComputerSystemCollection"}"##,
+                br##"{"@odata.id":"/redfish/v1/Systems/1","@odata.type":"#ComputerSystemCollection.ComputerSystemCollection"}"##.to_vec(),
                 "ComputerSystemCollection",
             ),
-            (br#"{"PowerState":null}"#, "null"),
-            (br#"{"PowerState":0}"#, "not a string: \"0\""),
-            (br#"{"PowerState":false}"#, "not a string"),
-            (br#"{"PowerState":["Off"]}"#, "not a string"),
-            (br#"{"PowerState":{"State":"Off"}}"#, "not a string"),
-            (br#"{"Status":{"PowerState":"Off"}}"#, "no PowerState"),
-            (br#"{"powerstate":"Off"}"#, "no PowerState"),
-            (br#"{"PowerState":"On","PowerState":"Off"}"#, "2 times"),
+            (system(r#""PowerState":null"#), "null"),
+            (system(r#""PowerState":0"#), "not a string: \"0\""),
+            (system(r#""PowerState":false"#), "not a string"),
+            (system(r#""PowerState":["Off"]"#), "not a string"),
+            (system(r#""PowerState":{"State":"Off"}"#), "not a string"),
+            (system(r#""Status":{"PowerState":"Off"}"#), "no PowerState"),
+            (system(r#""powerstate":"Off""#), "no PowerState"),
+            (system(r#""PowerState":"On","PowerState":"Off""#), "2 times"),
         ];
         for (body, want) in cases {
-            let s = parse_power_state(body);
+            let s = parse_power_state(&body);
             assert_eq!(kind(&s), Some(ReadErrorKind::BadReply), "{s:?}");
             assert!(detail(&s).contains(want), "{want:?} not in {s:?}");
         }
@@ -707,8 +1103,8 @@ mod tests {
     #[test]
     fn details_quote_briefly_and_escape() {
         let long = "x".repeat(10_000);
-        let body = format!(r#"{{"PowerState":"{long}"}}"#);
-        let s = parse_power_state(body.as_bytes());
+        let s = parse_power_state(&system(&format!(r#""PowerState":"{long}""#)));
+        assert!(detail(&s).contains("unknown PowerState"), "{s:?}");
         assert!(detail(&s).len() < 200, "{s:?}");
 
         let body = "<html>\n\u{1b}[31m".to_string() + &"y".repeat(5000);
@@ -722,7 +1118,8 @@ mod tests {
     #[test]
     fn escaped_key_still_counts_as_power_state() {
         // JSON escapes in keys are the same key; a duplicate hidden this way is still caught.
-        let s = parse_power_state(br#"{"PowerState":"On","Power\u0053tate":"Off"}"#);
+        let s = parse_power_state(&system(r#""PowerState":"On","Power\u0053tate":"Off""#));
+        assert!(detail(&s).contains("2 times"), "{s:?}");
         assert_eq!(kind(&s), Some(ReadErrorKind::BadReply), "{s:?}");
     }
 

@@ -4,6 +4,14 @@
 //!
 //! Each simulator runs in its own process group; dropping it stops the group by its ID (the
 //! simulator and any hook process it spawned) and reaps the simulator.
+//!
+//! Each simulator has its own System GUID (the `guid` line of its lan.conf). ipmi_sim answers
+//! Get System GUID (NetFn App, command 37h) with the 16 bytes of that line verbatim, in the
+//! order they are written: `guid 00112233445566778899aabbccddeeff` is answered with
+//! `00 11 22 ... ff` (checked with `ipmitool raw 0x06 0x37`: ipmitool 1.8.19, OpenIPMI 2.0.33).
+//! It applies no byte order of its own, so read in network (RFC 4122) order the bytes are the
+//! configured hex with hyphens: [`IpmiSim::uuid`]. (ipmi_sim also needs the line: without it
+//! no RMCP+ session can be opened, as the GUID takes part in the RAKP exchange.)
 
 use std::net::{SocketAddr, UdpSocket};
 use std::os::unix::process::CommandExt;
@@ -46,11 +54,31 @@ pub struct IpmiSim {
     child: Child,
     dir: tempfile::TempDir,
     port: u16,
+    /// The System GUID, as the 32 hex digits of the `guid` line.
+    guid: String,
 }
 
 impl IpmiSim {
-    /// Starts a simulator whose machine is powered on.
+    /// Starts a simulator whose machine is powered on, with a System GUID no other simulator
+    /// of this test run has.
     pub fn start() -> IpmiSim {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static STARTED: AtomicU32 = AtomicU32::new(0);
+        let n = STARTED.fetch_add(1, Ordering::Relaxed);
+        IpmiSim::start_with_guid(&format!(
+            "a123456789abcdef{:08x}{n:08x}",
+            std::process::id()
+        ))
+    }
+
+    /// Starts a simulator whose machine is powered on, with this System GUID (32 hex digits,
+    /// the bytes in the order the simulator sends them).
+    pub fn start_with_guid(guid: &str) -> IpmiSim {
+        assert!(
+            guid.len() == 32 && guid.bytes().all(|b| b.is_ascii_hexdigit()),
+            "a System GUID is 32 hex digits, not {guid:?}"
+        );
+        let guid = guid.to_ascii_lowercase();
         let dir = tempfile::Builder::new()
             .prefix("ipmi-sim")
             .tempdir()
@@ -66,8 +94,15 @@ impl IpmiSim {
         let mut last_log = String::new();
         for attempt in 0..3 {
             let port = free_udp_port();
-            match launch(dir.path(), port, &format!("{attempt}")) {
-                Ok(child) => return IpmiSim { child, dir, port },
+            match launch(dir.path(), port, &guid, &format!("{attempt}")) {
+                Ok(child) => {
+                    return IpmiSim {
+                        child,
+                        dir,
+                        port,
+                        guid,
+                    };
+                }
                 Err(log) => {
                     if !log.to_ascii_lowercase().contains("in use") {
                         panic!("ipmi_sim did not come up\n--- log ---\n{log}");
@@ -86,7 +121,7 @@ impl IpmiSim {
         static RESTARTS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = RESTARTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let tag = format!("restart-{n}");
-        self.child = launch(self.dir.path(), self.port, &tag)
+        self.child = launch(self.dir.path(), self.port, &self.guid, &tag)
             .unwrap_or_else(|log| panic!("ipmi_sim did not come back\n--- log ---\n{log}"));
     }
 
@@ -101,6 +136,35 @@ impl IpmiSim {
 
     pub fn dir(&self) -> &Path {
         self.dir.path()
+    }
+
+    /// The 16 bytes the simulator answers Get System GUID with.
+    pub fn guid_bytes(&self) -> [u8; 16] {
+        let mut bytes = [0u8; 16];
+        for (i, b) in bytes.iter_mut().enumerate() {
+            *b = u8::from_str_radix(&self.guid[2 * i..2 * i + 2], 16).unwrap();
+        }
+        bytes
+    }
+
+    /// The UUID the simulator's GUID bytes spell in the order they are sent (RFC 4122): the
+    /// configured hex with hyphens. One of the forms a read must report.
+    pub fn uuid(&self) -> String {
+        let g = &self.guid;
+        format!(
+            "{}-{}-{}-{}-{}",
+            &g[0..8],
+            &g[8..12],
+            &g[12..16],
+            &g[16..20],
+            &g[20..32]
+        )
+    }
+
+    /// Every canonical UUID the simulator's GUID may stand for (SMBIOS, IPMI and RFC 4122 byte
+    /// orders), as oobfence reports them.
+    pub fn uuid_forms(&self) -> Vec<String> {
+        oobfence::identity::uuid_forms_of_ipmi_guid(&self.guid_bytes())
     }
 
     /// Powers the simulated machine on or off (what the next Get Chassis Status reports).
@@ -175,13 +239,19 @@ impl Drop for IpmiSim {
     }
 }
 
-/// Starts `ipmi_sim` on `port` with the files in `dir`; on failure, its log.
-fn launch(dir: &Path, port: u16, tag: &str) -> Result<Child, String> {
+/// Starts `ipmi_sim` on `port` with the files in `dir` and System GUID `guid`; on failure, its
+/// log.
+fn launch(dir: &Path, port: u16, guid: &str, tag: &str) -> Result<Child, String> {
     let bin = which("ipmi_sim");
     let conf = dir.join(format!("lan-{tag}.conf"));
     std::fs::write(
         &conf,
-        lan_conf(port, &dir.join("chassis-control.sh"), &dir.join("power")),
+        lan_conf(
+            port,
+            guid,
+            &dir.join("chassis-control.sh"),
+            &dir.join("power"),
+        ),
     )
     .unwrap();
     // A fresh state directory: ipmi_sim keeps users and the SEL there.
@@ -221,7 +291,7 @@ fn stop_group(child: &mut Child) {
     let _ = child.wait();
 }
 
-fn lan_conf(port: u16, hook: &Path, power: &Path) -> String {
+fn lan_conf(port: u16, guid: &str, hook: &Path, power: &Path) -> String {
     format!(
         r#"name "sim{port}"
 set_working_mc 0x20
@@ -232,7 +302,7 @@ set_working_mc 0x20
     allowed_auths_user none md2 md5 straight
     allowed_auths_operator none md2 md5 straight
     allowed_auths_admin none md2 md5 straight
-    guid a123456789abcdefa123456789abcdef
+    guid {guid}
   endlan
   chassis_control "{} {}"
   user 1 false ""      "test"     user  10 none md2 md5 straight

@@ -151,6 +151,14 @@ impl SushyEmulator {
 
     /// The `PowerState` string the emulator reports for system `i` right now.
     pub async fn power(&self, i: usize) -> String {
+        self.system_doc(i).await["PowerState"]
+            .as_str()
+            .unwrap_or("<missing>")
+            .to_string()
+    }
+
+    /// The ComputerSystem resource of system `i` as the emulator serves it.
+    pub async fn system_doc(&self, i: usize) -> serde_json::Value {
         let url = format!("{}{}", self.base_url(), self.system_path(i));
         let response = self
             .client
@@ -164,11 +172,7 @@ impl SushyEmulator {
             "GET {url}: {}",
             response.status()
         );
-        let doc: serde_json::Value = response.json().await.expect("system resource JSON");
-        doc["PowerState"]
-            .as_str()
-            .unwrap_or("<missing>")
-            .to_string()
+        response.json().await.expect("system resource JSON")
     }
 
     /// Polls until system `i` reports `want` ("On" or "Off"); panics after `deadline`.

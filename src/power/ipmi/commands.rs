@@ -1,5 +1,5 @@
-//! The IPMI commands oobfence sends, defined through ipmi-rs's public `IpmiCommand` trait (the
-//! crate has no chassis or session-management commands of its own).
+//! The IPMI commands oobfence sends, defined through ipmi-rs's public `IpmiCommand` trait and
+//! `Message` type (the crate has no chassis, GUID or session-management commands of its own).
 
 use std::fmt;
 
@@ -20,6 +20,45 @@ impl IpmiCommand for GetChassisStatus {
 
     fn parse_success_response(data: &[u8]) -> Result<ChassisStatus, WrongLength> {
         ChassisStatus::parse(data)
+    }
+}
+
+/// Get System GUID: NetFn App (06h), command 37h, no request data; the reply data is the 16
+/// bytes of the GUID (IPMI 2.0 section 22.14). The machine's identity, see
+/// [`crate::identity::uuid_forms_of_ipmi_guid`].
+///
+/// Sent through the connection itself rather than `Ipmi::send_recv`: that one reports a refusal
+/// as ipmi-rs's `CompletionErrorCode`, which keeps no way back to the byte the BMC sent, and the
+/// byte is what an operator looks up. [`GuidReply::parse`] reads the answer.
+pub struct GetSystemGuid;
+
+impl From<GetSystemGuid> for Message {
+    fn from(_: GetSystemGuid) -> Message {
+        Message::new_request(NetFn::App, 0x37, Vec::new())
+    }
+}
+
+/// What a BMC answered to Get System GUID.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GuidReply {
+    /// The 16 GUID bytes, in the order they were sent.
+    Guid([u8; 16]),
+    /// A completion code other than 00h (C1h, "invalid command": the BMC does not have it).
+    Refused(u8),
+    /// Completion code 00h, but not the 16 data bytes the specification defines.
+    WrongLength(usize),
+}
+
+impl GuidReply {
+    /// From the completion code and the data after it.
+    pub fn parse(completion_code: u8, data: &[u8]) -> GuidReply {
+        if completion_code != 0 {
+            return GuidReply::Refused(completion_code);
+        }
+        match <[u8; 16]>::try_from(data) {
+            Ok(guid) => GuidReply::Guid(guid),
+            Err(_) => GuidReply::WrongLength(data.len()),
+        }
     }
 }
 
@@ -167,9 +206,31 @@ mod tests {
     }
 
     #[test]
+    fn a_guid_is_16_bytes_after_completion_code_00() {
+        let guid: Vec<u8> = (0x10..0x20).collect();
+        assert_eq!(
+            GuidReply::parse(0x00, &guid),
+            GuidReply::Guid(guid.clone().try_into().unwrap())
+        );
+        assert_eq!(GuidReply::parse(0xC1, &[]), GuidReply::Refused(0xC1));
+        // A refusal stays a refusal whatever data comes with it.
+        assert_eq!(GuidReply::parse(0xD4, &guid), GuidReply::Refused(0xD4));
+        assert_eq!(
+            GuidReply::parse(0x00, &guid[..15]),
+            GuidReply::WrongLength(15)
+        );
+        let mut long = guid.clone();
+        long.push(0);
+        assert_eq!(GuidReply::parse(0x00, &long), GuidReply::WrongLength(17));
+        assert_eq!(GuidReply::parse(0x00, &[]), GuidReply::WrongLength(0));
+    }
+
+    #[test]
     fn request_encodings() {
         let m: Message = GetChassisStatus.into();
         assert_eq!((m.netfn_raw(), m.cmd(), m.data()), (0x00, 0x01, &[][..]));
+        let m: Message = GetSystemGuid.into();
+        assert_eq!((m.netfn_raw(), m.cmd(), m.data()), (0x06, 0x37, &[][..]));
         let m: Message = CloseSession {
             bmc_session_id: 0x0A0B0C0D,
         }
