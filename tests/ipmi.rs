@@ -934,7 +934,14 @@ async fn check_config_probe_reads_ipmi_nodes_of_the_cluster() {
     let sim = IpmiSim::start();
     let group = support::k8s::unique("ipmiprobe");
     let mapped = format!("{group}-a");
-    let a = support::k8s::FakeNode::create(&client, &mapped, &group, "b").await;
+    let a = support::k8s::FakeNode::create_as(
+        &client,
+        &mapped,
+        &group,
+        "b",
+        support::k8s::KubeletIdentity::uuid(&sim.uuid()),
+    )
+    .await;
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("pw"), format!("{}\n", ipmi_sim::PASSWORD)).unwrap();
     let path = dir.path().join("dc1.toml");
@@ -963,6 +970,7 @@ async fn check_config_probe_reads_ipmi_nodes_of_the_cluster() {
         .find(|l| l.starts_with(&mapped))
         .unwrap_or_else(|| panic!("{out}"));
     assert!(row.contains("ipmi") && row.contains(" On"), "{row}");
+    assert!(row.contains("match: system UUID"), "{row}");
     assert_eq!(sim.other_sessions(), 0);
     a.delete().await;
 }
@@ -1016,23 +1024,58 @@ timeout = "3s"
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_daemon_fences_an_ipmi_node_that_reads_off_never_one_that_reads_on() {
     use oobfence::cluster;
-    use support::k8s::{FakeNode, RunningDaemon, annotation, keep_taint, taints, unique, wait_for};
+    use support::k8s::{
+        FakeNode, KubeletIdentity, RunningDaemon, annotation, keep_taint, taints, unique, wait_for,
+    };
 
     let client = support::k8s::client().await;
     let off_sim = IpmiSim::start();
     let on_sim = IpmiSim::start();
+    let other_sim = IpmiSim::start();
     let group = unique("ipmi");
     let dir = tempfile::tempdir().unwrap();
     let dead = format!("{group}-off");
     let alive = format!("{group}-on");
-    let bmcs = ipmi_bmc(&dead, &off_sim, dir.path()) + &ipmi_bmc(&alive, &on_sim, dir.path());
-    let dead_node = FakeNode::create(&client, &dead, &group, "boot-1").await;
-    let alive_node = FakeNode::create(&client, &alive, &group, "boot-1").await;
+    let impostor = format!("{group}-impostor");
+    let bmcs = ipmi_bmc(&dead, &off_sim, dir.path())
+        + &ipmi_bmc(&alive, &on_sim, dir.path())
+        + &ipmi_bmc(&impostor, &other_sim, dir.path());
+    // The kubelets report their SMBIOS UUID; each BMC's System GUID stands for it in one of the
+    // byte orders BMCs use (the SMBIOS layout for one, as sent for the other).
+    let smbios_form = off_sim.uuid_forms()[0].clone();
+    assert_ne!(smbios_form, off_sim.uuid(), "the SMBIOS decoding differs");
+    let dead_node = FakeNode::create_as(
+        &client,
+        &dead,
+        &group,
+        "boot-1",
+        KubeletIdentity::uuid(&smbios_form),
+    )
+    .await;
+    let alive_node = FakeNode::create_as(
+        &client,
+        &alive,
+        &group,
+        "boot-1",
+        KubeletIdentity::uuid(&on_sim.uuid()),
+    )
+    .await;
+    // Mapped to other_sim's BMC, but its kubelet is the machine behind on_sim: a re-cabled BMC.
+    let impostor_node = FakeNode::create_as(
+        &client,
+        &impostor,
+        &group,
+        "boot-1",
+        KubeletIdentity::uuid(&on_sim.uuid()),
+    )
+    .await;
     let daemon = RunningDaemon::start(&daemon_config(&group, &bmcs), dir).await;
 
     off_sim.set_power(false);
+    other_sim.set_power(false);
     dead_node.die("boot-1").await;
     alive_node.die("boot-1").await;
+    impostor_node.die("boot-1").await;
 
     let has_taint = |name: String| {
         let client = client.clone();
@@ -1070,6 +1113,12 @@ async fn the_daemon_fences_an_ipmi_node_that_reads_off_never_one_that_reads_on()
     let report = daemon.wait_rule(&alive, "power-on", DECISION).await;
     assert_eq!(report["state"], "blocked");
     assert_eq!(on_sim.ipmitool_power(), "on");
+    // The BMC that answers Off for another machine fences nothing.
+    let report = daemon
+        .wait_rule(&impostor, "identity-mismatch", DECISION)
+        .await;
+    assert_eq!(report["state"], "blocked");
+    assert!(!FakeNode::has_oos_taint(&impostor_node.get().await));
 
     // `why` shows the IPMI evidence.
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_oobfence"))
@@ -1103,9 +1152,11 @@ async fn the_daemon_fences_an_ipmi_node_that_reads_off_never_one_that_reads_on()
         metrics.contains("oobfence_power_reads_total{backend=\"ipmi\",result=\"off\""),
         "{metrics}"
     );
+    assert!(!FakeNode::has_oos_taint(&impostor_node.get().await));
     daemon.stop().await;
     dead_node.delete().await;
     alive_node.delete().await;
+    impostor_node.delete().await;
     // The daemon closed its sessions when it stopped.
     assert_eq!(off_sim.other_sessions(), 0);
     assert_eq!(on_sim.other_sessions(), 0);
