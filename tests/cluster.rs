@@ -790,13 +790,15 @@ async fn a_bmc_that_answers_for_another_machine_never_fences() {
     })
     .await;
     assert_eq!(report["state"], "healthy");
-    let metrics = daemon.metrics().await;
-    assert!(
-        metrics.contains(&format!(
-            "oobfence_node_identity_problem{{node=\"{name}\",problem=\"identity-mismatch\"}} 1"
-        )),
-        "{metrics}"
+    // The metrics follow on the next decision pass.
+    let problem = format!(
+        "oobfence_node_identity_problem{{node=\"{name}\",problem=\"identity-mismatch\"}} 1"
     );
+    let metrics = wait_for("the mismatch in the metrics", DECISION, || async {
+        let m = daemon.metrics().await;
+        m.contains(&problem).then_some(m)
+    })
+    .await;
     assert!(
         metrics.contains("oobfence_identity_nodes{verdict=\"mismatch\"} 1"),
         "{metrics}"
