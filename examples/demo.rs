@@ -382,6 +382,7 @@ ca_file = "{}"
             || l.starts_with("oobfence_fence_to_recovery_seconds_count")
             || l.starts_with("oobfence_out_of_service_taint_age_seconds{")
             || l.starts_with("oobfence_ec2_describe_instances_calls_total")
+            || l.starts_with("oobfence_identity_nodes{") && !l.ends_with(" 0")
             || l.starts_with("oobfence_node_state{") && l.ends_with(" 1")
     }) {
         println!("  {l}");
