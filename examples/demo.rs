@@ -79,22 +79,7 @@ async fn main() {
         .map(|i| KubeletIdentity::uuid(&emu.uuid(i)))
         .collect();
     for instance in &instances {
-        let described = ec2
-            .describe_instances()
-            .instance_ids(instance)
-            .send()
-            .await
-            .expect("describe the demo instance");
-        let i = described
-            .reservations()
-            .iter()
-            .flat_map(|r| r.instances())
-            .next()
-            .expect("the demo instance");
-        identities.push(KubeletIdentity::instance(
-            i.private_ip_address().unwrap_or_default(),
-            i.private_dns_name().unwrap_or_default(),
-        ));
+        identities.push(support::moto::kubelet_of(&ec2, instance).await);
     }
     let mut nodes = Vec::new();
     for (name, identity) in NODES.iter().zip(&identities) {

@@ -566,27 +566,6 @@ async fn set_provider_id_in(node: &FakeNode, zone: &str, instance: &str) {
         .unwrap();
 }
 
-/// What the instance's kubelet would report: its private IP and private DNS name, as
-/// DescribeInstances shows them.
-async fn kubelet_of(ec2: &aws_sdk_ec2::Client, instance: &str) -> KubeletIdentity {
-    let out = ec2
-        .describe_instances()
-        .instance_ids(instance)
-        .send()
-        .await
-        .unwrap();
-    let i = out
-        .reservations()
-        .iter()
-        .flat_map(|r| r.instances())
-        .next()
-        .unwrap();
-    KubeletIdentity::instance(
-        i.private_ip_address().unwrap(),
-        i.private_dns_name().unwrap(),
-    )
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stopped_instance_is_tainted_and_terminated_one_is_deleted_with_its_attachments() {
     support::moto::require_test_aws_env();
@@ -610,7 +589,7 @@ async fn stopped_instance_is_tainted_and_terminated_one_is_deleted_with_its_atta
         &stopped_name,
         &group,
         "b1",
-        kubelet_of(&ec2, &ids[0]).await,
+        support::moto::kubelet_of(&ec2, &ids[0]).await,
     )
     .await;
     let terminated = FakeNode::create_as(
@@ -618,7 +597,7 @@ async fn stopped_instance_is_tainted_and_terminated_one_is_deleted_with_its_atta
         &terminated_name,
         &group,
         "b1",
-        kubelet_of(&ec2, &ids[1]).await,
+        support::moto::kubelet_of(&ec2, &ids[1]).await,
     )
     .await;
     let running = FakeNode::create_as(
@@ -626,7 +605,7 @@ async fn stopped_instance_is_tainted_and_terminated_one_is_deleted_with_its_atta
         &running_name,
         &group,
         "b1",
-        kubelet_of(&ec2, &ids[2]).await,
+        support::moto::kubelet_of(&ec2, &ids[2]).await,
     )
     .await;
     // Its providerID points at instance 3 (a slip), but its kubelet is another machine.
@@ -643,7 +622,7 @@ async fn stopped_instance_is_tainted_and_terminated_one_is_deleted_with_its_atta
         &west_name,
         &group,
         "b1",
-        kubelet_of(&west, &west_id[0]).await,
+        support::moto::kubelet_of(&west, &west_id[0]).await,
     )
     .await;
     set_provider_id(&stopped, &ids[0]).await;
@@ -862,7 +841,7 @@ async fn probe_prints_state_and_held_volumes() {
         &name,
         &group,
         "b1",
-        kubelet_of(&ec2, &ids[0]).await,
+        support::moto::kubelet_of(&ec2, &ids[0]).await,
     )
     .await;
     set_provider_id(&node, &ids[0]).await;

@@ -287,95 +287,143 @@ async fn two_simulators_with_different_guids_are_different_machines() {
     assert_eq!(wrong.label(), "mismatch", "{wrong}");
 }
 
-/// A relay between oobfence and a real BMC that counts the RMCP+ sessions opened through it
-/// (Open Session Requests) and, while `drop_guid` is set, swallows the second in-session
-/// request of each session (Get System GUID: the first is Get Chassis Status) and every resend
-/// of it. Bounded by a stop flag and 60 s.
-struct GuidSwallower {
+/// What a [`Relay`] does with one datagram from oobfence.
+enum Pass {
+    /// Send it on to the BMC.
+    Forward,
+    /// Lose it.
+    Drop,
+    /// Answer it in the BMC's place.
+    Answer(Vec<u8>),
+}
+
+/// A UDP relay between oobfence and a real BMC that lets a test tamper with the traffic:
+/// `to_bmc` decides about each request, `to_client` sees each answer before it goes back.
+/// Stops when dropped, and after 60 s whatever happens.
+struct Relay {
     addr: SocketAddr,
-    opened: Arc<AtomicU32>,
-    swallowed: Arc<AtomicU32>,
-    drop_guid: Arc<AtomicBool>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
-impl GuidSwallower {
-    fn start(bmc: SocketAddr) -> GuidSwallower {
+impl Relay {
+    fn start(
+        bmc: SocketAddr,
+        mut to_bmc: impl FnMut(&[u8]) -> Pass + Send + 'static,
+        mut to_client: impl FnMut(&[u8]) + Send + 'static,
+    ) -> Relay {
         let front = UdpSocket::bind("127.0.0.1:0").unwrap();
         let back = UdpSocket::bind("127.0.0.1:0").unwrap();
         back.connect(bmc).unwrap();
         front.set_nonblocking(true).unwrap();
         back.set_nonblocking(true).unwrap();
         let addr = front.local_addr().unwrap();
-        let opened = Arc::new(AtomicU32::new(0));
-        let swallowed = Arc::new(AtomicU32::new(0));
-        let drop_guid = Arc::new(AtomicBool::new(false));
         let stop = Arc::new(AtomicBool::new(false));
-        let (o, w, d, s) = (
-            opened.clone(),
-            swallowed.clone(),
-            drop_guid.clone(),
-            stop.clone(),
-        );
+        let s = stop.clone();
         let thread = std::thread::spawn(move || {
             let start = Instant::now();
             let mut buf = [0u8; 2048];
             let mut client = None;
-            let mut requests = 0;
-            let mut victim: Option<Vec<u8>> = None;
             while !s.load(Ordering::Relaxed) && start.elapsed() < Duration::from_secs(60) {
                 let mut idle = true;
                 if let Ok((n, from)) = front.recv_from(&mut buf) {
                     idle = false;
                     client = Some(from);
-                    let req = &buf[..n];
-                    let open_session = n > 6 && req[3] == 0x07 && req[4] == 0x06 && req[5] == 0x10;
-                    if open_session {
-                        o.fetch_add(1, Ordering::Relaxed);
-                        requests = 0;
-                    }
-                    if victim.as_deref() == Some(req) {
-                        w.fetch_add(1, Ordering::Relaxed);
-                        continue;
-                    }
-                    if in_session(req) {
-                        requests += 1;
-                        if requests == 2 && d.load(Ordering::Relaxed) {
-                            victim = Some(req.to_vec());
-                            w.fetch_add(1, Ordering::Relaxed);
-                            continue;
+                    match to_bmc(&buf[..n]) {
+                        Pass::Forward => {
+                            let _ = back.send(&buf[..n]);
+                        }
+                        Pass::Drop => {}
+                        Pass::Answer(reply) => {
+                            let _ = front.send_to(&reply, from);
                         }
                     }
-                    let _ = back.send(req);
                 }
-                if let Ok(n) = back.recv(&mut buf)
-                    && let Some(c) = client
-                {
+                if let Ok(n) = back.recv(&mut buf) {
                     idle = false;
-                    let _ = front.send_to(&buf[..n], c);
+                    to_client(&buf[..n]);
+                    if let Some(c) = client {
+                        let _ = front.send_to(&buf[..n], c);
+                    }
                 }
                 if idle {
                     std::thread::sleep(Duration::from_millis(1));
                 }
             }
         });
-        GuidSwallower {
+        Relay {
             addr,
-            opened,
-            swallowed,
-            drop_guid,
             stop,
             thread: Some(thread),
         }
     }
 }
 
-impl Drop for GuidSwallower {
+impl Drop for Relay {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
+        }
+    }
+}
+
+fn in_session(d: &[u8]) -> bool {
+    d.len() > 6 && d[3] == 0x07 && d[4] == 0x06 && d[5] == 0xC0
+}
+
+fn open_session_request(d: &[u8]) -> bool {
+    d.len() > 6 && d[3] == 0x07 && d[4] == 0x06 && d[5] == 0x10
+}
+
+/// A relay that counts the RMCP+ sessions opened through it (Open Session Requests) and,
+/// while `drop_guid` is set, swallows the second in-session request of each session (Get
+/// System GUID: the first is Get Chassis Status) and every resend of it.
+struct GuidSwallower {
+    addr: SocketAddr,
+    opened: Arc<AtomicU32>,
+    swallowed: Arc<AtomicU32>,
+    drop_guid: Arc<AtomicBool>,
+    _relay: Relay,
+}
+
+impl GuidSwallower {
+    fn start(bmc: SocketAddr) -> GuidSwallower {
+        let opened = Arc::new(AtomicU32::new(0));
+        let swallowed = Arc::new(AtomicU32::new(0));
+        let drop_guid = Arc::new(AtomicBool::new(false));
+        let (o, w, d) = (opened.clone(), swallowed.clone(), drop_guid.clone());
+        let mut requests = 0;
+        let mut victim: Option<Vec<u8>> = None;
+        let relay = Relay::start(
+            bmc,
+            move |req| {
+                if open_session_request(req) {
+                    o.fetch_add(1, Ordering::Relaxed);
+                    requests = 0;
+                }
+                if victim.as_deref() == Some(req) {
+                    w.fetch_add(1, Ordering::Relaxed);
+                    return Pass::Drop;
+                }
+                if in_session(req) {
+                    requests += 1;
+                    if requests == 2 && d.load(Ordering::Relaxed) {
+                        victim = Some(req.to_vec());
+                        w.fetch_add(1, Ordering::Relaxed);
+                        return Pass::Drop;
+                    }
+                }
+                Pass::Forward
+            },
+            |_| {},
+        );
+        GuidSwallower {
+            addr: relay.addr,
+            opened,
+            swallowed,
+            drop_guid,
+            _relay: relay,
         }
     }
 }
@@ -580,82 +628,44 @@ async fn nonsense_answers_are_bad_replies_at_once() {
 
 /// A man in the middle between oobfence and a real BMC that, once armed, answers every
 /// in-session request with the first in-session answer it saw (a genuine, authenticated,
-/// but old answer). Bounded by a stop flag and 60 s.
+/// but old answer).
 struct Replayer {
     addr: SocketAddr,
     armed: Arc<AtomicBool>,
     replays: Arc<AtomicU32>,
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-fn in_session(d: &[u8]) -> bool {
-    d.len() > 6 && d[3] == 0x07 && d[4] == 0x06 && d[5] == 0xC0
+    _relay: Relay,
 }
 
 impl Replayer {
     fn start(bmc: SocketAddr) -> Replayer {
-        let front = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let back = UdpSocket::bind("127.0.0.1:0").unwrap();
-        back.connect(bmc).unwrap();
-        front.set_nonblocking(true).unwrap();
-        back.set_nonblocking(true).unwrap();
-        let addr = front.local_addr().unwrap();
         let armed = Arc::new(AtomicBool::new(false));
         let replays = Arc::new(AtomicU32::new(0));
-        let stop = Arc::new(AtomicBool::new(false));
-        let (a, r, s) = (armed.clone(), replays.clone(), stop.clone());
-        let thread = std::thread::spawn(move || {
-            let start = Instant::now();
-            let mut buf = [0u8; 2048];
-            let mut client = None;
-            let mut recorded: Option<Vec<u8>> = None;
-            while !s.load(Ordering::Relaxed) && start.elapsed() < Duration::from_secs(60) {
-                let mut idle = true;
-                if let Ok((n, from)) = front.recv_from(&mut buf) {
-                    idle = false;
-                    client = Some(from);
-                    let d = &buf[..n];
-                    match (&recorded, a.load(Ordering::Relaxed) && in_session(d)) {
-                        (Some(old), true) => {
-                            let _ = front.send_to(old, from);
-                            r.fetch_add(1, Ordering::Relaxed);
-                        }
-                        _ => {
-                            let _ = back.send(d);
-                        }
+        let recorded: Arc<std::sync::Mutex<Option<Vec<u8>>>> = Arc::default();
+        let (a, r, seen) = (armed.clone(), replays.clone(), recorded.clone());
+        let relay = Relay::start(
+            bmc,
+            move |req| {
+                let old = recorded.lock().unwrap().clone();
+                match old {
+                    Some(old) if a.load(Ordering::Relaxed) && in_session(req) => {
+                        r.fetch_add(1, Ordering::Relaxed);
+                        Pass::Answer(old)
                     }
+                    _ => Pass::Forward,
                 }
-                if let Ok(n) = back.recv(&mut buf) {
-                    idle = false;
-                    let d = &buf[..n];
-                    if recorded.is_none() && in_session(d) {
-                        recorded = Some(d.to_vec());
-                    }
-                    if let Some(c) = client {
-                        let _ = front.send_to(d, c);
-                    }
+            },
+            move |reply| {
+                let mut first = seen.lock().unwrap();
+                if first.is_none() && in_session(reply) {
+                    *first = Some(reply.to_vec());
                 }
-                if idle {
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-            }
-        });
+            },
+        );
         Replayer {
-            addr,
+            addr: relay.addr,
             armed,
             replays,
-            stop,
-            thread: Some(thread),
-        }
-    }
-}
-
-impl Drop for Replayer {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+            _relay: relay,
         }
     }
 }

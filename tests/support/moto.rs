@@ -104,6 +104,27 @@ pub fn client_in(endpoint: &str, region: &str) -> aws_sdk_ec2::Client {
     aws_sdk_ec2::Client::from_conf(conf)
 }
 
+/// What the instance's kubelet reports about its machine: its private IP and private DNS
+/// name, as DescribeInstances shows them.
+pub async fn kubelet_of(ec2: &aws_sdk_ec2::Client, instance: &str) -> super::k8s::KubeletIdentity {
+    let out = ec2
+        .describe_instances()
+        .instance_ids(instance)
+        .send()
+        .await
+        .expect("describe the test instance");
+    let i = out
+        .reservations()
+        .iter()
+        .flat_map(|r| r.instances())
+        .next()
+        .expect("the test instance");
+    super::k8s::KubeletIdentity::instance(
+        i.private_ip_address().expect("a private IP"),
+        i.private_dns_name().expect("a private DNS name"),
+    )
+}
+
 /// Launches `n` instances and returns their ids.
 pub async fn run_instances(ec2: &aws_sdk_ec2::Client, n: i32) -> Vec<String> {
     run_instances_in(ec2, n, ZONE).await
