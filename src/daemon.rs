@@ -121,6 +121,8 @@ struct Tracker {
     binding: Option<IdentityBinding>,
     /// When a healthy node's next identity read is due.
     identity_due: Option<Instant>,
+    /// The bootID the kept reads were taken against.
+    reads_boot_id: Option<String>,
 }
 
 impl Tracker {
@@ -132,6 +134,14 @@ impl Tracker {
         facts.lease_renewal_seen = observe_lease(&mut self.lease_seen, facts.lease_renew_time, now);
         if facts.readiness == Readiness::Ready && facts.fence.is_none() {
             self.reads.clear();
+        }
+        // Off reads taken before the machine booted again say nothing about this boot: the
+        // write would check the bootID anyway, but the decision must not count them either.
+        if self.reads_boot_id.as_deref() != Some(facts.boot_id.as_str()) {
+            if facts.fence.is_none() {
+                self.reads.clear();
+            }
+            self.reads_boot_id = Some(facts.boot_id.clone());
         }
         facts.identity_binding = self.binding.clone();
     }
@@ -1513,8 +1523,16 @@ mod tests {
             // A controller clock far ahead of ours: a time filter would keep stale reads.
             since: t(-3600),
         };
+        tracker.reads_boot_id = Some(facts.boot_id.clone());
         tracker.observe(&mut facts, t(20));
         assert_eq!(tracker.reads.len(), 2, "still the same NotReady period");
+        // The node reports another bootID while still NotReady: it booted since the reads.
+        facts.boot_id = "boot-2".into();
+        tracker.observe(&mut facts, t(20));
+        assert!(tracker.reads.is_empty(), "reads of another boot");
+        tracker.reads = vec![off(17), off(19)];
+        tracker.observe(&mut facts, t(20));
+        assert_eq!(tracker.reads.len(), 2, "reads of this boot stay");
         facts.readiness = Readiness::Ready;
         tracker.observe(&mut facts, t(21));
         assert!(tracker.reads.is_empty(), "seen Ready: the period is over");

@@ -175,19 +175,51 @@ impl SushyEmulator {
         response.json().await.expect("system resource JSON")
     }
 
-    /// Polls until system `i` reports `want` ("On" or "Off"); panics after `deadline`.
+    /// Polls until system `i` reports `want` ("On" or "Off"); panics after `deadline`, with
+    /// the emulator's log.
+    ///
+    /// The fake driver applies a reset 1 to 11 s after it accepted it, keeping the pending
+    /// change in an SQLite-backed dict that its request threads read and write without a lock.
+    /// Once, in a full test run with many emulators and daemons reading at once, a ForceOff
+    /// was never applied (never seen with the test alone). So a reset not applied 13 s after
+    /// the call is sent again, once, and said on stderr.
     pub async fn wait_power(&self, i: usize, want: &str, deadline: Duration) {
+        const RESEND_AFTER: Duration = Duration::from_secs(13);
         let start = Instant::now();
+        let mut resent = false;
         loop {
             let now = self.power(i).await;
             if now == want {
                 return;
             }
+            if !resent && start.elapsed() >= RESEND_AFTER {
+                resent = true;
+                eprintln!(
+                    "sushy fixture: system {i} still {now:?} {RESEND_AFTER:?} after the reset; sending it again"
+                );
+                self.set_power(i, want == "On").await;
+            }
             if start.elapsed() >= deadline {
-                panic!("system {i} still {now:?} after {deadline:?}, wanted {want:?}");
+                panic!(
+                    "system {i} still {now:?} after {deadline:?}, wanted {want:?}\n--- emulator log ---\n{}",
+                    self.log_tail()
+                );
             }
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
+    }
+
+    /// The last lines of the emulator's log, for failure messages.
+    fn log_tail(&self) -> String {
+        let mut out = String::new();
+        for attempt in 0..3 {
+            let path = self.dir.path().join(format!("emulator-{attempt}.log"));
+            if let Ok(text) = std::fs::read_to_string(&path) {
+                let lines: Vec<&str> = text.lines().collect();
+                out = lines[lines.len().saturating_sub(40)..].join("\n");
+            }
+        }
+        out
     }
 
     fn stop(&mut self) {
