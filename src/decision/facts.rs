@@ -1,0 +1,142 @@
+//! What the core is told: the policy, and the facts about one node.
+
+use std::fmt;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+
+use crate::identity::{IdentityCheck, NodeIdentity, Verdict};
+
+/// What oobfence does once a machine is proven off.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FenceAction {
+    /// Add `node.kubernetes.io/out-of-service=nodeshutdown:NoExecute`.
+    Taint,
+    /// Delete the Node object (what managed clusters do when an instance is gone).
+    DeleteNode,
+}
+
+impl fmt::Display for FenceAction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            FenceAction::Taint => "taint",
+            FenceAction::DeleteNode => "delete-node",
+        })
+    }
+}
+
+/// The `[policy]` knobs the core needs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Policy {
+    pub not_ready_grace: Duration,
+    pub confirm_reads: u32,
+    pub confirm_interval: Duration,
+    /// The newest Off read must be at most this old when acting.
+    pub read_max_age: Duration,
+    /// How often to re-read a machine that reads On or whose BMC fails.
+    pub recheck_interval: Duration,
+    pub action: FenceAction,
+    /// What to do when the cloud says the instance is gone (terminated / not found).
+    pub on_terminated: FenceAction,
+    pub untaint_on_recovery: bool,
+    pub dry_run: bool,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            not_ready_grace: Duration::from_secs(60),
+            confirm_reads: 2,
+            confirm_interval: Duration::from_secs(5),
+            read_max_age: Duration::from_secs(30),
+            recheck_interval: Duration::from_secs(30),
+            action: FenceAction::Taint,
+            on_terminated: FenceAction::DeleteNode,
+            untaint_on_recovery: true,
+            dry_run: false,
+        }
+    }
+}
+
+/// The node's Ready condition as the core sees it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "ready", rename_all = "snake_case")]
+pub enum Readiness {
+    Ready,
+    /// Ready=False or Ready=Unknown, since the condition's lastTransitionTime.
+    NotReady {
+        since: Timestamp,
+    },
+    /// No Ready condition at all (a node that never reported).
+    NoCondition,
+}
+
+/// What oobfence recorded on the node when it fenced it (annotations under `oobfence.io/`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct FenceRecord {
+    pub at: Timestamp,
+    /// `status.nodeInfo.bootID` at fence time: the node must come back with another one.
+    pub boot_id: String,
+    /// Whether the out-of-service taint oobfence added is still on the node.
+    pub taint_present: bool,
+    /// `oobfence.io/fenced-by` names this daemon (datacenter and host). A fence placed by another
+    /// datacenter's or host's oobfence is never lifted nor adopted here.
+    pub ours: bool,
+}
+
+/// Why the config's mapping for this node cannot be trusted, whatever its machine says.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "conflict", content = "detail", rename_all = "snake_case")]
+pub enum MappingConflict {
+    /// The zone in the node's providerID is not in the region oobfence reads: an instance of
+    /// another region is simply absent from the answer, which must never read as "gone".
+    RegionMismatch(String),
+    /// Another Node resolves to the same machine: its being off cannot tell which node is dead.
+    SharedMachine(String),
+}
+
+impl fmt::Display for MappingConflict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MappingConflict::RegionMismatch(d) => write!(f, "region mismatch: {d}"),
+            MappingConflict::SharedMachine(d) => write!(f, "shared machine: {d}"),
+        }
+    }
+}
+
+/// The last identity verification of the node's machine from a read, made while it was healthy
+/// or since: proof that the power source knows this node's machine.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct IdentityBinding {
+    pub at: Timestamp,
+    pub verdict: Verdict,
+}
+
+/// Everything the core knows about one node, read from the cluster and the config.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct NodeFacts {
+    pub uid: String,
+    pub readiness: Readiness,
+    /// When oobfence (by its own clock) last saw the node's Lease renewTime change; the first
+    /// sighting counts as a renewal, as in the node lifecycle controller. `None`: no Lease.
+    pub lease_renewal_seen: Option<Timestamp>,
+    /// The Lease's renewTime as the kubelet wrote it (the kubelet's clock): only ever compared
+    /// for equality, at write time.
+    pub lease_renew_time: Option<Timestamp>,
+    pub boot_id: String,
+    pub being_deleted: bool,
+    /// oobfence's fence record, if an oobfence fenced this node.
+    pub fence: Option<FenceRecord>,
+    /// An out-of-service taint that no oobfence placed.
+    pub foreign_out_of_service: bool,
+    /// The config file maps this node to a power source.
+    pub has_power_source: bool,
+    pub mapping_conflict: Option<MappingConflict>,
+    /// What the kubelet reported about its machine (system UUID, addresses).
+    pub identity: NodeIdentity,
+    pub identity_check: IdentityCheck,
+    /// The last identity verification from a read, if any.
+    pub identity_binding: Option<IdentityBinding>,
+}

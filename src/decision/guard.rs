@@ -1,0 +1,109 @@
+//! The write-time re-check: what a write was decided on, checked again on a fresh read right
+//! before the write.
+
+use std::time::Duration;
+
+use jiff::Timestamp;
+use serde::Serialize;
+
+use super::{FenceRecord, Readiness, elapsed, secs};
+
+/// What a write was decided on. The writer re-checks it on a fresh GET right before the write
+/// (see [`recheck`]): the cache the decision used may be seconds old, and the GET, the PATCH
+/// and retries after a 409 take more.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct WriteGuard {
+    pub purpose: GuardPurpose,
+    pub uid: String,
+    /// The bootID the reads were taken against (fence), or the new one seen Ready (unfence).
+    pub boot_id: String,
+    /// The Lease renewTime the decision saw (fence only: it must not have moved).
+    pub lease_renew_time: Option<Timestamp>,
+    /// The newest read behind the decision (Off or gone for a fence, On for an unfence): it
+    /// must still be within `read_max_age` at write time.
+    pub evidence_at: Timestamp,
+    pub read_max_age: Duration,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GuardPurpose {
+    Fence,
+    Unfence,
+}
+
+/// The node as a fresh GET (and, for a fence, a fresh GET of its Lease) shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FreshNode {
+    pub uid: String,
+    pub readiness: Readiness,
+    pub boot_id: String,
+    pub lease_renew_time: Option<Timestamp>,
+    /// The fence record on it, if any.
+    pub fence: Option<FenceRecord>,
+}
+
+/// Whether a write decided under `guard` may still go ahead on the node as freshly read, at
+/// `now` (taken right before the write). `Err` says what moved; the write is then abandoned and
+/// the node decided again from scratch.
+pub fn recheck(guard: &WriteGuard, fresh: &FreshNode, now: Timestamp) -> Result<(), String> {
+    if fresh.uid != guard.uid {
+        return Err(format!(
+            "the Node now has uid {}, not the {} the decision was about (deleted and re-created)",
+            fresh.uid, guard.uid
+        ));
+    }
+    if fresh.boot_id != guard.boot_id {
+        return Err(format!(
+            "the Node's bootID changed from {:?} to {:?} since the decision: the machine booted",
+            guard.boot_id, fresh.boot_id
+        ));
+    }
+    let age = elapsed(guard.evidence_at, now);
+    if age > guard.read_max_age {
+        return Err(format!(
+            "the newest power read behind the decision is {} old at write time (max {})",
+            secs(age),
+            secs(guard.read_max_age)
+        ));
+    }
+    match guard.purpose {
+        GuardPurpose::Fence => {
+            if fresh.readiness == Readiness::Ready {
+                return Err("the Node is Ready again on a fresh read".into());
+            }
+            if fresh.lease_renew_time != guard.lease_renew_time {
+                return Err(format!(
+                    "the kubelet renewed its Lease since the decision ({} -> {}): something on the machine is alive",
+                    show_time(guard.lease_renew_time),
+                    show_time(fresh.lease_renew_time)
+                ));
+            }
+        }
+        GuardPurpose::Unfence => {
+            if fresh.readiness != Readiness::Ready {
+                return Err("the Node is not Ready on a fresh read".into());
+            }
+            match &fresh.fence {
+                None => return Err("the Node carries no oobfence record any more".into()),
+                Some(r) if !r.ours => {
+                    return Err(
+                        "the fence on the Node was placed by another oobfence (oobfence.io/fenced-by); it is not this daemon's to lift".into(),
+                    );
+                }
+                Some(r) if r.boot_id == fresh.boot_id || fresh.boot_id.is_empty() => {
+                    return Err(format!(
+                        "the Node's bootID {:?} is the one recorded at fence time",
+                        fresh.boot_id
+                    ));
+                }
+                Some(_) => {}
+            }
+        }
+    }
+    Ok(())
+}
+
+fn show_time(t: Option<Timestamp>) -> String {
+    t.map(|t| t.to_string()).unwrap_or_else(|| "none".into())
+}

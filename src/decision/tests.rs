@@ -1,0 +1,983 @@
+//! One test per rule, then the property tests over every short sequence of reads. Longer than
+//! the rest of the core on purpose: every rule that can refuse or allow a write is pinned here,
+//! found by its name.
+
+use super::reading::ReadErrorKind;
+use super::*;
+use crate::identity::{MachineIdentity, NodeIdentity};
+
+fn t(s: i64) -> Timestamp {
+    Timestamp::from_second(1_800_000_000 + s).unwrap()
+}
+
+const UUID: &str = "4c4c4544-0038-4b10-8052-b4c04f4a4e32";
+const OTHER_UUID: &str = "4c4c4544-0038-4b10-8052-b4c04f4a4e33";
+
+/// A read from the node's own machine.
+fn read(at: i64, state: PowerState) -> PowerReading {
+    read_from(at, state, MachineIdentity::system_uuid(UUID, None).unwrap())
+}
+
+fn read_from(at: i64, state: PowerState, identity: MachineIdentity) -> PowerReading {
+    PowerReading {
+        at: t(at),
+        latency: Duration::from_millis(120),
+        state,
+        details: Vec::new(),
+        identity,
+    }
+}
+
+/// A "gone" answer: an instance that no longer exists reports no addresses.
+fn gone(at: i64, state: PowerState) -> PowerReading {
+    read_from(at, state, no_identity())
+}
+
+/// A dead node whose power source proved, while it was healthy, that it knows its machine.
+fn bound() -> NodeFacts {
+    NodeFacts {
+        identity_binding: Some(IdentityBinding {
+            at: t(-600),
+            verdict: Verdict::Match("instance i-1 has the Node's address 10.0.0.5".into()),
+        }),
+        ..dead()
+    }
+}
+
+fn other_machine() -> MachineIdentity {
+    MachineIdentity::system_uuid(OTHER_UUID, None).unwrap()
+}
+
+fn no_identity() -> MachineIdentity {
+    MachineIdentity::unreported("test")
+}
+
+fn off(at: i64) -> PowerReading {
+    read(at, PowerState::Off)
+}
+
+/// NotReady since t(0), lease renewal last seen at t(-10): a dead node.
+fn dead() -> NodeFacts {
+    NodeFacts {
+        uid: "uid-1".into(),
+        readiness: Readiness::NotReady { since: t(0) },
+        lease_renewal_seen: Some(t(-10)),
+        lease_renew_time: Some(t(-12)),
+        boot_id: "boot-a".into(),
+        being_deleted: false,
+        fence: None,
+        foreign_out_of_service: false,
+        has_power_source: true,
+        mapping_conflict: None,
+        identity: NodeIdentity {
+            system_uuid: UUID.to_uppercase(),
+            addresses: vec!["10.0.0.5".into()],
+        },
+        identity_check: IdentityCheck::Checked,
+        identity_binding: None,
+    }
+}
+
+fn fenced(readiness: Readiness, boot_id: &str) -> NodeFacts {
+    NodeFacts {
+        readiness,
+        boot_id: boot_id.into(),
+        fence: Some(FenceRecord {
+            at: t(100),
+            boot_id: "boot-a".into(),
+            taint_present: true,
+            ours: true,
+        }),
+        ..dead()
+    }
+}
+
+fn policy() -> Policy {
+    Policy::default() // grace 60s, 2 reads, 5s apart, max age 30s
+}
+
+#[test]
+fn ready_node_is_healthy_and_never_read() {
+    let facts = NodeFacts {
+        readiness: Readiness::Ready,
+        ..dead()
+    };
+    let d = decide(&facts, &[off(70), off(80)], &policy(), t(90));
+    assert_eq!(
+        (d.state, d.step, d.rule),
+        (NodeState::Healthy, Step::Idle, Rule::NodeReady)
+    );
+    assert_eq!(d.next_read_at, None);
+}
+
+#[test]
+fn terminated_instance_gets_the_on_terminated_action() {
+    let reads = [
+        read(60, PowerState::Terminated),
+        read(65, PowerState::Terminated),
+    ];
+    let d = decide(&dead(), &reads, &policy(), t(66));
+    assert_eq!(d.step, Step::Fence(FenceAction::DeleteNode));
+    assert_eq!(d.rule, Rule::ConfirmedGone);
+    // Stopped then terminated: one answer of each kind is not two proofs that it is gone.
+    let reads = [off(60), read(65, PowerState::Terminated)];
+    let d = decide(&dead(), &reads, &policy(), t(66));
+    assert_eq!((d.step, d.rule), (Step::Idle, Rule::ConfirmingOff));
+    let p = Policy {
+        on_terminated: FenceAction::Taint,
+        ..policy()
+    };
+    let d = decide(
+        &dead(),
+        &[
+            read(60, PowerState::Terminated),
+            read(65, PowerState::Terminated),
+        ],
+        &p,
+        t(66),
+    );
+    assert_eq!(d.step, Step::Fence(FenceAction::Taint));
+}
+
+#[test]
+fn not_found_needs_two_answers_even_with_confirm_reads_1() {
+    let p = Policy {
+        confirm_reads: 1,
+        ..policy()
+    };
+    let facts = bound();
+    let d = decide(&facts, &[gone(60, PowerState::NotFound)], &p, t(61));
+    assert_eq!((d.step, d.rule), (Step::Idle, Rule::ConfirmingOff));
+    assert_eq!(d.next_read_at, Some(t(65)));
+    // Two answers closer than confirm_interval still count once.
+    let reads = [
+        gone(60, PowerState::NotFound),
+        gone(62, PowerState::NotFound),
+    ];
+    assert_eq!(decide(&facts, &reads, &p, t(62)).rule, Rule::ConfirmingOff);
+    let reads = [
+        gone(60, PowerState::NotFound),
+        gone(65, PowerState::NotFound),
+    ];
+    let d = decide(&facts, &reads, &p, t(66));
+    assert_eq!(
+        (d.step, d.rule),
+        (Step::Fence(FenceAction::DeleteNode), Rule::ConfirmedGone)
+    );
+    // One Off read confirmed: confirm_reads = 1 fences at once.
+    let d = decide(&dead(), &[off(60)], &p, t(61));
+    assert_eq!(d.step, Step::Fence(FenceAction::Taint));
+}
+
+#[test]
+fn within_grace_no_read_no_action() {
+    let d = decide(&dead(), &[off(10), off(20)], &policy(), t(59));
+    assert_eq!((d.step, d.rule), (Step::Idle, Rule::NotReadyGrace));
+    assert_eq!(d.next_read_at, None);
+    assert_eq!(d.state, NodeState::Suspect);
+}
+
+#[test]
+fn after_grace_asks_for_a_read_now() {
+    let d = decide(&dead(), &[], &policy(), t(60));
+    assert_eq!((d.step, d.rule), (Step::Idle, Rule::AwaitingPowerRead));
+    assert_eq!(d.next_read_at, Some(t(60)));
+}
+
+#[test]
+fn fences_after_confirm_reads_spaced_and_fresh() {
+    let reads = [off(60), off(65)];
+    let d = decide(&dead(), &reads, &policy(), t(66));
+    assert_eq!(d.step, Step::Fence(FenceAction::Taint));
+    assert_eq!(d.rule, Rule::ConfirmedOff);
+}
+
+#[test]
+fn one_off_read_is_not_enough() {
+    let d = decide(&dead(), &[off(60)], &policy(), t(61));
+    assert_eq!((d.step, d.rule), (Step::Idle, Rule::ConfirmingOff));
+    assert_eq!(d.next_read_at, Some(t(65)));
+    assert!(d.reason.starts_with("1 of 2"), "{}", d.reason);
+}
+
+#[test]
+fn off_reads_closer_than_interval_count_once() {
+    let reads = [off(60), off(61), off(62), off(64)];
+    let d = decide(&dead(), &reads, &policy(), t(64));
+    assert_eq!(d.rule, Rule::ConfirmingOff);
+    let reads = [off(60), off(61), off(62), off(65)];
+    assert_eq!(
+        decide(&dead(), &reads, &policy(), t(65)).step,
+        Step::Fence(FenceAction::Taint)
+    );
+}
+
+#[test]
+fn any_non_off_read_resets_the_count() {
+    let breakers = [
+        PowerState::On,
+        PowerState::Transitional {
+            detail: "PoweringOff".into(),
+        },
+        PowerState::error(ReadErrorKind::Timeout, "no answer in 5s"),
+    ];
+    for b in breakers {
+        let reads = [off(60), read(65, b.clone()), off(70)];
+        let d = decide(&dead(), &reads, &policy(), t(71));
+        assert_eq!(d.rule, Rule::ConfirmingOff, "after {b:?}");
+        assert_eq!(d.step, Step::Idle);
+    }
+}
+
+#[test]
+fn stale_reads_never_act() {
+    let reads = [off(60), off(65)];
+    let d = decide(&dead(), &reads, &policy(), t(96));
+    assert_eq!((d.step, d.rule), (Step::Idle, Rule::StalePowerRead));
+    assert_eq!(d.next_read_at, Some(t(96)));
+}
+
+#[test]
+fn power_on_never_fences_and_rechecks_later() {
+    let reads = [off(60), read(65, PowerState::On)];
+    let d = decide(&dead(), &reads, &policy(), t(66));
+    assert_eq!(
+        (d.state, d.step, d.rule),
+        (NodeState::Blocked, Step::Idle, Rule::PowerOn)
+    );
+    assert_eq!(d.next_read_at, Some(t(95)));
+}
+
+#[test]
+fn unknown_power_blocks_and_says_why() {
+    let e = PowerState::error(ReadErrorKind::Auth, "HTTP 401 from BMC");
+    let d = decide(&dead(), &[read(60, e)], &policy(), t(61));
+    assert_eq!((d.state, d.rule), (NodeState::Blocked, Rule::PowerUnknown));
+    assert!(d.reason.contains("auth: HTTP 401"), "{}", d.reason);
+    assert_eq!(d.step, Step::Idle);
+}
+
+#[test]
+fn transitional_is_not_off() {
+    for detail in ["PoweringOff", "PoweringOn", "Paused"] {
+        let st = PowerState::Transitional {
+            detail: detail.into(),
+        };
+        let d = decide(&dead(), &[off(60), read(65, st)], &policy(), t(66));
+        assert_eq!((d.step, d.rule), (Step::Idle, Rule::PowerTransitional));
+    }
+}
+
+#[test]
+fn dry_run_decides_but_does_not_fence() {
+    let p = Policy {
+        dry_run: true,
+        ..policy()
+    };
+    let d = decide(&dead(), &[off(60), off(65)], &p, t(66));
+    assert_eq!(d.step, Step::WouldFence(FenceAction::Taint));
+    assert_eq!(d.rule, Rule::DryRun);
+}
+
+#[test]
+fn delete_node_action_is_passed_through() {
+    let p = Policy {
+        action: FenceAction::DeleteNode,
+        ..policy()
+    };
+    let d = decide(&dead(), &[off(60), off(65)], &p, t(66));
+    assert_eq!(d.step, Step::Fence(FenceAction::DeleteNode));
+}
+
+#[test]
+fn no_power_source_blocks() {
+    let facts = NodeFacts {
+        has_power_source: false,
+        ..dead()
+    };
+    let d = decide(&facts, &[], &policy(), t(70));
+    assert_eq!((d.state, d.rule), (NodeState::Blocked, Rule::NoPowerSource));
+    assert_eq!(d.next_read_at, None);
+}
+
+#[test]
+fn a_lease_renewed_during_not_ready_blocks() {
+    let facts = NodeFacts {
+        lease_renewal_seen: Some(t(50)),
+        ..dead()
+    };
+    let d = decide(&facts, &[off(60), off(65)], &policy(), t(66));
+    assert_eq!(
+        (d.state, d.rule),
+        (NodeState::Blocked, Rule::LeaseRenewedRecently)
+    );
+    assert_eq!(d.step, Step::Idle);
+    // A node with no Lease at all (very old clusters) is judged on Ready and power alone.
+    let facts = NodeFacts {
+        lease_renewal_seen: None,
+        lease_renew_time: None,
+        ..dead()
+    };
+    let d = decide(&facts, &[off(60), off(65)], &policy(), t(66));
+    assert_eq!(d.step, Step::Fence(FenceAction::Taint));
+}
+
+#[test]
+fn foreign_taint_is_left_alone() {
+    let facts = NodeFacts {
+        foreign_out_of_service: true,
+        ..dead()
+    };
+    let d = decide(&facts, &[off(60), off(65)], &policy(), t(66));
+    assert_eq!(
+        (d.step, d.rule),
+        (Step::Idle, Rule::ForeignOutOfServiceTaint)
+    );
+}
+
+#[test]
+fn no_ready_condition_is_not_acted_on() {
+    let facts = NodeFacts {
+        readiness: Readiness::NoCondition,
+        ..dead()
+    };
+    let d = decide(&facts, &[off(60), off(65)], &policy(), t(66));
+    assert_eq!((d.step, d.rule), (Step::Idle, Rule::NoReadyCondition));
+}
+
+#[test]
+fn being_deleted_is_left_alone() {
+    let facts = NodeFacts {
+        being_deleted: true,
+        ..dead()
+    };
+    let d = decide(&facts, &[off(60), off(65)], &policy(), t(66));
+    assert_eq!((d.step, d.rule), (Step::Idle, Rule::NodeBeingDeleted));
+}
+
+#[test]
+fn clock_skew_into_the_future_counts_as_within_grace() {
+    let facts = NodeFacts {
+        readiness: Readiness::NotReady { since: t(500) },
+        ..dead()
+    };
+    let d = decide(&facts, &[], &policy(), t(100));
+    assert_eq!(d.rule, Rule::NotReadyGrace);
+}
+
+#[test]
+fn fenced_node_not_ready_waits() {
+    let d = decide(
+        &fenced(Readiness::NotReady { since: t(0) }, "boot-a"),
+        &[],
+        &policy(),
+        t(200),
+    );
+    assert_eq!(
+        (d.state, d.step, d.rule),
+        (NodeState::Fenced, Step::Idle, Rule::FencedAwaitingRecovery)
+    );
+    assert_eq!(d.next_read_at, None);
+}
+
+#[test]
+fn untaint_needs_ready_fresh_on_and_new_boot_id() {
+    let facts = fenced(Readiness::Ready, "boot-b");
+    // No read yet: ask for one.
+    let d = decide(&facts, &[], &policy(), t(300));
+    assert_eq!((d.step, d.rule), (Step::Idle, Rule::RecoveryNeedsPowerOn));
+    assert_eq!(d.next_read_at, Some(t(300)));
+    // An On read from before the fence does not count.
+    let d = decide(&facts, &[read(90, PowerState::On)], &policy(), t(95));
+    assert_eq!(d.rule, Rule::RecoveryNeedsPowerOn);
+    // A stale On read does not count.
+    let d = decide(&facts, &[read(250, PowerState::On)], &policy(), t(300));
+    assert_eq!(d.rule, Rule::RecoveryNeedsPowerOn);
+    // Off or an error does not count either.
+    let d = decide(&facts, &[off(290)], &policy(), t(300));
+    assert_eq!(d.rule, Rule::RecoveryNeedsPowerOn);
+    assert_eq!(d.next_read_at, Some(t(295)));
+    // Fresh On + new boot id: unfence.
+    let d = decide(&facts, &[read(295, PowerState::On)], &policy(), t(300));
+    assert_eq!((d.step, d.rule), (Step::Unfence, Rule::RecoveredNewBoot));
+}
+
+#[test]
+fn same_boot_id_never_untaints() {
+    for boot in ["boot-a", ""] {
+        let facts = fenced(Readiness::Ready, boot);
+        let d = decide(&facts, &[read(295, PowerState::On)], &policy(), t(300));
+        assert_eq!(
+            (d.step, d.rule),
+            (Step::Idle, Rule::RecoveredSameBootId),
+            "{boot:?}"
+        );
+    }
+}
+
+#[test]
+fn untaint_disabled_holds_the_taint() {
+    let p = Policy {
+        untaint_on_recovery: false,
+        ..policy()
+    };
+    let facts = fenced(Readiness::Ready, "boot-b");
+    let d = decide(&facts, &[read(295, PowerState::On)], &p, t(300));
+    assert_eq!((d.step, d.rule), (Step::Idle, Rule::UntaintDisabled));
+}
+
+#[test]
+fn dry_run_would_unfence() {
+    let p = Policy {
+        dry_run: true,
+        ..policy()
+    };
+    let facts = fenced(Readiness::Ready, "boot-b");
+    let d = decide(&facts, &[read(295, PowerState::On)], &p, t(300));
+    assert_eq!(d.step, Step::WouldUnfence);
+}
+
+#[test]
+fn record_without_taint_is_cleared() {
+    let mut facts = fenced(Readiness::NotReady { since: t(0) }, "boot-a");
+    facts.fence.as_mut().unwrap().taint_present = false;
+    let d = decide(&facts, &[], &policy(), t(300));
+    assert_eq!(
+        (d.step, d.rule),
+        (Step::ClearRecord, Rule::FenceRemovedExternally)
+    );
+}
+
+// --- paths to a wrong write -------------------------------------------------------------
+
+/// An EC2 node whose providerID zone is not in the configured region: its instance is
+/// absent from every answer, which reads as "not found". Never gone, never deleted.
+#[test]
+fn region_mismatch_blocks_even_two_not_found_answers() {
+    let facts = NodeFacts {
+        mapping_conflict: Some(MappingConflict::RegionMismatch(
+            "zone us-west-2a is not in region us-east-1".into(),
+        )),
+        ..bound()
+    };
+    let reads = [
+        gone(60, PowerState::NotFound),
+        gone(65, PowerState::NotFound),
+    ];
+    let d = decide(&facts, &reads, &policy(), t(66));
+    assert_eq!(
+        (d.state, d.step, d.rule),
+        (NodeState::Blocked, Step::Idle, Rule::RegionMismatch)
+    );
+    assert!(d.reason.contains("us-west-2a"), "{}", d.reason);
+}
+
+/// "Not found" only means gone when this region and account once answered for the node's
+/// machine: credentials of another account never find it, and must never delete it.
+#[test]
+fn not_found_without_a_learnt_binding_is_unverified() {
+    let reads = [
+        gone(60, PowerState::NotFound),
+        gone(65, PowerState::NotFound),
+    ];
+    let d = decide(&dead(), &reads, &policy(), t(66));
+    assert_eq!(
+        (d.state, d.step, d.rule),
+        (NodeState::Blocked, Step::Idle, Rule::IdentityUnverified)
+    );
+    // The same answers after the source proved it knows the machine: gone.
+    let d = decide(&bound(), &reads, &policy(), t(66));
+    assert_eq!(d.step, Step::Fence(FenceAction::DeleteNode));
+    // A binding that was itself a mismatch proves nothing (and blocks on its own).
+    let facts = NodeFacts {
+        identity_binding: Some(IdentityBinding {
+            at: t(-600),
+            verdict: Verdict::Mismatch("other".into()),
+        }),
+        ..dead()
+    };
+    assert_eq!(
+        decide(&facts, &reads, &policy(), t(66)).rule,
+        Rule::IdentityMismatch
+    );
+}
+
+/// One Off then one not-found answer is one answer of each kind: no escalation to
+/// `on_terminated` (delete-node), whatever the binding.
+#[test]
+fn off_then_one_not_found_does_not_escalate() {
+    let reads = [off(60), gone(65, PowerState::NotFound)];
+    let d = decide(&bound(), &reads, &policy(), t(66));
+    assert_eq!((d.step, d.rule), (Step::Idle, Rule::ConfirmingOff));
+    assert!(d.reason.contains("1 of 2"), "{}", d.reason);
+    // Off, Off, not found: the Off streak is broken, the gone streak has one answer.
+    let reads = [off(55), off(60), gone(65, PowerState::NotFound)];
+    let d = decide(&bound(), &reads, &policy(), t(66));
+    assert!(!matches!(d.step, Step::Fence(_)), "{d:?}");
+    // Two not-found answers after the Off: gone, on two answers of one kind.
+    let reads = [
+        off(55),
+        gone(60, PowerState::NotFound),
+        gone(65, PowerState::NotFound),
+    ];
+    let d = decide(&bound(), &reads, &policy(), t(66));
+    assert_eq!(d.step, Step::Fence(FenceAction::DeleteNode));
+}
+
+#[test]
+fn off_reads_from_another_machine_never_fence() {
+    let reads = [
+        read_from(60, PowerState::Off, other_machine()),
+        read_from(65, PowerState::Off, other_machine()),
+    ];
+    let d = decide(&dead(), &reads, &policy(), t(66));
+    assert_eq!(
+        (d.state, d.step, d.rule),
+        (NodeState::Blocked, Step::Idle, Rule::IdentityMismatch)
+    );
+    assert!(d.reason.contains(OTHER_UUID), "{}", d.reason);
+    // Unchecked does not excuse a machine that says it is another one.
+    let facts = NodeFacts {
+        identity_check: IdentityCheck::Unchecked,
+        ..dead()
+    };
+    assert_eq!(
+        decide(&facts, &reads, &policy(), t(66)).rule,
+        Rule::IdentityMismatch
+    );
+    // One read from another machine in this period taints the whole period.
+    let reads = [
+        read_from(55, PowerState::On, other_machine()),
+        off(60),
+        off(65),
+    ];
+    assert_eq!(
+        decide(&dead(), &reads, &policy(), t(66)).rule,
+        Rule::IdentityMismatch
+    );
+}
+
+#[test]
+fn off_reads_without_identity_need_identity_unchecked() {
+    let reads = [
+        read_from(60, PowerState::Off, no_identity()),
+        read_from(65, PowerState::Off, no_identity()),
+    ];
+    let d = decide(&dead(), &reads, &policy(), t(66));
+    assert_eq!(
+        (d.state, d.step, d.rule),
+        (NodeState::Blocked, Step::Idle, Rule::IdentityUnverified)
+    );
+    assert!(d.reason.contains("unchecked"), "{}", d.reason);
+    let facts = NodeFacts {
+        identity_check: IdentityCheck::Unchecked,
+        ..dead()
+    };
+    let d = decide(&facts, &reads, &policy(), t(66));
+    assert_eq!(d.step, Step::Fence(FenceAction::Taint));
+    assert!(d.reason.contains("unchecked"), "{}", d.reason);
+    // A node that reports no systemUUID cannot be verified either.
+    let facts = NodeFacts {
+        identity: NodeIdentity::default(),
+        ..dead()
+    };
+    assert_eq!(
+        decide(&facts, &[off(60), off(65)], &policy(), t(66)).rule,
+        Rule::IdentityUnverified
+    );
+}
+
+#[test]
+fn a_mismatch_learnt_while_healthy_blocks_before_any_read() {
+    let facts = NodeFacts {
+        identity_binding: Some(IdentityBinding {
+            at: t(-100),
+            verdict: Verdict::Mismatch("system UUID differs".into()),
+        }),
+        ..dead()
+    };
+    let d = decide(&facts, &[], &policy(), t(66));
+    assert_eq!(
+        (d.state, d.rule),
+        (NodeState::Blocked, Rule::IdentityMismatch)
+    );
+    assert!(d.next_read_at.is_some(), "re-read to see it fixed");
+}
+
+#[test]
+fn a_machine_shared_by_two_nodes_blocks() {
+    let facts = NodeFacts {
+        mapping_conflict: Some(MappingConflict::SharedMachine(
+            "node a and node(s) b all map to ipmi 10.0.0.5:623".into(),
+        )),
+        ..dead()
+    };
+    let d = decide(&facts, &[off(60), off(65)], &policy(), t(66));
+    assert_eq!((d.step, d.rule), (Step::Idle, Rule::SharedMachine));
+}
+
+#[test]
+fn hibernated_instance_is_not_off() {
+    let hibernated = || PowerState::Suspended {
+        detail: "stopped, Client.UserInitiatedHibernate".into(),
+    };
+    let reads = [read(60, hibernated()), read(65, hibernated())];
+    let d = decide(&bound(), &reads, &policy(), t(66));
+    assert_eq!(
+        (d.state, d.step, d.rule),
+        (NodeState::Blocked, Step::Idle, Rule::PowerSuspended)
+    );
+}
+
+/// The Lease rule runs on oobfence's own observation of a renewal, whatever the kubelet's
+/// clock wrote: a renewal seen 10 s ago blocks even if the kubelet's clock says last year.
+#[test]
+fn lease_renewal_is_judged_by_when_oobfence_saw_it() {
+    let facts = NodeFacts {
+        lease_renewal_seen: Some(t(56)),
+        lease_renew_time: Some(Timestamp::from_second(1_700_000_000).unwrap()),
+        ..dead()
+    };
+    let d = decide(&facts, &[off(60), off(65)], &policy(), t(66));
+    assert_eq!(d.rule, Rule::LeaseRenewedRecently);
+}
+
+#[test]
+fn a_fence_decision_carries_what_the_writer_must_recheck() {
+    let d = decide(&dead(), &[off(60), off(65)], &policy(), t(66));
+    let g = d.guard.expect("a fence is guarded");
+    assert_eq!(g.purpose, GuardPurpose::Fence);
+    assert_eq!(g.uid, "uid-1");
+    assert_eq!(g.boot_id, "boot-a");
+    assert_eq!(g.lease_renew_time, Some(t(-12)));
+    assert_eq!(g.evidence_at, t(65));
+    assert_eq!(g.read_max_age, policy().read_max_age);
+    // Nothing else is guarded: there is nothing to write.
+    assert!(
+        decide(&dead(), &[off(60)], &policy(), t(61))
+            .guard
+            .is_none()
+    );
+}
+
+fn fresh_like(g: &WriteGuard) -> FreshNode {
+    FreshNode {
+        uid: g.uid.clone(),
+        readiness: Readiness::NotReady { since: t(0) },
+        boot_id: g.boot_id.clone(),
+        lease_renew_time: g.lease_renew_time,
+        fence: None,
+    }
+}
+
+/// What the write re-checks on its fresh GET: everything the decision used that can move.
+#[test]
+fn recheck_refuses_a_fence_when_anything_moved() {
+    let g = decide(&dead(), &[off(60), off(65)], &policy(), t(66))
+        .guard
+        .unwrap();
+    assert_eq!(recheck(&g, &fresh_like(&g), t(70)), Ok(()));
+    let cases: Vec<(&str, FreshNode, Timestamp)> = vec![
+        (
+            "uid",
+            FreshNode {
+                uid: "uid-2".into(),
+                ..fresh_like(&g)
+            },
+            t(70),
+        ),
+        (
+            "Ready",
+            FreshNode {
+                readiness: Readiness::Ready,
+                ..fresh_like(&g)
+            },
+            t(70),
+        ),
+        (
+            "bootID",
+            FreshNode {
+                boot_id: "boot-b".into(),
+                ..fresh_like(&g)
+            },
+            t(70),
+        ),
+        (
+            "Lease",
+            FreshNode {
+                lease_renew_time: Some(t(68)),
+                ..fresh_like(&g)
+            },
+            t(70),
+        ),
+        // GET, PATCH and 409 retries took long enough for the Off read to go stale.
+        ("old at write time", fresh_like(&g), t(65 + 31)),
+    ];
+    for (what, fresh, now) in cases {
+        let e = recheck(&g, &fresh, now).expect_err(what);
+        assert!(e.contains(what), "{what}: {e}");
+    }
+}
+
+#[test]
+fn recheck_refuses_an_unfence_unless_ready_new_boot_fresh_on_and_ours() {
+    let facts = fenced(Readiness::Ready, "boot-b");
+    let reads = [read(150, PowerState::On)];
+    let g = decide(&facts, &reads, &policy(), t(151)).guard.unwrap();
+    assert_eq!(g.purpose, GuardPurpose::Unfence);
+    let record = facts.fence.clone().unwrap();
+    let ok = FreshNode {
+        uid: g.uid.clone(),
+        readiness: Readiness::Ready,
+        boot_id: "boot-b".into(),
+        lease_renew_time: None,
+        fence: Some(record.clone()),
+    };
+    assert_eq!(recheck(&g, &ok, t(160)), Ok(()));
+    let cases: Vec<(&str, FreshNode, Timestamp)> = vec![
+        (
+            "not Ready",
+            FreshNode {
+                readiness: Readiness::NotReady { since: t(155) },
+                ..ok.clone()
+            },
+            t(160),
+        ),
+        (
+            "bootID",
+            FreshNode {
+                boot_id: "boot-a".into(),
+                ..ok.clone()
+            },
+            t(160),
+        ),
+        (
+            "another oobfence",
+            FreshNode {
+                fence: Some(FenceRecord {
+                    ours: false,
+                    ..record.clone()
+                }),
+                ..ok.clone()
+            },
+            t(160),
+        ),
+        (
+            "no oobfence record",
+            FreshNode {
+                fence: None,
+                ..ok.clone()
+            },
+            t(160),
+        ),
+        ("old at write time", ok.clone(), t(150 + 31)),
+    ];
+    for (what, fresh, now) in cases {
+        let e = recheck(&g, &fresh, now).expect_err(what);
+        assert!(e.contains(what), "{what}: {e}");
+    }
+}
+
+#[test]
+fn another_oobfences_fence_is_never_lifted_or_cleared() {
+    for taint_present in [true, false] {
+        let mut facts = fenced(Readiness::Ready, "boot-b");
+        facts.fence = Some(FenceRecord {
+            ours: false,
+            taint_present,
+            ..facts.fence.clone().unwrap()
+        });
+        let d = decide(&facts, &[read(150, PowerState::On)], &policy(), t(151));
+        assert_eq!(
+            (d.state, d.step, d.rule),
+            (NodeState::Fenced, Step::Idle, Rule::FencedByAnother)
+        );
+    }
+}
+
+#[test]
+fn untaint_needs_the_on_read_from_the_nodes_machine() {
+    let facts = fenced(Readiness::Ready, "boot-b");
+    let reads = [read_from(150, PowerState::On, other_machine())];
+    let d = decide(&facts, &reads, &policy(), t(151));
+    assert_eq!((d.step, d.rule), (Step::Idle, Rule::IdentityMismatch));
+    let reads = [read_from(150, PowerState::On, no_identity())];
+    let d = decide(&facts, &reads, &policy(), t(151));
+    assert_eq!(d.step, Step::Idle, "{d:?}");
+    let d = decide(&facts, &[read(150, PowerState::On)], &policy(), t(151));
+    assert_eq!(d.step, Step::Unfence);
+}
+
+/// Property: whatever the reads, no decision fences unless the last `confirm_reads` counted
+/// reads are Off and fresh, the grace period is over, and it is not a dry run. Exhaustive
+/// over every sequence of up to 5 reads drawn from {On, Off, transitional, error} at a
+/// handful of spacings.
+#[test]
+fn property_fence_only_on_fresh_confirmed_off() {
+    let states = [
+        PowerState::On,
+        PowerState::Off,
+        PowerState::Transitional {
+            detail: "PoweringOff".into(),
+        },
+        PowerState::error(ReadErrorKind::Timeout, "t"),
+    ];
+    let spacings = [1i64, 5, 40];
+    let p = policy();
+    let mut fences = 0;
+    let mut checked = 0;
+    for len in 0..=5usize {
+        let combos = 4usize.pow(len as u32);
+        for combo in 0..combos {
+            for &gap in &spacings {
+                let mut reads = Vec::new();
+                let mut c = combo;
+                for i in 0..len {
+                    reads.push(read(60 + i as i64 * gap, states[c % 4].clone()));
+                    c /= 4;
+                }
+                for now_offset in [0i64, 10, 31] {
+                    let now = t(60 + len.saturating_sub(1) as i64 * gap + now_offset);
+                    let d = decide(&dead(), &reads, &p, now);
+                    checked += 1;
+                    if let Step::Fence(_) = d.step {
+                        fences += 1;
+                        let last = reads.last().unwrap();
+                        assert_eq!(last.state, PowerState::Off);
+                        assert!(elapsed(last.at, now) <= p.read_max_age);
+                        // The trailing run of Off reads must span the confirmation.
+                        let run: Vec<_> = reads
+                            .iter()
+                            .rev()
+                            .take_while(|r| r.state == PowerState::Off)
+                            .collect();
+                        assert!(run.len() >= p.confirm_reads as usize);
+                        let oldest = run.last().unwrap();
+                        assert!(elapsed(oldest.at, last.at) >= p.confirm_interval);
+                    }
+                }
+            }
+        }
+    }
+    assert!(checked > 3000, "{checked}");
+    assert!(
+        fences > 0,
+        "the property never saw a fence: the generator is wrong"
+    );
+}
+
+/// Property: no fence without a matching identity, and no escalation to `on_terminated` on
+/// a mixed streak. Exhaustive over every sequence of up to 4 reads drawn from {On, Off, not
+/// found, terminated} x {the node's machine, another machine, no identity}, at three
+/// spacings, three ages, with and without an identity learnt while healthy.
+#[test]
+fn property_no_fence_without_identity_and_no_mixed_escalation() {
+    let states = [
+        PowerState::On,
+        PowerState::Off,
+        PowerState::NotFound,
+        PowerState::Terminated,
+    ];
+    let ids = [
+        MachineIdentity::system_uuid(UUID, None).unwrap(),
+        other_machine(),
+        no_identity(),
+    ];
+    let p = policy();
+    let (mut fences, mut deletes, mut checked) = (0, 0, 0);
+    for facts in [dead(), bound()] {
+        for len in 1..=4usize {
+            let kinds = states.len() * ids.len();
+            for combo in 0..kinds.pow(len as u32) {
+                for gap in [1i64, 5, 40] {
+                    let mut reads = Vec::new();
+                    let mut c = combo;
+                    for i in 0..len {
+                        let k = c % kinds;
+                        c /= kinds;
+                        reads.push(read_from(
+                            60 + i as i64 * gap,
+                            states[k % states.len()].clone(),
+                            ids[k / states.len()].clone(),
+                        ));
+                    }
+                    for now_offset in [0i64, 10, 31] {
+                        let now = t(60 + (len as i64 - 1) * gap + now_offset);
+                        let d = decide(&facts, &reads, &p, now);
+                        checked += 1;
+                        let Step::Fence(action) = d.step else {
+                            continue;
+                        };
+                        fences += 1;
+                        let matching = |r: &PowerReading| {
+                            identity::verify(&facts.identity, &r.identity).is_match()
+                        };
+                        let other = |r: &PowerReading| {
+                            identity::verify(&facts.identity, &r.identity).label() == "mismatch"
+                        };
+                        assert!(!reads.iter().any(other), "{reads:?}");
+                        let last = reads.last().unwrap();
+                        let gone = last.state.is_gone();
+                        let run: Vec<_> = reads
+                            .iter()
+                            .rev()
+                            .take_while(|r| r.state.is_gone() == gone && r.state.is_down())
+                            .collect();
+                        if gone {
+                            deletes += 1;
+                            assert_eq!(action, p.on_terminated);
+                            assert!(run.iter().all(|r| r.state.is_gone()));
+                            // At least two gone answers, spaced, with no Off among them.
+                            assert!(run.len() >= 2, "{reads:?}");
+                            let oldest = run.last().unwrap();
+                            assert!(elapsed(oldest.at, last.at) >= p.confirm_interval);
+                            assert!(
+                                run.iter().all(|r| matching(r)) || facts.identity_binding.is_some(),
+                                "{reads:?}"
+                            );
+                        } else {
+                            assert_eq!(action, p.action);
+                            assert!(run.iter().all(|r| r.state == PowerState::Off));
+                            assert!(run.len() >= p.confirm_reads as usize);
+                            // Every Off read that could count came from the node's machine.
+                            assert!(run.iter().all(|r| matching(r)), "{reads:?}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(checked > 100_000, "{checked}");
+    assert!(
+        fences > 0 && deletes > 0,
+        "the property never saw a fence ({fences}) or a delete ({deletes}): the generator is wrong"
+    );
+}
+
+/// Property: no untaint without a fresh On read from the node's own machine.
+#[test]
+fn property_no_untaint_without_identity() {
+    let facts = fenced(Readiness::Ready, "boot-b");
+    let ids = [
+        MachineIdentity::system_uuid(UUID, None).unwrap(),
+        other_machine(),
+        no_identity(),
+    ];
+    let mut unfences = 0;
+    for id in &ids {
+        for state in [PowerState::On, PowerState::Off, PowerState::NotFound] {
+            for age in [0i64, 10, 31] {
+                let reads = [read_from(150, state.clone(), id.clone())];
+                let d = decide(&facts, &reads, &policy(), t(150 + age));
+                if d.step == Step::Unfence {
+                    unfences += 1;
+                    assert_eq!(state, PowerState::On);
+                    assert!(identity::verify(&facts.identity, id).is_match());
+                    assert!(age <= 30);
+                    assert!(d.guard.is_some());
+                }
+            }
+        }
+    }
+    assert!(unfences > 0);
+}
