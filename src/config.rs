@@ -13,6 +13,8 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::decision::{FenceAction, Policy};
+pub mod ipmi;
+
 pub use crate::identity::IdentityCheck;
 use crate::secret::{self, Secret};
 
@@ -158,7 +160,7 @@ pub struct BmcEntry {
     pub tls: BmcTls,
     pub timeout: Duration,
     /// `protocol = "ipmi"` only: cipher suite and privilege.
-    pub ipmi: Option<crate::power::ipmi::IpmiOptions>,
+    pub ipmi: Option<ipmi::IpmiOptions>,
     /// Whether an Off read must come from a machine that proves it is the node's.
     pub identity: IdentityCheck,
 }
@@ -194,7 +196,7 @@ impl BmcEntry {
                 };
                 format!("redfish {target}{system}")
             }
-            Protocol::Ipmi => match crate::power::ipmi::parse_address(&address) {
+            Protocol::Ipmi => match ipmi::parse_address(&address) {
                 Ok((host, port)) => format!("ipmi {}:{port}", host.to_ascii_lowercase()),
                 Err(_) => format!("ipmi {}", address.trim().to_ascii_lowercase()),
             },
@@ -212,6 +214,25 @@ impl BmcEntry {
     pub fn matches(&self, node: &str) -> bool {
         self.nodes.iter().any(|p| p.matches(node))
     }
+}
+
+/// Where the decision journal goes unless `[journal] path` says otherwise: the systemd unit's
+/// `StateDirectory=oobfence`.
+pub const DEFAULT_JOURNAL_DIR: &str = "/var/lib/oobfence";
+
+/// The default journal file for a datacenter.
+pub fn default_journal_path(datacenter: &str) -> PathBuf {
+    Path::new(DEFAULT_JOURNAL_DIR).join(format!("{datacenter}.journal.jsonl"))
+}
+
+/// SHA-256 of `data` as lowercase hex: the config digest, so a journal record says which
+/// config was in force without copying it.
+pub fn sha256_hex(data: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(data)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 impl Config {
@@ -245,7 +266,7 @@ impl Config {
     fn parse_with(text: &str, path: &Path, secrets: Secrets) -> Result<Config, ConfigError> {
         let raw = parse_raw(text, path)?;
         let mut cfg = raw.validate(path, secrets)?;
-        cfg.digest = crate::journal::sha256_hex(text.as_bytes());
+        cfg.digest = sha256_hex(text.as_bytes());
         Ok(cfg)
     }
 
@@ -613,7 +634,7 @@ impl RawConfig {
         let aws = self.aws.map(|a| a.validate(path)).transpose()?;
 
         let journal_path = match self.journal.path {
-            None => crate::journal::default_path(dc),
+            None => default_journal_path(dc),
             Some(p) if !p.is_absolute() => {
                 return Err(err(
                     "journal.path",
@@ -700,7 +721,6 @@ impl RawBmc {
                 }
             }
             Protocol::Ipmi => {
-                use crate::power::ipmi;
                 let probe = address.replace("{node}", "node");
                 ipmi::parse_address(&probe).map_err(|e| {
                     err(
@@ -725,7 +745,6 @@ impl RawBmc {
         }
         let ipmi_options = match self.protocol {
             Protocol::Ipmi => {
-                use crate::power::ipmi;
                 let suite = self.cipher_suite.unwrap_or(ipmi::CIPHER_SUITE);
                 let privilege = self.privilege.as_deref().unwrap_or("administrator");
                 Some(ipmi::IpmiOptions {
@@ -801,7 +820,7 @@ impl RawBmc {
             } else {
                 "password_credential"
             };
-            crate::power::ipmi::check_password(&password).map_err(|e| err(key, e))?;
+            ipmi::check_password(&password).map_err(|e| err(key, e))?;
         }
         let tls = match (self.ca_file, self.tls_insecure) {
             (Some(_), true) => {
@@ -1094,7 +1113,7 @@ password_file = "{}"
         let cfg = parse(&ipmi).unwrap();
         let b = cfg.bmc_for("rack1-07").unwrap();
         assert_eq!(b.protocol, Protocol::Ipmi);
-        assert_eq!(b.ipmi, Some(crate::power::ipmi::IpmiOptions::default()));
+        assert_eq!(b.ipmi, Some(ipmi::IpmiOptions::default()));
         assert_eq!(b.address_for("rack1-07"), "rack1-07-ipmi.dc1.example");
         assert_eq!(b.timeout, Duration::from_secs(5));
         let e = parse(&format!("{ipmi}cipher_suite = 17\n"))
@@ -1214,6 +1233,27 @@ password_file = "{}"
             .unwrap_err()
             .to_string();
         assert!(e.contains("bmc") && e.contains("identity"), "{e}");
+    }
+
+    #[test]
+    fn sha256_matches_the_standard_vectors() {
+        assert_eq!(
+            sha256_hex(b""),
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+        assert_eq!(
+            sha256_hex(b"abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        // Two blocks of padding.
+        assert_eq!(
+            sha256_hex(b"abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"),
+            "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1"
+        );
+        assert_eq!(
+            sha256_hex(&[b'a'; 1000]),
+            "41edece42d63e8d9bf515a9ba6932e1c20cbc9f5a5d134645adb5db1b9737ea3"
+        );
     }
 
     #[test]

@@ -8,7 +8,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
-use crate::daemon::Shared;
+use crate::status::Shared;
 
 pub fn router(shared: Arc<Shared>) -> Router {
     Router::new()

@@ -24,4 +24,5 @@ pub mod metrics;
 pub mod power;
 pub mod report;
 pub mod secret;
+pub mod status;
 pub mod volumes;

@@ -6,8 +6,8 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
 use crate::decision::{Decision, NodeFacts, Readiness};
+use crate::decision::{PowerReading, PowerState};
 use crate::identity::IdentityCheck;
-use crate::power::{PowerReading, PowerState};
 
 /// One node's facts, reads and decision. Owned strings only, so the CLI can parse it back
 /// without knowing the daemon's internal types.

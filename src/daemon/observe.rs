@@ -1,0 +1,325 @@
+//! The observers: what the daemon reports about its decisions and what followed them — the
+//! decision journal, per-node metrics, identity verdicts, VolumeAttachment release.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Node;
+use kube::ResourceExt;
+
+use super::writer::{ActionDone, action_label};
+use super::{DELETED_FENCE_KEPT, Daemon, FAILING_WINDOW};
+use crate::cluster::{self, EventType, reasons};
+use crate::decision::{
+    self, Decision, FenceAction, IdentityBinding, MappingConflict, PowerState, Step,
+};
+use crate::identity::{IdentityCheck, Verdict};
+use crate::journal::{self, RecordKind};
+use crate::metrics::{self, FailingLabels, Metrics};
+use crate::power::MappedSource;
+
+/// Seconds from `earlier` to `later`; 0 when the clock says otherwise.
+pub(super) fn seconds_between(earlier: Timestamp, later: Timestamp) -> f64 {
+    later.duration_since(earlier).as_secs_f64().max(0.0)
+}
+
+fn unix_seconds(t: Timestamp) -> f64 {
+    t.as_millisecond() as f64 / 1000.0
+}
+
+/// Metrics of a fence that landed at `at`.
+pub(super) fn observe_fence(
+    m: &Metrics,
+    node: &str,
+    uid: &str,
+    action: FenceAction,
+    inputs: &journal::Inputs,
+    at: Timestamp,
+) {
+    if let Some(since) = inputs.not_ready_since {
+        m.notready_to_fence.observe(seconds_between(since, at));
+    }
+    if action == FenceAction::DeleteNode {
+        m.node_deleted_by_fence(node, uid, unix_seconds(at));
+    }
+}
+
+impl Daemon {
+    /// Records what a read said about the node's machine. A match or a mismatch replaces the
+    /// binding; "cannot tell" (a failed read, an instance that no longer exists) never erases
+    /// an earlier match, since a "gone" answer relies on it. Changes are logged, journaled
+    /// and, for a mismatch, an Event.
+    pub(super) fn learn_identity(&mut self, node: &Arc<Node>, verdict: Verdict, at: Timestamp) {
+        let name = node.name_any();
+        let Some(t) = self.trackers.get_mut(&name) else {
+            return;
+        };
+        let previous = t.binding.as_ref().map(|b| b.verdict.clone());
+        let keep_previous = matches!(verdict, Verdict::Unverifiable(_))
+            && previous
+                .as_ref()
+                .is_some_and(|p| !matches!(p, Verdict::Unverifiable(_)));
+        if keep_previous {
+            return;
+        }
+        t.binding = Some(IdentityBinding {
+            at,
+            verdict: verdict.clone(),
+        });
+        let changed = previous.as_ref().map(Verdict::label) != Some(verdict.label());
+        if !changed {
+            return;
+        }
+        let uid = node.uid().unwrap_or_default();
+        let message = format!("identity of the node's machine: {verdict}");
+        let rule = match verdict {
+            Verdict::Match(_) => {
+                tracing::info!(node = %name, "{message}");
+                "identity-verified"
+            }
+            Verdict::Mismatch(_) => {
+                tracing::error!(node = %name, "{message}: the config maps this node to another machine; it will never be fenced until fixed");
+                let cluster = self.cluster.clone();
+                let node = node.clone();
+                let event = format!("{message} (rule identity-mismatch)");
+                tokio::spawn(async move {
+                    cluster
+                        .event(
+                            &node,
+                            EventType::Warning,
+                            reasons::IDENTITY_MISMATCH,
+                            &event,
+                        )
+                        .await
+                });
+                "identity-mismatch"
+            }
+            Verdict::Unverifiable(_) => {
+                tracing::warn!(node = %name, "{message}");
+                "identity-unverified"
+            }
+        };
+        let mut record = self.journal.record(
+            &name,
+            &uid,
+            RecordKind::Observation,
+            rule,
+            journal::Inputs::default(),
+        );
+        record.result = "observed".into();
+        record.message = message;
+        self.journal.submit(&record);
+    }
+
+    pub(super) fn journal_inputs(
+        &self,
+        name: &str,
+        facts: &decision::NodeFacts,
+        source: Option<&MappedSource>,
+        with_volumes: bool,
+    ) -> journal::Inputs {
+        let reads = self
+            .trackers
+            .get(name)
+            .map(|t| t.reads.as_slice())
+            .unwrap_or(&[]);
+        journal::Inputs::new(
+            facts,
+            reads,
+            source.map(|s| format!("{} {}", s.source.backend(), s.source.address())),
+            if with_volumes {
+                self.volumes.attached_to(name)
+            } else {
+                None
+            },
+        )
+    }
+
+    /// Per node, every evaluation: fence age series, resumed volume tracking after a restart,
+    /// and the journal record and Event of a refusal or a dry-run decision.
+    pub(super) fn observe_node(
+        &mut self,
+        node: &Arc<Node>,
+        facts: &decision::NodeFacts,
+        decision: &Decision,
+        source: Option<&MappedSource>,
+        changed: bool,
+        now: Timestamp,
+    ) {
+        let name = node.name_any();
+        let uid = node.uid().unwrap_or_default();
+        let m = &self.shared.metrics;
+        let taint_fence = facts.fence.as_ref().filter(|f| f.taint_present);
+        m.set_fenced_since(&name, &uid, taint_fence.map(|f| unix_seconds(f.at)));
+        m.set_taint_age(&name, taint_fence.map(|f| seconds_between(f.at, now)));
+        if let Some(f) = taint_fence
+            && facts.readiness != decision::Readiness::Ready
+        {
+            self.volumes.resume(&name, f.at);
+        }
+
+        let Some(tracker) = self.trackers.get_mut(&name) else {
+            return;
+        };
+        let previous = tracker.refusal;
+        let current = journal::refusal(decision.rule, previous);
+        tracker.refusal = current;
+        m.set_node_blocked(&name, current.and_then(metrics::blocked_reason));
+        let started = current.is_some() && current != previous;
+        let dry_run = changed && matches!(decision.step, Step::WouldFence(_) | Step::WouldUnfence);
+        if !started && !dry_run {
+            return;
+        }
+        let message = format!("{} (rule {})", decision.reason, decision.rule.name());
+        let inputs = self.journal_inputs(&name, facts, source, false);
+        let (kind, event, action, result) = match decision.step {
+            Step::WouldFence(a) if dry_run => (
+                RecordKind::DryRun,
+                reasons::WOULD_FENCE,
+                action_label(a),
+                "not_written",
+            ),
+            Step::WouldUnfence if dry_run => (
+                RecordKind::DryRun,
+                reasons::WOULD_UNFENCE,
+                "untaint",
+                "not_written",
+            ),
+            _ => {
+                self.spawn_event(node, EventType::Warning, reasons::BLOCKED, decision);
+                (RecordKind::Refusal, reasons::BLOCKED, "none", "refused")
+            }
+        };
+        let mut record = self
+            .journal
+            .record(&name, &uid, kind, decision.rule.name(), inputs);
+        record.event = event.to_string();
+        record.action = action.to_string();
+        record.result = result.to_string();
+        record.message = message;
+        self.journal.submit(&record);
+    }
+
+    /// Every pass: the metrics that count over nodes, and volume release.
+    pub(super) fn observe_all(&mut self, nodes: &[Arc<Node>], now: Timestamp) {
+        let m = &self.shared.metrics;
+        let mut blocked: BTreeMap<&'static str, i64> = BTreeMap::new();
+        let mut failing: BTreeMap<FailingLabels, i64> = BTreeMap::new();
+        for t in self.trackers.values() {
+            if let Some(reason) = t.refusal.and_then(metrics::blocked_reason) {
+                *blocked.entry(reason).or_default() += 1;
+            }
+            if let Some(last) = t.reads.last()
+                && let PowerState::Error { kind, .. } = &last.state
+                && seconds_between(last.at, now) <= FAILING_WINDOW.as_secs_f64()
+            {
+                let backend = t
+                    .source
+                    .as_ref()
+                    .and_then(|(_, s)| s.as_ref())
+                    .map(|s| s.source.backend())
+                    .unwrap_or("none");
+                let labels = FailingLabels {
+                    backend,
+                    error_kind: kind.to_string(),
+                };
+                *failing.entry(labels).or_default() += 1;
+            }
+        }
+        m.set_blocked_counts(&blocked);
+        m.set_power_sources_failing(&failing);
+
+        let mut verdicts: BTreeMap<&'static str, i64> = BTreeMap::new();
+        let mut unchecked = 0;
+        for (name, t) in &self.trackers {
+            let Some(mapping) = self.cfg.mapping_for(name) else {
+                continue;
+            };
+            if mapping.identity() == IdentityCheck::Unchecked {
+                unchecked += 1;
+            }
+            let verdict = t.binding.as_ref().map_or("unknown", |b| b.verdict.label());
+            *verdicts.entry(verdict).or_default() += 1;
+        }
+        m.set_identity_counts(&verdicts, unchecked);
+        let mut problems = std::collections::BTreeSet::new();
+        for (name, t) in &self.trackers {
+            if t.binding
+                .as_ref()
+                .is_some_and(|b| b.verdict.label() == "mismatch")
+            {
+                problems.insert((name.clone(), "identity-mismatch"));
+            }
+        }
+        for (name, c) in &self.conflicts {
+            let problem = match c {
+                MappingConflict::RegionMismatch(_) => "region-mismatch",
+                MappingConflict::SharedMachine(_) => "shared-machine",
+            };
+            problems.insert((name.clone(), problem));
+        }
+        m.set_identity_problems(&problems);
+
+        let (mut foreign_ready, mut foreign_not_ready) = (0, 0);
+        for n in nodes {
+            let f = cluster::node_facts(n, None, self.cluster.actor());
+            if f.foreign_out_of_service {
+                if f.readiness == decision::Readiness::Ready {
+                    foreign_ready += 1;
+                } else {
+                    foreign_not_ready += 1;
+                }
+            }
+        }
+        m.set_foreign_taints(foreign_ready, foreign_not_ready);
+        m.prune_deleted_fences(DELETED_FENCE_KEPT);
+
+        m.volume_watch_up.set(i64::from(self.volumes.watch_up()));
+        for r in self.volumes.check(now) {
+            m.fence_to_volumes_released.observe(r.after.as_secs_f64());
+            m.set_fenced_volume_attachments(&r.node, None);
+            let message = format!(
+                "all {} VolumeAttachment(s) that pointed at the node when it was fenced are gone, {:.0}s after the fence: {}",
+                r.names.len(),
+                r.after.as_secs_f64(),
+                r.names.join(", ")
+            );
+            tracing::info!(node = %r.node, after_s = r.after.as_secs(), "{message}");
+            let inputs = journal::Inputs {
+                volume_attachments: Some(r.names.clone()),
+                ..Default::default()
+            };
+            let mut record = self.journal.record(
+                &r.node,
+                "",
+                RecordKind::Observation,
+                "volumes-released",
+                inputs,
+            );
+            record.result = "observed".into();
+            record.message = message;
+            self.journal.submit(&record);
+        }
+        for (node, remaining) in self.volumes.pending() {
+            m.set_fenced_volume_attachments(node, Some(remaining));
+        }
+    }
+
+    pub(super) fn volumes_after_action(&mut self, done: &ActionDone) {
+        match (done.step, &done.result) {
+            (Step::Fence(_), Ok(())) => {
+                if let (Some(at), Some(names)) = (done.fenced_at, &done.volume_attachments) {
+                    self.volumes.track(&done.node, at, names);
+                }
+            }
+            (Step::Unfence | Step::ClearRecord, Ok(())) => {
+                self.volumes.forget(&done.node);
+                self.shared
+                    .metrics
+                    .set_fenced_volume_attachments(&done.node, None);
+            }
+            _ => {}
+        }
+    }
+}

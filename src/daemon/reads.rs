@@ -1,0 +1,127 @@
+//! Power reads as tasks: bounded in number by the read semaphore and in time by a deadline,
+//! reported back to the loop over a channel.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use jiff::Timestamp;
+use tokio::sync::{Semaphore, mpsc};
+
+use crate::decision::{PowerReading, PowerState, ReadErrorKind};
+use crate::power::{self, MappedSource, PowerSource};
+
+/// Why a read was taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum ReadPurpose {
+    /// The decision asked for it (a NotReady or recovering node).
+    Decision,
+    /// A healthy node's identity check.
+    Identity,
+}
+
+pub(super) struct ReadDone {
+    pub(super) node: String,
+    pub(super) uid: String,
+    pub(super) reading: PowerReading,
+    pub(super) backend: &'static str,
+    pub(super) purpose: ReadPurpose,
+}
+
+pub(super) fn spawn_read(
+    node: String,
+    uid: String,
+    src: MappedSource,
+    purpose: ReadPurpose,
+    slots: Arc<Semaphore>,
+    tx: mpsc::Sender<ReadDone>,
+) {
+    tokio::spawn(async move {
+        let _permit = slots.acquire_owned().await;
+        let reading = read_once(&src.source, src.deadline).await;
+        let _ = tx
+            .send(ReadDone {
+                node,
+                uid,
+                reading,
+                backend: src.source.backend(),
+                purpose,
+            })
+            .await;
+    });
+}
+
+/// One read with a hard deadline; a panic in the backend becomes an error read.
+pub async fn read_once(source: &Arc<dyn PowerSource>, deadline: Duration) -> PowerReading {
+    // The read's time is when it started: whatever it says was true no later than that.
+    let at = Timestamp::now();
+    let started = Instant::now();
+    let s = source.clone();
+    let mut task = tokio::spawn(async move { s.read_reply().await });
+    let reply = match tokio::time::timeout(deadline, &mut task).await {
+        Ok(Ok(reply)) => reply,
+        Ok(Err(join)) => power::Reply::without_identity(
+            PowerState::error(
+                ReadErrorKind::BadReply,
+                format!("power source failed internally: {join}"),
+            ),
+            "the read failed",
+        ),
+        Err(_) => {
+            task.abort();
+            power::Reply::without_identity(
+                PowerState::error(
+                    ReadErrorKind::Timeout,
+                    format!("no answer within {deadline:?}"),
+                ),
+                "the read timed out",
+            )
+        }
+    };
+    PowerReading {
+        at,
+        latency: started.elapsed(),
+        state: reply.state,
+        details: reply.details,
+        identity: reply.identity,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct SlowOff;
+
+    impl PowerSource for SlowOff {
+        fn backend(&self) -> &'static str {
+            "test"
+        }
+        fn address(&self) -> String {
+            "slow".into()
+        }
+        fn read(&self) -> futures::future::BoxFuture<'_, PowerState> {
+            Box::pin(async {
+                tokio::time::sleep(Duration::from_millis(1500)).await;
+                PowerState::Off
+            })
+        }
+    }
+
+    /// A read is dated when it started: an answer that took 1.5 s proves the machine was off
+    /// no later than the request, not at its arrival.
+    #[tokio::test]
+    async fn a_read_is_dated_when_it_started() {
+        let before = Timestamp::now();
+        let source: Arc<dyn PowerSource> = Arc::new(SlowOff);
+        let r = read_once(&source, Duration::from_secs(5)).await;
+        let after = Timestamp::now();
+        assert_eq!(r.state, PowerState::Off);
+        assert!(r.latency >= Duration::from_millis(1500), "{:?}", r.latency);
+        assert!(r.at >= before, "{} < {before}", r.at);
+        assert!(
+            after.duration_since(r.at) >= jiff::SignedDuration::from_millis(1500),
+            "read dated {} but it ended at {after}",
+            r.at
+        );
+    }
+}

@@ -1,0 +1,280 @@
+//! What the daemon remembers about each node between passes, and which nodes' mappings cannot
+//! be trusted.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Instant;
+
+use jiff::Timestamp;
+
+use crate::config::{Config, Mapping};
+use crate::decision::{self, IdentityBinding, MappingConflict, PowerReading, Readiness, Rule};
+use crate::power::{self, MappedSource};
+
+#[derive(Default)]
+pub(super) struct Tracker {
+    pub(super) uid: String,
+    pub(super) reads: Vec<PowerReading>,
+    pub(super) read_in_flight: bool,
+    pub(super) action_in_flight: bool,
+    /// The cached resourceVersion an action was taken on: no new action until the cache moves
+    /// past it, so a write that succeeded is not repeated from a stale cache.
+    pub(super) acted_on: Option<String>,
+    pub(super) retry_after: Option<Instant>,
+    pub(super) last_action_error: Option<String>,
+    pub(super) last_rule: Option<Rule>,
+    /// The refusal the node is in (see `journal::refusal`).
+    pub(super) refusal: Option<Rule>,
+    /// The node's source, built for the providerID it was built with.
+    pub(super) source: Option<(Option<String>, Option<MappedSource>)>,
+    /// The Lease renewTime last seen, and when (oobfence's clock) it was first seen.
+    pub(super) lease_seen: Option<(Option<Timestamp>, Timestamp)>,
+    /// The last identity verdict a read of the node's machine gave.
+    pub(super) binding: Option<IdentityBinding>,
+    /// When a healthy node's next identity read is due.
+    pub(super) identity_due: Option<Instant>,
+    /// The bootID the kept reads were taken against.
+    pub(super) reads_boot_id: Option<String>,
+}
+
+impl Tracker {
+    /// Brings what the tracker knows into the node's facts, and what the facts show into the
+    /// tracker: when the Lease was seen renewed (oobfence's clock), the identity binding, and
+    /// the reads — evidence about one NotReady period only, so a node seen Ready starts afresh
+    /// (a fenced one keeps them: they are what lifts its fence).
+    pub(super) fn observe(&mut self, facts: &mut decision::NodeFacts, now: Timestamp) {
+        facts.lease_renewal_seen = observe_lease(&mut self.lease_seen, facts.lease_renew_time, now);
+        if facts.readiness == Readiness::Ready && facts.fence.is_none() {
+            self.reads.clear();
+        }
+        // Off reads taken before the machine booted again say nothing about this boot: the
+        // write would check the bootID anyway, but the decision must not count them either.
+        if self.reads_boot_id.as_deref() != Some(facts.boot_id.as_str()) {
+            if facts.fence.is_none() {
+                self.reads.clear();
+            }
+            self.reads_boot_id = Some(facts.boot_id.clone());
+        }
+        facts.identity_binding = self.binding.clone();
+    }
+}
+
+/// When oobfence saw the Lease take its current renewTime, by oobfence's own clock: the
+/// kubelet's clock is never compared with ours (as the node lifecycle controller does). A Lease
+/// seen for the first time counts as renewed now. `None` when the node has no Lease.
+pub(super) fn observe_lease(
+    seen: &mut Option<(Option<Timestamp>, Timestamp)>,
+    renew_time: Option<Timestamp>,
+    now: Timestamp,
+) -> Option<Timestamp> {
+    renew_time?;
+    match seen {
+        Some((value, _)) if *value == renew_time => {}
+        _ => *seen = Some((renew_time, now)),
+    }
+    seen.map(|(_, at)| at)
+}
+
+/// Nodes whose config mapping cannot be trusted: an EC2 providerID whose zone is not in the
+/// configured region, and several nodes that resolve to one machine (the same BMC and system,
+/// the same instance). Both sides of a shared machine are blocked, not just the second.
+pub fn mapping_conflicts<'a>(
+    cfg: &Config,
+    nodes: impl IntoIterator<Item = (&'a str, Option<&'a str>)>,
+) -> HashMap<String, MappingConflict> {
+    let mut conflicts = HashMap::new();
+    let mut by_machine: BTreeMap<String, Vec<&str>> = BTreeMap::new();
+    for (name, provider_id) in nodes {
+        let key = match cfg.mapping_for(name) {
+            None => continue,
+            Some(Mapping::Bmc(entry)) => entry.machine_key(name),
+            Some(Mapping::Aws(aws)) => {
+                let Some(pid) = provider_id else { continue };
+                if let Some(problem) = power::ec2::zone_region_mismatch(pid, &aws.region) {
+                    conflicts.insert(name.to_string(), MappingConflict::RegionMismatch(problem));
+                    continue;
+                }
+                match power::ec2::instance_id_from_provider_id(pid) {
+                    Ok(id) => format!("ec2 {id}"),
+                    Err(_) => continue,
+                }
+            }
+        };
+        by_machine.entry(key).or_default().push(name);
+    }
+    for (machine, names) in by_machine {
+        if names.len() < 2 {
+            continue;
+        }
+        for name in &names {
+            let others: Vec<&str> = names.iter().copied().filter(|n| n != name).collect();
+            conflicts.insert(
+                name.to_string(),
+                MappingConflict::SharedMachine(format!(
+                    "node {name} and node(s) {} all map to {machine}",
+                    others.join(", ")
+                )),
+            );
+        }
+    }
+    conflicts
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use k8s_openapi::api::core::v1::Node;
+
+    use super::*;
+    use crate::decision::PowerState;
+
+    fn t(s: i64) -> Timestamp {
+        Timestamp::from_second(1_800_000_000 + s).unwrap()
+    }
+
+    /// A Lease renewal is dated by when oobfence saw it, never by the kubelet's clock: a
+    /// kubelet whose clock is a year behind still counts as renewing.
+    #[test]
+    fn lease_renewals_are_dated_by_oobfences_clock() {
+        let mut seen = None;
+        let year_ago = t(-365 * 86_400);
+        // First sighting: counts as renewed now (the node lifecycle controller does the same).
+        assert_eq!(observe_lease(&mut seen, Some(year_ago), t(0)), Some(t(0)));
+        // Unchanged: still the time it was first seen.
+        assert_eq!(observe_lease(&mut seen, Some(year_ago), t(30)), Some(t(0)));
+        // Renewed, by a clock still a year behind: seen now.
+        let renewed = year_ago + jiff::SignedDuration::from_secs(10);
+        assert_eq!(observe_lease(&mut seen, Some(renewed), t(40)), Some(t(40)));
+        // No Lease: nothing to judge by.
+        assert_eq!(observe_lease(&mut seen, None, t(50)), None);
+    }
+
+    /// Reads are evidence about one NotReady period: whatever clock the controller stamps
+    /// `lastTransitionTime` with, a node seen Ready in between leaves none behind.
+    #[test]
+    fn reads_are_dropped_whenever_the_node_is_seen_ready() {
+        use crate::identity::MachineIdentity;
+        let off = |at: i64| PowerReading {
+            at: t(at),
+            latency: Duration::from_millis(5),
+            state: PowerState::Off,
+            details: Vec::new(),
+            identity: MachineIdentity::unreported("test"),
+        };
+        let mut tracker = Tracker {
+            reads: vec![off(10), off(15)],
+            ..Default::default()
+        };
+        let mut facts = crate::cluster::node_facts(&Node::default(), None, "me");
+        facts.readiness = Readiness::NotReady {
+            // A controller clock far ahead of ours: a time filter would keep stale reads.
+            since: t(-3600),
+        };
+        tracker.reads_boot_id = Some(facts.boot_id.clone());
+        tracker.observe(&mut facts, t(20));
+        assert_eq!(tracker.reads.len(), 2, "still the same NotReady period");
+        // The node reports another bootID while still NotReady: it booted since the reads.
+        facts.boot_id = "boot-2".into();
+        tracker.observe(&mut facts, t(20));
+        assert!(tracker.reads.is_empty(), "reads of another boot");
+        tracker.reads = vec![off(17), off(19)];
+        tracker.observe(&mut facts, t(20));
+        assert_eq!(tracker.reads.len(), 2, "reads of this boot stay");
+        facts.readiness = Readiness::Ready;
+        tracker.observe(&mut facts, t(21));
+        assert!(tracker.reads.is_empty(), "seen Ready: the period is over");
+        // A fenced node seen Ready keeps its reads: they are what lifts the fence.
+        tracker.reads = vec![off(30)];
+        facts.fence = Some(decision::FenceRecord {
+            at: t(25),
+            boot_id: "b".into(),
+            taint_present: true,
+            ours: true,
+        });
+        tracker.observe(&mut facts, t(31));
+        assert_eq!(tracker.reads.len(), 1);
+    }
+
+    fn config(dir: &std::path::Path, body: &str) -> Config {
+        let pw = dir.join("pw");
+        std::fs::write(&pw, "x\n").unwrap();
+        let text = format!(
+            "datacenter = \"dc1\"\n{}",
+            body.replace("PW", &pw.display().to_string())
+        );
+        Config::parse(&text, std::path::Path::new("dc1.toml")).unwrap()
+    }
+
+    #[test]
+    fn nodes_mapped_to_one_machine_are_all_in_conflict() {
+        let dir = tempfile::tempdir().unwrap();
+        // One template whose {node} lands in the path: two node names that a glob maps to the
+        // same BMC host and the same system.
+        let cfg = config(
+            dir.path(),
+            r#"
+[[bmc]]
+nodes = ["rack1-*"]
+protocol = "redfish"
+address = "https://bmc.example"
+system = "/redfish/v1/Systems/{node}"
+username = "u"
+password_file = "PW"
+[[bmc]]
+nodes = ["db-1"]
+protocol = "redfish"
+address = "https://BMC.example:443/"
+system = "/redfish/v1/Systems/rack1-01/"
+username = "u"
+password_file = "PW"
+[aws]
+region = "us-east-1"
+nodes = ["ip-*"]
+"#,
+        );
+        let conflicts = mapping_conflicts(
+            &cfg,
+            [
+                ("rack1-01", None),
+                ("rack1-02", None),
+                ("db-1", None),
+                ("ip-10-0-0-1", Some("aws:///us-east-1a/i-0aaaaaaaaaaaaaaa1")),
+                ("ip-10-0-0-2", Some("aws:///us-east-1b/i-0aaaaaaaaaaaaaaa1")),
+                ("ip-10-0-0-3", Some("aws:///us-east-1a/i-0aaaaaaaaaaaaaaa3")),
+            ],
+        );
+        for n in ["rack1-01", "db-1", "ip-10-0-0-1", "ip-10-0-0-2"] {
+            assert!(
+                matches!(conflicts.get(n), Some(MappingConflict::SharedMachine(_))),
+                "{n}: {conflicts:?}"
+            );
+        }
+        assert!(!conflicts.contains_key("rack1-02"));
+        assert!(!conflicts.contains_key("ip-10-0-0-3"));
+    }
+
+    /// The review's first path: a providerID in us-west-2 read with region us-east-1 would be
+    /// "not in the answer", twice, and the node deleted while its instance runs.
+    #[test]
+    fn an_instance_of_another_region_is_a_conflict_not_a_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = config(
+            dir.path(),
+            "[aws]\nregion = \"us-east-1\"\nnodes = [\"ip-*\"]\n",
+        );
+        let conflicts = mapping_conflicts(
+            &cfg,
+            [
+                ("ip-10-0-0-1", Some("aws:///us-west-2a/i-0aaaaaaaaaaaaaaa1")),
+                ("ip-10-0-0-2", Some("aws:///us-east-1c/i-0aaaaaaaaaaaaaaa2")),
+            ],
+        );
+        match conflicts.get("ip-10-0-0-1") {
+            Some(MappingConflict::RegionMismatch(d)) => {
+                assert!(d.contains("us-west-2a") && d.contains("us-east-1"), "{d}")
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(!conflicts.contains_key("ip-10-0-0-2"));
+    }
+}
