@@ -4,6 +4,10 @@
 //! the full list with every other taint kept, a merge patch carrying `metadata.resourceVersion`
 //! (so a concurrent writer makes it fail with 409 instead of being overwritten), and a bounded
 //! retry on 409.
+//!
+//! Longer than 600 lines on purpose: every read and write of the cluster is here, so that each
+//! precondition a write carries (uid, resourceVersion, the write-time re-check, fenced-by) is
+//! reviewed in one place.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -716,126 +720,4 @@ pub fn leases_by_node(leases: &[std::sync::Arc<Lease>]) -> BTreeMap<String, std:
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use k8s_openapi::api::core::v1::{NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo};
-
-    const ME: &str = "oobfence/dc1@mgmt1";
-
-    fn node(ready: &str, taints: Vec<Taint>, annotations: &[(&str, &str)]) -> Node {
-        Node {
-            metadata: ObjectMeta {
-                name: Some("n1".into()),
-                annotations: Some(
-                    annotations
-                        .iter()
-                        .map(|(k, v)| (k.to_string(), v.to_string()))
-                        .collect(),
-                ),
-                ..Default::default()
-            },
-            spec: Some(NodeSpec {
-                taints: Some(taints),
-                ..Default::default()
-            }),
-            status: Some(NodeStatus {
-                conditions: Some(vec![NodeCondition {
-                    type_: "Ready".into(),
-                    status: ready.into(),
-                    last_transition_time: Some(Time("2026-01-01T00:00:00Z".parse().unwrap())),
-                    ..Default::default()
-                }]),
-                node_info: Some(NodeSystemInfo {
-                    boot_id: "b1".into(),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
-        }
-    }
-
-    fn oos() -> Taint {
-        Taint {
-            key: OUT_OF_SERVICE_KEY.into(),
-            value: Some(OUT_OF_SERVICE_VALUE.into()),
-            effect: OUT_OF_SERVICE_EFFECT.into(),
-            time_added: None,
-        }
-    }
-
-    #[test]
-    fn facts_from_a_node() {
-        let f = node_facts(&node("Unknown", vec![], &[]), None, ME);
-        assert_eq!(
-            f.readiness,
-            Readiness::NotReady {
-                since: "2026-01-01T00:00:00Z".parse().unwrap()
-            }
-        );
-        assert_eq!(f.boot_id, "b1");
-        assert!(f.fence.is_none() && !f.foreign_out_of_service);
-        assert_eq!(
-            node_facts(&node("True", vec![], &[]), None, ME).readiness,
-            Readiness::Ready
-        );
-        assert!(matches!(
-            node_facts(&node("False", vec![], &[]), None, ME).readiness,
-            Readiness::NotReady { .. }
-        ));
-    }
-
-    #[test]
-    fn an_out_of_service_taint_without_our_record_is_foreign() {
-        let f = node_facts(&node("Unknown", vec![oos()], &[]), None, ME);
-        assert!(f.foreign_out_of_service);
-        assert!(f.fence.is_none());
-    }
-
-    #[test]
-    fn our_record_is_read_back() {
-        let ann = [
-            (ANNOTATION_FENCED_AT, "2026-01-01T00:05:00Z"),
-            (ANNOTATION_FENCED_BOOT_ID, "b0"),
-            (ANNOTATION_FENCED_BY, ME),
-        ];
-        let f = node_facts(&node("Unknown", vec![oos()], &ann), None, ME);
-        let r = f.fence.unwrap();
-        assert!(r.taint_present);
-        assert_eq!(r.boot_id, "b0");
-        assert!(!f.foreign_out_of_service);
-        let f = node_facts(&node("Unknown", vec![], &ann), None, ME);
-        assert!(!f.fence.unwrap().taint_present);
-    }
-
-    #[test]
-    fn node_labels_or_annotations_cannot_supply_a_power_source() {
-        // The mapping comes only from the config: facts carry what the caller says.
-        let n = node("Unknown", vec![], &[("oobfence.io/bmc", "https://evil")]);
-        assert!(!node_facts(&n, None, ME).has_power_source);
-    }
-
-    #[test]
-    fn a_record_is_ours_only_when_fenced_by_names_this_daemon() {
-        let at = (ANNOTATION_FENCED_AT, "2026-01-01T00:05:00Z");
-        for (by, ours) in [
-            (Some(ME), true),
-            (Some("oobfence/dc2@mgmt1"), false),
-            (Some("oobfence/dc1@mgmt2"), false),
-            (Some("oobfence/dc1"), false),
-            (None, false),
-        ] {
-            let mut ann = vec![at];
-            if let Some(by) = by {
-                ann.push((ANNOTATION_FENCED_BY, by));
-            }
-            let f = node_facts(&node("Unknown", vec![oos()], &ann), None, ME);
-            assert_eq!(f.fence.unwrap().ours, ours, "{by:?}");
-        }
-    }
-
-    #[test]
-    fn truncate_keeps_char_boundaries() {
-        assert_eq!(truncate("abc", 5), "abc");
-        assert_eq!(truncate("ééé", 3), "é…");
-    }
-}
+mod tests;

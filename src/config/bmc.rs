@@ -1,0 +1,329 @@
+//! A `[[bmc]]` entry: its keys, their checks, and which machine it reads for a node.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::{ConfigError, IdentityCheck, Secrets, compile_globs, humantime_serde, ipmi};
+use crate::secret::{self, Secret};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    Redfish,
+    Ipmi,
+}
+
+impl Protocol {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Redfish => "redfish",
+            Protocol::Ipmi => "ipmi",
+        }
+    }
+}
+
+/// How to verify a BMC's TLS certificate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BmcTls {
+    /// Verify against the system roots, plus `ca_file` when given.
+    Verify { ca_file: Option<PathBuf> },
+    /// Accept any certificate. Logged loudly at start-up.
+    Insecure,
+}
+
+/// One `[[bmc]]` entry: which nodes it covers and how to reach their BMCs.
+#[derive(Debug, Clone)]
+pub struct BmcEntry {
+    /// Position in the file, for messages (`bmc[3]`).
+    pub index: usize,
+    pub nodes: Vec<glob::Pattern>,
+    pub protocol: Protocol,
+    /// Address template; `{node}` is replaced by the node name.
+    pub address: String,
+    /// Redfish system path; `None` means "the single member of /redfish/v1/Systems".
+    pub system: Option<String>,
+    pub username: String,
+    pub password: Secret,
+    pub tls: BmcTls,
+    pub timeout: Duration,
+    /// `protocol = "ipmi"` only: cipher suite and privilege.
+    pub ipmi: Option<ipmi::IpmiOptions>,
+    /// Whether an Off read must come from a machine that proves it is the node's.
+    pub identity: IdentityCheck,
+}
+
+impl BmcEntry {
+    /// The address for one node, with `{node}` filled in.
+    pub fn address_for(&self, node: &str) -> String {
+        self.address.replace("{node}", node)
+    }
+
+    /// The system path for one node, with `{node}` filled in.
+    pub fn system_for(&self, node: &str) -> Option<String> {
+        self.system.as_ref().map(|s| s.replace("{node}", node))
+    }
+
+    /// The machine this entry reads for `node`, normalised so that two spellings of one
+    /// target compare equal: scheme and host in lower case, the default port written out
+    /// (`https://h/` = `https://H:443`), no trailing slash on the system path.
+    pub fn machine_key(&self, node: &str) -> String {
+        let address = self.address_for(node);
+        let system = self.system_for(node).unwrap_or_default();
+        let system = system.trim_end_matches('/');
+        match self.protocol {
+            Protocol::Redfish => {
+                let target = match reqwest::Url::parse(address.trim()) {
+                    Ok(u) => format!(
+                        "{}://{}:{}",
+                        u.scheme(),
+                        u.host_str().unwrap_or_default().to_ascii_lowercase(),
+                        u.port_or_known_default().unwrap_or(0)
+                    ),
+                    Err(_) => address.trim().trim_end_matches('/').to_ascii_lowercase(),
+                };
+                format!("redfish {target}{system}")
+            }
+            Protocol::Ipmi => match ipmi::parse_address(&address) {
+                Ok((host, port)) => format!("ipmi {}:{port}", host.to_ascii_lowercase()),
+                Err(_) => format!("ipmi {}", address.trim().to_ascii_lowercase()),
+            },
+        }
+    }
+
+    /// The machine key when this entry names one fixed machine whatever the node (no `{node}`
+    /// in address or system).
+    pub(super) fn fixed_target(&self) -> Option<String> {
+        let per_node = self.address.contains("{node}")
+            || self.system.as_deref().is_some_and(|s| s.contains("{node}"));
+        (!per_node).then(|| self.machine_key(""))
+    }
+
+    pub fn matches(&self, node: &str) -> bool {
+        self.nodes.iter().any(|p| p.matches(node))
+    }
+}
+
+/// Where the decision journal goes unless `[journal] path` says otherwise: the systemd unit's
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawBmc {
+    nodes: Vec<String>,
+    protocol: Protocol,
+    address: String,
+    system: Option<String>,
+    username: String,
+    password_file: Option<PathBuf>,
+    password_credential: Option<String>,
+    ca_file: Option<PathBuf>,
+    #[serde(default)]
+    tls_insecure: bool,
+    #[serde(default = "default_bmc_timeout", with = "humantime_serde")]
+    timeout: Duration,
+    cipher_suite: Option<u8>,
+    privilege: Option<String>,
+    #[serde(default)]
+    identity: IdentityCheck,
+}
+
+fn default_bmc_timeout() -> Duration {
+    Duration::from_secs(5)
+}
+
+impl RawBmc {
+    pub(super) fn validate(
+        self,
+        index: usize,
+        path: &Path,
+        secrets: Secrets,
+    ) -> Result<BmcEntry, ConfigError> {
+        let err = |key: &str, problem: String| ConfigError {
+            file: path.to_owned(),
+            key: format!("bmc[{index}].{key}"),
+            problem,
+        };
+        let nodes = compile_globs(&self.nodes).map_err(|e| err("nodes", e))?;
+
+        let address = self.address.trim().to_string();
+        match self.protocol {
+            Protocol::Redfish => {
+                let probe = address.replace("{node}", "node");
+                let url = reqwest::Url::parse(&probe).map_err(|e| {
+                    err(
+                        "address",
+                        format!("{address:?} is not a URL ({e}); example: \"https://{{node}}-bmc.dc1.example\""),
+                    )
+                })?;
+                if url.scheme() != "https" {
+                    return Err(err(
+                        "address",
+                        format!("{address:?} must use https:// (Redfish is served over TLS)"),
+                    ));
+                }
+                if url.host_str().is_none_or(str::is_empty) {
+                    return Err(err("address", format!("{address:?} has no host")));
+                }
+                if !url.username().is_empty() || url.password().is_some() {
+                    return Err(err(
+                        "address",
+                        "must not contain credentials; use username and password_file".into(),
+                    ));
+                }
+                if url.query().is_some() || url.fragment().is_some() {
+                    return Err(err(
+                        "address",
+                        format!(
+                            "{address:?} must be scheme://host[:port] without ?query or #fragment"
+                        ),
+                    ));
+                }
+            }
+            Protocol::Ipmi => {
+                let probe = address.replace("{node}", "node");
+                ipmi::parse_address(&probe).map_err(|e| {
+                    err(
+                        "address",
+                        e.replace(&format!("{probe:?}"), &format!("{address:?}")),
+                    )
+                })?;
+                for (key, set) in [
+                    ("system", self.system.is_some()),
+                    ("ca_file", self.ca_file.is_some()),
+                    ("tls_insecure", self.tls_insecure),
+                ] {
+                    if set {
+                        return Err(err(
+                            key,
+                            "applies to protocol = \"redfish\" only (IPMI over LAN has no TLS and no system path)".into(),
+                        ));
+                    }
+                }
+                ipmi::check_username(&self.username).map_err(|e| err("username", e))?;
+            }
+        }
+        let ipmi_options = match self.protocol {
+            Protocol::Ipmi => {
+                let suite = self.cipher_suite.unwrap_or(ipmi::CIPHER_SUITE);
+                let privilege = self.privilege.as_deref().unwrap_or("administrator");
+                Some(ipmi::IpmiOptions {
+                    cipher_suite: ipmi::check_cipher_suite(suite)
+                        .map_err(|e| err("cipher_suite", e))?,
+                    privilege: ipmi::check_privilege(privilege).map_err(|e| err("privilege", e))?,
+                })
+            }
+            _ => {
+                for (key, set) in [
+                    ("cipher_suite", self.cipher_suite.is_some()),
+                    ("privilege", self.privilege.is_some()),
+                ] {
+                    if set {
+                        return Err(err(key, "applies to protocol = \"ipmi\" only".into()));
+                    }
+                }
+                None
+            }
+        };
+        // One entry for many nodes must address each node's own machine: otherwise every node
+        // it matches reads the same BMC, and one machine being off would fence them all.
+        let covers_many =
+            self.nodes.len() > 1 || self.nodes.iter().any(|g| g.contains(['*', '?', '[']));
+        let per_node = address.contains("{node}")
+            || self.system.as_deref().is_some_and(|s| s.contains("{node}"));
+        if covers_many && !per_node {
+            return Err(err(
+                "address",
+                format!(
+                    "this entry matches several nodes ({:?}) but neither address nor system contains {{node}}: every one of them would read the same machine's power; write one entry per node or use {{node}}",
+                    self.nodes
+                ),
+            ));
+        }
+        if let Some(system) = &self.system
+            && !system.starts_with('/')
+        {
+            return Err(err(
+                "system",
+                format!("{system:?} must be a path such as \"/redfish/v1/Systems/1\""),
+            ));
+        }
+        if self.username.is_empty() {
+            return Err(err("username", "must not be empty".into()));
+        }
+        let password = match (&self.password_file, &self.password_credential) {
+            (Some(_), Some(_)) => {
+                return Err(err(
+                    "password_file",
+                    "set either password_file or password_credential, not both".into(),
+                ));
+            }
+            (None, None) => {
+                return Err(err(
+                    "password_file",
+                    "missing: set password_file = \"/etc/oobfence/secrets/NAME\" or password_credential = \"NAME\"".into(),
+                ));
+            }
+            _ if secrets == Secrets::Skip => Secret::new(""),
+            (Some(file), None) => {
+                secret::read_password_file(file).map_err(|e| err("password_file", e))?
+            }
+            (None, Some(name)) => {
+                let file =
+                    secret::credential_path(name).map_err(|e| err("password_credential", e))?;
+                secret::read_password_file(&file).map_err(|e| err("password_credential", e))?
+            }
+        };
+        if self.protocol == Protocol::Ipmi {
+            let key = if self.password_file.is_some() {
+                "password_file"
+            } else {
+                "password_credential"
+            };
+            ipmi::check_password(&password).map_err(|e| err(key, e))?;
+        }
+        let tls = match (self.ca_file, self.tls_insecure) {
+            (Some(_), true) => {
+                return Err(err(
+                    "tls_insecure",
+                    "set either ca_file or tls_insecure = true, not both".into(),
+                ));
+            }
+            (Some(ca), false) => {
+                let pem = std::fs::read(&ca)
+                    .map_err(|e| err("ca_file", format!("cannot read {}: {e}", ca.display())))?;
+                reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| {
+                    err(
+                        "ca_file",
+                        format!("{} is not a PEM certificate bundle: {e}", ca.display()),
+                    )
+                })?;
+                BmcTls::Verify { ca_file: Some(ca) }
+            }
+            (None, true) => BmcTls::Insecure,
+            (None, false) => BmcTls::Verify { ca_file: None },
+        };
+        if self.timeout.is_zero() || self.timeout > Duration::from_secs(120) {
+            return Err(err(
+                "timeout",
+                format!(
+                    "{} is out of range: use between 1ms and 120s",
+                    humantime::format_duration(self.timeout)
+                ),
+            ));
+        }
+        Ok(BmcEntry {
+            index,
+            nodes,
+            protocol: self.protocol,
+            address,
+            system: self.system,
+            username: self.username,
+            password,
+            tls,
+            timeout: self.timeout,
+            ipmi: ipmi_options,
+            identity: self.identity,
+        })
+    }
+}
