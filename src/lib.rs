@@ -3,11 +3,15 @@
 //! Proves through the machine's BMC (or cloud API) that a NotReady node is really powered off,
 //! and only then tells Kubernetes, so that its ReadWriteOnce volumes are released.
 //!
-//! - [`decision`]: the pure core — why a node is or is not fenced.
+//! Dependencies point one way: `cli → daemon → {cluster, power, decision, observers}`, with
+//! `config` below the sources and the core importing nothing that does I/O.
+//!
+//! - [`decision`]: the pure core — why a node is or is not fenced — and the words it decides on.
 //! - [`identity`]: whether the machine that answered a read is the node's machine.
 //! - [`power`]: power sources (Redfish, IPMI, EC2), one file each, behind one trait.
 //! - [`cluster`]: every Kubernetes read and write.
-//! - [`daemon`]: the loop that ties them together; [`http`] and [`cli`] face the operator.
+//! - [`daemon`]: the loop that ties them together; it publishes [`status`], which [`http`]
+//!   serves; [`cli`] faces the operator.
 //! - [`metrics`], [`journal`], [`volumes`]: what oobfence reports about what it did and what
 //!   followed (Prometheus metrics, the decision journal, VolumeAttachment release).
 
