@@ -5,8 +5,8 @@
 //! reads are bounded in number (a semaphore) and in time (a deadline per read).
 //!
 //! This file is the loop: tick, evaluate each node, dispatch. What a pass remembers per node is
-//! in [`tracker`], the reads in [`reads`], the writes in [`writer`], and everything reported
-//! about decisions (journal, metrics, identity) in [`observe`].
+//! in `tracker`, the reads in `reads`, the writes in `writer`, and everything reported
+//! about decisions (journal, metrics, identity) in `observe`.
 
 mod observe;
 mod reads;
