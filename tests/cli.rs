@@ -6,17 +6,10 @@ mod support;
 use std::path::Path;
 use std::process::Output;
 
+use support::cli::oobfence;
+use support::k8s::{KubeletIdentity, kubeconfig_path};
+use support::scenario::Scenario;
 use support::sushy::SushyEmulator;
-
-fn oobfence(args: &[&str], config: &Path) -> Output {
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_oobfence"));
-    cmd.args(&args[..1])
-        .arg("--config")
-        .arg(config)
-        .args(&args[1..]);
-    cmd.env_remove("CREDENTIALS_DIRECTORY");
-    cmd.output().expect("run oobfence")
-}
 
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
@@ -49,19 +42,16 @@ password_file = "{}"
     )
 }
 
+/// A config every check passes: `rack1-*` BMCs at `https://{node}-bmc.example`.
+fn good_config(dir: &Path) -> String {
+    valid_config(dir, "https://{node}-bmc.example", "tls_insecure = true")
+}
+
 #[test]
 fn check_config_accepts_a_good_file() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("dc1.toml");
-    std::fs::write(
-        &path,
-        valid_config(
-            dir.path(),
-            "https://{node}-bmc.example",
-            "tls_insecure = true",
-        ),
-    )
-    .unwrap();
+    std::fs::write(&path, good_config(dir.path())).unwrap();
     let o = oobfence(&["check-config"], &path);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stdout(&o).contains("OK"), "{}", stdout(&o));
@@ -71,11 +61,7 @@ fn check_config_accepts_a_good_file() {
 #[test]
 fn bad_configs_exit_2_with_one_line_naming_file_and_key() {
     let dir = tempfile::tempdir().unwrap();
-    let good = valid_config(
-        dir.path(),
-        "https://{node}-bmc.example",
-        "tls_insecure = true",
-    );
+    let good = good_config(dir.path());
     let cases: Vec<(&str, String, &str)> = vec![
         ("malformed", "datacenter = \"dc1\n".to_string(), "line 1"),
         (
@@ -117,15 +103,7 @@ fn bad_configs_exit_2_with_one_line_naming_file_and_key() {
 fn why_without_a_daemon_says_none_runs() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("dc1.toml");
-    std::fs::write(
-        &path,
-        valid_config(
-            dir.path(),
-            "https://{node}-bmc.example",
-            "tls_insecure = true",
-        ),
-    )
-    .unwrap();
+    std::fs::write(&path, good_config(dir.path())).unwrap();
     let o = oobfence(&["why", "rack1-01"], &path);
     assert_eq!(o.status.code(), Some(1));
     let err = stderr(&o);
@@ -189,60 +167,24 @@ async fn probe_reads_one_node_from_the_config_alone() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_config_probe_reads_every_mapped_node_of_the_cluster() {
-    let client = support::k8s::client().await;
-    let emu = SushyEmulator::start(1).await;
-    let group = support::k8s::unique("probe");
-    let mapped = format!("{group}-a");
-    let unmapped = format!("{group}-b");
-    let a = support::k8s::FakeNode::create_as(
-        &client,
-        &mapped,
-        &group,
-        "b",
-        support::k8s::KubeletIdentity::uuid(&emu.uuid(0)),
-    )
-    .await;
-    let b = support::k8s::FakeNode::create(&client, &unmapped, &group, "b").await;
-    let dir = tempfile::tempdir().unwrap();
-    let pw = dir.path().join("pw");
-    std::fs::write(&pw, "password\n").unwrap();
-    let path = dir.path().join("dc1.toml");
-    std::fs::write(
-        &path,
-        format!(
-            r#"datacenter = "dc1"
-[kubernetes]
-kubeconfig = "{}"
-node_selector = "{}={group}"
-[[bmc]]
-nodes = ["{mapped}"]
-protocol = "redfish"
-address = "{}"
-system = "{}"
-username = "admin"
-password_file = "{}"
-ca_file = "{}"
-"#,
-            support::k8s::kubeconfig_path().display(),
-            support::k8s::TEST_LABEL,
-            emu.base_url(),
-            emu.system_path(0),
-            pw.display(),
-            emu.cert_pem_path().display()
-        ),
-    )
-    .unwrap();
+    let s = Scenario::redfish("probe", 1).await;
+    let a = s.node("a", 0).await;
+    let b = s
+        .node_reporting("b", "boot-1", KubeletIdentity::default())
+        .await;
+    let (mapped, unmapped) = (&a.name, &b.name);
+    let path = s.write_config(&kubeconfig_path(), "127.0.0.1:0");
     let o = oobfence(&["check-config", "--probe"], &path);
     let out = stdout(&o);
     assert!(o.status.success(), "{out} {}", stderr(&o));
     let row = |n: &str| out.lines().find(|l| l.starts_with(n)).map(String::from);
-    let ra = row(&mapped).unwrap_or_else(|| panic!("{out}"));
+    let ra = row(mapped).unwrap_or_else(|| panic!("{out}"));
     assert!(ra.contains("redfish") && ra.contains(" On"), "{ra}");
     assert!(
-        ra.contains("match") && ra.contains(&emu.uuid(0)),
+        ra.contains("match") && ra.contains(&s.redfish_emulator().uuid(0)),
         "the IDENTITY column ties the BMC to the node: {ra}"
     );
-    let rb = row(&unmapped).unwrap_or_else(|| panic!("{out}"));
+    let rb = row(unmapped).unwrap_or_else(|| panic!("{out}"));
     assert!(rb.contains("not mapped"), "{rb}");
     a.delete().await;
     b.delete().await;

@@ -14,56 +14,10 @@ use serde_json::json;
 use oobfence::cluster::{self, Cluster, ClusterError, RecordedAttachment};
 use oobfence::decision::{GuardPurpose, WriteGuard};
 use support::k8s::{
-    FakeNode, KubeletIdentity, RunningDaemon, TEST_LABEL, annotation, events_for, keep_taint,
-    taints, unique, wait_for,
+    FakeNode, KubeletIdentity, TEST_LABEL, annotation, events_for, keep_taint, taints, unique,
+    volume_attachment, wait_for,
 };
-use support::sushy::SushyEmulator;
-
-const PASSWORD: &str = "password";
-
-/// Policy fast enough for tests, same rules as production.
-fn config(group: &str, policy_extra: &str, bmcs: &str) -> String {
-    format!(
-        r#"
-datacenter = "test"
-[kubernetes]
-kubeconfig = "{{kubeconfig}}"
-node_selector = "{TEST_LABEL}={group}"
-[policy]
-not_ready_grace = "2s"
-confirm_reads = 2
-confirm_interval = "1s"
-read_max_age = "10s"
-recheck_interval = "2s"
-{policy_extra}
-[server]
-listen = "{{listen}}"
-{bmcs}
-"#
-    )
-}
-
-fn redfish_bmc(node: &str, emu: &SushyEmulator, system: usize, dir: &std::path::Path) -> String {
-    let pw = dir.join("bmc-password");
-    std::fs::write(&pw, format!("{PASSWORD}\n")).unwrap();
-    format!(
-        r#"
-[[bmc]]
-nodes = ["{node}"]
-protocol = "redfish"
-address = "{}"
-system = "{}"
-username = "admin"
-password_file = "{}"
-ca_file = "{}"
-timeout = "5s"
-"#,
-        emu.base_url(),
-        emu.system_path(system),
-        pw.display(),
-        emu.cert_pem_path().display()
-    )
-}
+use support::scenario::{Scenario, UNREACHABLE_BMC_PASSWORD};
 
 const POWER_CHANGE: Duration = Duration::from_secs(30);
 const DECISION: Duration = Duration::from_secs(45);
@@ -76,38 +30,16 @@ async fn node_has(client: &Client, name: &str, pred: impl Fn(&Node) -> bool) -> 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fences_a_dead_node_whose_bmc_reads_off_and_unfences_it_on_return() {
-    let client = support::k8s::client().await;
-    let emu = SushyEmulator::start(2).await;
-    let group = unique("fence");
-    let dir = tempfile::tempdir().unwrap();
-    let dead_name = format!("{group}-a");
-    let healthy_name = format!("{group}-b");
-    let bmcs = redfish_bmc(&dead_name, &emu, 0, dir.path())
-        + &redfish_bmc(&healthy_name, &emu, 1, dir.path());
-    let dead = FakeNode::create_as(
-        &client,
-        &dead_name,
-        &group,
-        "boot-1",
-        KubeletIdentity::uuid(&emu.uuid(0)),
-    )
-    .await;
-    let healthy = FakeNode::create_as(
-        &client,
-        &healthy_name,
-        &group,
-        "boot-9",
-        KubeletIdentity::uuid(&emu.uuid(1)),
-    )
-    .await;
-    let daemon = RunningDaemon::start(&config(&group, "", &bmcs), dir).await;
+    let s = Scenario::redfish("fence", 2).await;
+    let (client, emu) = (s.client.clone(), s.redfish_emulator());
+    let dead = s.node("a", 0).await;
+    s.map("b", 1);
+    let healthy = s.node_reporting("b", "boot-9", s.identity(1).await).await;
+    let dead_name = dead.name.clone();
+    let daemon = s.daemon().await;
 
     // While healthy, oobfence learns that each BMC answers for its node's machine.
-    let report = wait_for("identity learnt while healthy", DECISION, || async {
-        let r = daemon.report(&dead_name).await?;
-        (r["identity"]["verdict"] == "match").then_some(r)
-    })
-    .await;
+    let report = daemon.wait_identity(&dead_name, "match", DECISION).await;
     assert_eq!(report["state"], "healthy");
     assert!(
         report["identity"]["detail"]
@@ -190,21 +122,11 @@ async fn fences_a_dead_node_whose_bmc_reads_off_and_unfences_it_on_return() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn never_fences_a_node_whose_bmc_reads_on() {
-    let client = support::k8s::client().await;
-    let emu = SushyEmulator::start(1).await;
-    let group = unique("on");
-    let dir = tempfile::tempdir().unwrap();
-    let name = format!("{group}-a");
-    let bmcs = redfish_bmc(&name, &emu, 0, dir.path());
-    let node = FakeNode::create_as(
-        &client,
-        &name,
-        &group,
-        "boot-1",
-        KubeletIdentity::uuid(&emu.uuid(0)),
-    )
-    .await;
-    let daemon = RunningDaemon::start(&config(&group, "", &bmcs), dir).await;
+    let s = Scenario::redfish("on", 1).await;
+    let client = s.client.clone();
+    let node = s.node("a", 0).await;
+    let name = node.name.clone();
+    let daemon = s.daemon().await;
 
     node.die("boot-1").await;
     let report = daemon.wait_rule(&name, "power-on", DECISION).await;
@@ -226,42 +148,19 @@ async fn never_fences_a_node_whose_bmc_reads_on() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn never_fences_when_the_bmc_is_unreachable_and_why_says_why() {
-    let client = support::k8s::client().await;
-    let group = unique("unreach");
-    let dir = tempfile::tempdir().unwrap();
-    let name = format!("{group}-a");
-    let pw = dir.path().join("pw");
-    std::fs::write(&pw, "not-the-real-secret-4711\n").unwrap();
-    // Nothing listens on this port.
-    let port = support::k8s::free_port();
-    let bmcs = format!(
-        r#"
-[[bmc]]
-nodes = ["{name}"]
-protocol = "redfish"
-address = "https://127.0.0.1:{port}"
-system = "/redfish/v1/Systems/1"
-username = "admin"
-password_file = "{}"
-tls_insecure = true
-timeout = "2s"
-"#,
-        pw.display()
-    );
-    let node = FakeNode::create(&client, &name, &group, "boot-1").await;
-    let daemon = RunningDaemon::start(&config(&group, "", &bmcs), dir).await;
+    let s = Scenario::without_machines("unreach").await;
+    s.map_unreachable("a");
+    let node = s
+        .node_reporting("a", "boot-1", KubeletIdentity::default())
+        .await;
+    let name = node.name.clone();
+    let daemon = s.daemon().await;
     node.die("boot-1").await;
     daemon.wait_rule(&name, "power-unknown", DECISION).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert!(!FakeNode::has_oos_taint(&node.get().await));
 
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_oobfence"))
-        .args(["why", "--config"])
-        .arg(&daemon.config_path)
-        .arg(&name)
-        .output()
-        .await
-        .unwrap();
+    let out = support::cli::oobfence_async(&["why", &name], &daemon.config_path).await;
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -272,29 +171,18 @@ timeout = "2s"
     assert!(stdout.contains("unreachable"), "{stdout}");
     assert!(stdout.contains("NotReady since"), "{stdout}");
     assert!(stdout.contains("power reads (newest last)"), "{stdout}");
-    assert!(!stdout.contains("not-the-real-secret-4711"), "{stdout}");
+    assert!(!stdout.contains(UNREACHABLE_BMC_PASSWORD), "{stdout}");
     daemon.stop().await;
     node.delete().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delete_node_action_deletes_the_node_and_keeps_a_backup() {
-    let client = support::k8s::client().await;
-    let emu = SushyEmulator::start(1).await;
-    let group = unique("delete");
-    let dir = tempfile::tempdir().unwrap();
-    let name = format!("{group}-a");
-    let bmcs = redfish_bmc(&name, &emu, 0, dir.path());
-    let node = FakeNode::create_as(
-        &client,
-        &name,
-        &group,
-        "boot-1",
-        KubeletIdentity::uuid(&emu.uuid(0)),
-    )
-    .await;
-    let daemon =
-        RunningDaemon::start(&config(&group, "action = \"delete-node\"", &bmcs), dir).await;
+    let s = Scenario::redfish("delete", 1).await;
+    let (client, emu) = (s.client.clone(), s.redfish_emulator());
+    let node = s.node("a", 0).await;
+    let name = node.name.clone();
+    let daemon = s.daemon_with_policy("action = \"delete-node\"").await;
     emu.set_power(0, false).await;
     emu.wait_power(0, "Off", POWER_CHANGE).await;
     node.die("boot-1").await;
@@ -308,29 +196,19 @@ async fn delete_node_action_deletes_the_node_and_keeps_a_backup() {
         .find(|e| e.reason.as_deref() == Some("OobfenceNodeDeleted"))
         .expect("backup event before the delete");
     let msg = backup.message.as_deref().unwrap();
-    assert!(msg.contains(TEST_LABEL) && msg.contains(&group), "{msg}");
+    assert!(msg.contains(TEST_LABEL) && msg.contains(&s.group), "{msg}");
     daemon.stop().await;
     node.delete().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dry_run_decides_but_writes_nothing() {
-    let client = support::k8s::client().await;
-    let emu = SushyEmulator::start(1).await;
-    let group = unique("dry");
-    let dir = tempfile::tempdir().unwrap();
-    let name = format!("{group}-a");
-    let bmcs = redfish_bmc(&name, &emu, 0, dir.path());
-    let node = FakeNode::create_as(
-        &client,
-        &name,
-        &group,
-        "boot-1",
-        KubeletIdentity::uuid(&emu.uuid(0)),
-    )
-    .await;
+    let s = Scenario::redfish("dry", 1).await;
+    let (client, emu) = (s.client.clone(), s.redfish_emulator());
+    let node = s.node("a", 0).await;
+    let name = node.name.clone();
     let before = node.get().await;
-    let daemon = RunningDaemon::start(&config(&group, "dry_run = true", &bmcs), dir).await;
+    let daemon = s.daemon_with_policy("dry_run = true").await;
     emu.set_power(0, false).await;
     emu.wait_power(0, "Off", POWER_CHANGE).await;
     node.die("boot-1").await;
@@ -368,21 +246,11 @@ async fn dry_run_decides_but_writes_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_back_with_the_same_boot_id_keeps_its_fence() {
-    let client = support::k8s::client().await;
-    let emu = SushyEmulator::start(1).await;
-    let group = unique("sameboot");
-    let dir = tempfile::tempdir().unwrap();
-    let name = format!("{group}-a");
-    let bmcs = redfish_bmc(&name, &emu, 0, dir.path());
-    let node = FakeNode::create_as(
-        &client,
-        &name,
-        &group,
-        "boot-1",
-        KubeletIdentity::uuid(&emu.uuid(0)),
-    )
-    .await;
-    let daemon = RunningDaemon::start(&config(&group, "", &bmcs), dir).await;
+    let s = Scenario::redfish("sameboot", 1).await;
+    let (client, emu) = (s.client.clone(), s.redfish_emulator());
+    let node = s.node("a", 0).await;
+    let name = node.name.clone();
+    let daemon = s.daemon().await;
     emu.set_power(0, false).await;
     emu.wait_power(0, "Off", POWER_CHANGE).await;
     node.die("boot-1").await;
@@ -505,21 +373,11 @@ async fn writes_refuse_a_node_re_registered_under_the_same_name() {
 /// does oobfence start counting.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_the_controller_marks_unknown_is_fenced() {
-    let client = support::k8s::client().await;
-    let emu = SushyEmulator::start(1).await;
-    let group = unique("lifecycle");
-    let dir = tempfile::tempdir().unwrap();
-    let name = format!("{group}-a");
-    let bmcs = redfish_bmc(&name, &emu, 0, dir.path());
-    let node = FakeNode::create_as(
-        &client,
-        &name,
-        &group,
-        "boot-1",
-        KubeletIdentity::uuid(&emu.uuid(0)),
-    )
-    .await;
-    let daemon = RunningDaemon::start(&config(&group, "", &bmcs), dir).await;
+    let s = Scenario::redfish("lifecycle", 1).await;
+    let (client, emu) = (s.client.clone(), s.redfish_emulator());
+    let node = s.node("a", 0).await;
+    let name = node.name.clone();
+    let daemon = s.daemon().await;
     emu.set_power(0, false).await;
     // No status post and no Lease renewal from here on: the controller must notice.
     let unknown = wait_for(
@@ -700,16 +558,8 @@ async fn only_recorded_volume_attachments_are_deleted() {
     let name = format!("{group}-a");
     let cluster = Cluster::new(client.clone(), "test");
     let vas: Api<VolumeAttachment> = Api::all(client.clone());
-    let va = |va_name: &str| -> VolumeAttachment {
-        serde_json::from_value(json!({
-            "metadata": {"name": va_name},
-            "spec": {
-                "attacher": "ebs.csi.aws.com",
-                "nodeName": name,
-                "source": {"persistentVolumeName": format!("pv-{va_name}")}
-            }
-        }))
-        .unwrap()
+    let va = |va_name: &str| {
+        volume_attachment(va_name, &name, "ebs.csi.aws.com", &format!("pv-{va_name}"))
     };
     let (old, reused, new) = (
         format!("{group}-old"),
@@ -768,27 +618,14 @@ async fn only_recorded_volume_attachments_are_deleted() {
 /// is known while the node is still healthy (metric, Event, `/nodes`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bmc_that_answers_for_another_machine_never_fences() {
-    let client = support::k8s::client().await;
-    let emu = SushyEmulator::start(2).await;
-    let group = unique("mismatch");
-    let dir = tempfile::tempdir().unwrap();
-    let name = format!("{group}-a");
+    let s = Scenario::redfish("mismatch", 2).await;
+    let (client, emu) = (s.client.clone(), s.redfish_emulator());
     // The node's kubelet reports machine 1; the entry (a copy-paste slip) reads machine 0.
-    let bmcs = redfish_bmc(&name, &emu, 0, dir.path());
-    let node = FakeNode::create_as(
-        &client,
-        &name,
-        &group,
-        "boot-1",
-        KubeletIdentity::uuid(&emu.uuid(1)),
-    )
-    .await;
-    let daemon = RunningDaemon::start(&config(&group, "", &bmcs), dir).await;
-    let report = wait_for("mismatch found while healthy", DECISION, || async {
-        let r = daemon.report(&name).await?;
-        (r["identity"]["verdict"] == "mismatch").then_some(r)
-    })
-    .await;
+    s.map("a", 0);
+    let node = s.node_reporting("a", "boot-1", s.identity(1).await).await;
+    let name = node.name.clone();
+    let daemon = s.daemon().await;
+    let report = daemon.wait_identity(&name, "mismatch", DECISION).await;
     assert_eq!(report["state"], "healthy");
     // The metrics follow on the next decision pass.
     let problem = format!(

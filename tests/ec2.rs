@@ -9,23 +9,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::api::storage::v1::{
-    VolumeAttachment, VolumeAttachmentSource, VolumeAttachmentSpec,
-};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Api, Patch, PatchParams, PostParams};
-use serde_json::json;
+use k8s_openapi::api::storage::v1::VolumeAttachment;
+use kube::api::{Api, PostParams};
 
 use oobfence::config::{AwsConfig, Config};
 use oobfence::identity::{MachineIdentity, NodeIdentity, verify};
 use oobfence::power::ec2::{Ec2Reader, Ec2Source, volume_ids};
 use oobfence::power::{PowerSource, PowerSources, PowerState, ReadErrorKind, Reply};
-use support::k8s::{
-    FakeNode, KubeletIdentity, RunningDaemon, TEST_LABEL, events_for, unique, wait_for,
-};
+use support::k8s::{FakeNode, KubeletIdentity, events_for, volume_attachment, wait_for};
 use support::moto::{
-    CountingProxy, MotoServer, attach_data_volume, client_in, run_instances, run_instances_in,
+    CountingProxy, MotoServer, ZONE, attach_data_volume, client_in, describe_instance, kubelet_of,
+    provider_id, run_instances, run_instances_in,
 };
+use support::scenario::{FIRST_BOOT, Scenario};
 
 fn config(endpoint: &str, timeout: &str) -> Config {
     let text = format!(
@@ -98,22 +94,6 @@ async fn instance_states_map_to_power_states_with_volumes_as_evidence() {
     assert!(r.still_attached(stopped, &[data]).await.unwrap().is_empty());
 }
 
-/// What DescribeInstances itself says about `id`, fetched with the SDK client.
-async fn described(ec2: &aws_sdk_ec2::Client, id: &str) -> aws_sdk_ec2::types::Instance {
-    let out = ec2
-        .describe_instances()
-        .instance_ids(id)
-        .send()
-        .await
-        .expect("DescribeInstances");
-    out.reservations()
-        .iter()
-        .flat_map(|r| r.instances())
-        .find(|i| i.instance_id() == Some(id))
-        .unwrap_or_else(|| panic!("{id} is not in {out:?}"))
-        .clone()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_report_the_instance_addresses_describe_instances_shows() {
     let moto = MotoServer::start().await;
@@ -128,7 +108,7 @@ async fn reads_report_the_instance_addresses_describe_instances_shows() {
     let r = reader(&moto.endpoint()).await;
 
     for (id, want_state) in [(running, PowerState::On), (stopped, PowerState::Off)] {
-        let truth = described(&ec2, id).await;
+        let truth = describe_instance(&ec2, id).await;
         let ip = truth.private_ip_address().expect("moto gives a private IP");
         let dns = truth
             .private_dns_name()
@@ -526,152 +506,52 @@ async fn throttling_and_auth_failures_are_error_reads_and_counted() {
     );
 }
 
-fn ec2_config(group: &str, endpoint: &str, nodes: &[&str]) -> String {
-    let globs: Vec<String> = nodes.iter().map(|n| format!("\"{n}\"")).collect();
-    format!(
-        r#"
-datacenter = "test"
-[kubernetes]
-kubeconfig = "{{kubeconfig}}"
-node_selector = "{TEST_LABEL}={group}"
-[policy]
-not_ready_grace = "2s"
-confirm_reads = 2
-confirm_interval = "1s"
-read_max_age = "10s"
-recheck_interval = "2s"
-[server]
-listen = "{{listen}}"
-[aws]
-region = "us-east-1"
-nodes = [{}]
-endpoint_url = "{endpoint}"
-"#,
-        globs.join(", ")
-    )
-}
-
-async fn set_provider_id(node: &FakeNode, instance: &str) {
-    set_provider_id_in(node, "us-east-1a", instance).await;
-}
-
-async fn set_provider_id_in(node: &FakeNode, zone: &str, instance: &str) {
-    node.nodes()
-        .patch(
-            &node.name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"providerID": format!("aws:///{zone}/{instance}")}})),
-        )
-        .await
-        .unwrap();
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stopped_instance_is_tainted_and_terminated_one_is_deleted_with_its_attachments() {
-    support::moto::require_test_aws_env();
-    let client = support::k8s::client().await;
-    let moto = MotoServer::start().await;
-    let ec2 = moto.client();
-    let ids = run_instances(&ec2, 4).await;
+    let s = Scenario::ec2("ec2", 4).await;
+    let (client, ec2) = (s.client.clone(), s.moto().client());
+    let ids: Vec<String> = (0..4).map(|i| s.instance(i).to_string()).collect();
     // An instance of another region, and a node whose providerID claims us-west-2a for it.
-    let west = support::moto::client_in(&moto.endpoint(), "us-west-2");
-    let west_id = support::moto::run_instances_in(&west, 1, "us-west-2a").await;
-    let group = unique("ec2");
-    let (stopped_name, terminated_name, running_name, impostor_name, west_name) = (
-        format!("{group}-stopped"),
-        format!("{group}-terminated"),
-        format!("{group}-running"),
-        format!("{group}-impostor"),
-        format!("{group}-west"),
-    );
-    let stopped = FakeNode::create_as(
-        &client,
-        &stopped_name,
-        &group,
-        "b1",
-        support::moto::kubelet_of(&ec2, &ids[0]).await,
-    )
-    .await;
-    let terminated = FakeNode::create_as(
-        &client,
-        &terminated_name,
-        &group,
-        "b1",
-        support::moto::kubelet_of(&ec2, &ids[1]).await,
-    )
-    .await;
-    let running = FakeNode::create_as(
-        &client,
-        &running_name,
-        &group,
-        "b1",
-        support::moto::kubelet_of(&ec2, &ids[2]).await,
-    )
-    .await;
+    let west = client_in(&s.moto().endpoint(), "us-west-2");
+    let west_id = run_instances_in(&west, 1, "us-west-2a").await;
+    let stopped = s.node("stopped", 0).await;
+    let terminated = s.node("terminated", 1).await;
+    let running = s.node("running", 2).await;
     // Its providerID points at instance 3 (a slip), but its kubelet is another machine.
-    let impostor = FakeNode::create_as(
-        &client,
-        &impostor_name,
-        &group,
-        "b1",
-        KubeletIdentity::instance("10.99.99.99", "ip-10-99-99-99.ec2.internal"),
-    )
-    .await;
-    let west_node = FakeNode::create_as(
-        &client,
-        &west_name,
-        &group,
-        "b1",
-        support::moto::kubelet_of(&west, &west_id[0]).await,
-    )
-    .await;
-    set_provider_id(&stopped, &ids[0]).await;
-    set_provider_id(&terminated, &ids[1]).await;
-    set_provider_id(&running, &ids[2]).await;
-    set_provider_id(&impostor, &ids[3]).await;
-    set_provider_id_in(&west_node, "us-west-2a", &west_id[0]).await;
+    let impostor = s
+        .node_reporting(
+            "impostor",
+            FIRST_BOOT,
+            KubeletIdentity::instance("10.99.99.99", "ip-10-99-99-99.ec2.internal"),
+        )
+        .await;
+    impostor.set_provider_id(&provider_id(ZONE, &ids[3])).await;
+    let west_node = s
+        .node_reporting("west", FIRST_BOOT, kubelet_of(&west, &west_id[0]).await)
+        .await;
+    west_node
+        .set_provider_id(&provider_id("us-west-2a", &west_id[0]))
+        .await;
+    let (stopped_name, terminated_name, running_name, impostor_name, west_name) = (
+        stopped.name.clone(),
+        terminated.name.clone(),
+        running.name.clone(),
+        impostor.name.clone(),
+        west_node.name.clone(),
+    );
     let data = attach_data_volume(&ec2, &ids[0]).await;
 
     // A VolumeAttachment for the node that will be terminated.
     let vas: Api<VolumeAttachment> = Api::all(client.clone());
-    let va_name = format!("{group}-va");
+    let va_name = s.name("va");
     vas.create(
         &PostParams::default(),
-        &VolumeAttachment {
-            metadata: ObjectMeta {
-                name: Some(va_name.clone()),
-                ..Default::default()
-            },
-            spec: VolumeAttachmentSpec {
-                attacher: "ebs.csi.aws.com".into(),
-                node_name: terminated_name.clone(),
-                source: VolumeAttachmentSource {
-                    persistent_volume_name: Some("pv-test".into()),
-                    ..Default::default()
-                },
-            },
-            status: None,
-        },
+        &volume_attachment(&va_name, &terminated_name, "ebs.csi.aws.com", "pv-test"),
     )
     .await
     .unwrap();
 
-    let dir = tempfile::tempdir().unwrap();
-    let daemon = RunningDaemon::start(
-        &ec2_config(
-            &group,
-            &moto.endpoint(),
-            &[
-                &stopped_name,
-                &terminated_name,
-                &running_name,
-                &impostor_name,
-                &west_name,
-            ],
-        ),
-        dir,
-    )
-    .await;
+    let daemon = s.daemon().await;
     // While the nodes are healthy, oobfence learns that us-east-1 answers for each instance
     // (the binding a terminated instance's "gone" answers rely on), and finds the impostor.
     let limit = Duration::from_secs(45);
@@ -680,11 +560,7 @@ async fn stopped_instance_is_tainted_and_terminated_one_is_deleted_with_its_atta
         (&terminated_name, "match"),
         (&impostor_name, "mismatch"),
     ] {
-        wait_for(&format!("identity of {name} learnt"), limit, || async {
-            let r = daemon.report(name).await?;
-            (r["identity"]["verdict"] == verdict).then_some(())
-        })
-        .await;
+        daemon.wait_identity(name, verdict, limit).await;
     }
     let west_report = daemon.report(&west_name).await.unwrap();
     assert!(
@@ -709,11 +585,11 @@ async fn stopped_instance_is_tainted_and_terminated_one_is_deleted_with_its_atta
         .send()
         .await
         .unwrap();
-    stopped.die("b1").await;
-    terminated.die("b1").await;
-    running.die("b1").await;
-    impostor.die("b1").await;
-    west_node.die("b1").await;
+    stopped.die(FIRST_BOOT).await;
+    terminated.die(FIRST_BOOT).await;
+    running.die(FIRST_BOOT).await;
+    impostor.die(FIRST_BOOT).await;
+    west_node.die(FIRST_BOOT).await;
 
     wait_for("stopped instance's node tainted", limit, || async {
         let n: Node = stopped.get().await;
@@ -823,43 +699,14 @@ async fn stopped_instance_is_tainted_and_terminated_one_is_deleted_with_its_atta
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn probe_prints_state_and_held_volumes() {
-    support::moto::require_test_aws_env();
-    let client = support::k8s::client().await;
-    let moto = MotoServer::start().await;
-    let ec2 = moto.client();
-    let ids = run_instances(&ec2, 1).await;
-    let data = attach_data_volume(&ec2, &ids[0]).await;
-    ec2.stop_instances()
-        .instance_ids(&ids[0])
-        .send()
-        .await
-        .unwrap();
-    let group = unique("ec2probe");
-    let name = format!("{group}-a");
-    let node = FakeNode::create_as(
-        &client,
-        &name,
-        &group,
-        "b1",
-        support::moto::kubelet_of(&ec2, &ids[0]).await,
-    )
-    .await;
-    set_provider_id(&node, &ids[0]).await;
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("dc.toml");
-    let text = ec2_config(&group, &moto.endpoint(), &[&name])
-        .replace(
-            "{kubeconfig}",
-            &support::k8s::kubeconfig_path().display().to_string(),
-        )
-        .replace("{listen}", "127.0.0.1:0");
-    std::fs::write(&path, text).unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_oobfence"))
-        .args(["probe", "--config"])
-        .arg(&path)
-        .arg(&name)
-        .output()
-        .unwrap();
+    let s = Scenario::ec2("ec2probe", 1).await;
+    let (ec2, id) = (s.moto().client(), s.instance(0));
+    let data = attach_data_volume(&ec2, id).await;
+    ec2.stop_instances().instance_ids(id).send().await.unwrap();
+    let node = s.node("a", 0).await;
+    let name = &node.name;
+    let path = s.write_config(&support::k8s::kubeconfig_path(), "127.0.0.1:0");
+    let out = support::cli::oobfence(&["probe", name], &path);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -867,7 +714,7 @@ async fn probe_prints_state_and_held_volumes() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(
-        stdout.starts_with(&format!("{name}: Off (ec2 us-east-1/{}", ids[0])),
+        stdout.starts_with(&format!("{name}: Off (ec2 us-east-1/{id}")),
         "{stdout}"
     );
     assert!(
@@ -875,7 +722,7 @@ async fn probe_prints_state_and_held_volumes() {
         "{stdout}"
     );
     assert!(
-        stdout.contains(&format!("identity: instance {}, private IP", ids[0])),
+        stdout.contains(&format!("identity: instance {id}, private IP")),
         "{stdout}"
     );
     node.delete().await;

@@ -6,43 +6,24 @@
 mod support;
 
 use std::net::{SocketAddr, UdpSocket};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use futures::future::join_all;
 use std::time::{Duration, Instant};
 
-use oobfence::config::{BmcEntry, Config};
+use oobfence::config::BmcEntry;
 use oobfence::identity::{MachineIdentity, NodeIdentity, verify};
 use oobfence::power::ipmi::IpmiSource;
 use oobfence::power::{PowerSource, PowerState, ReadErrorKind};
+use support::cli::oobfence;
 use support::ipmi_sim::{self, IpmiSim};
+use support::scenario::{Scenario, parsed_bmc_entry};
 
 /// A `[[bmc]]` entry built through the real config parser. `extra` adds TOML keys.
 fn bmc(dir: &Path, address: &str, user: &str, password: &str, extra: &str) -> BmcEntry {
-    let pw: PathBuf = dir.join(format!("pw-{}", unique()));
-    std::fs::write(&pw, format!("{password}\n")).unwrap();
-    let text = format!(
-        "datacenter = \"test\"\n\
-         [[bmc]]\n\
-         nodes = [\"n1\"]\n\
-         protocol = \"ipmi\"\n\
-         address = \"{address}\"\n\
-         username = \"{user}\"\n\
-         password_file = \"{}\"\n\
-         {extra}\n",
-        pw.display()
-    );
-    let cfg = Config::parse(&text, Path::new("test.toml"))
-        .unwrap_or_else(|e| panic!("test config does not parse: {e}\n{text}"));
-    cfg.bmc.into_iter().next().unwrap()
-}
-
-fn unique() -> u64 {
-    use std::sync::atomic::AtomicU64;
-    static N: AtomicU64 = AtomicU64::new(0);
-    N.fetch_add(1, Ordering::Relaxed)
+    parsed_bmc_entry("ipmi", dir, address, user, password, extra)
 }
 
 fn admin_source(sim: &IpmiSim, extra: &str) -> IpmiSource {
@@ -775,16 +756,6 @@ async fn twenty_bmcs_read_concurrently_without_session_leaks() {
 
 // --- the binary: probe and check-config ----------------------------------------------------
 
-fn oobfence(args: &[&str], config: &Path) -> std::process::Output {
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_oobfence"));
-    cmd.args(&args[..1])
-        .arg("--config")
-        .arg(config)
-        .args(&args[1..]);
-    cmd.env_remove("CREDENTIALS_DIRECTORY");
-    cmd.output().expect("run oobfence")
-}
-
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
@@ -940,44 +911,16 @@ fn unsupported_ipmi_settings_are_config_errors() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_config_probe_reads_ipmi_nodes_of_the_cluster() {
-    let client = support::k8s::client().await;
-    let sim = IpmiSim::start();
-    let group = support::k8s::unique("ipmiprobe");
-    let mapped = format!("{group}-a");
-    let a = support::k8s::FakeNode::create_as(
-        &client,
-        &mapped,
-        &group,
-        "b",
-        support::k8s::KubeletIdentity::uuid(&sim.uuid()),
-    )
-    .await;
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("pw"), format!("{}\n", ipmi_sim::PASSWORD)).unwrap();
-    let path = dir.path().join("dc1.toml");
-    let cfg = ipmi_config(
-        dir.path(),
-        &support::k8s::kubeconfig_path(),
-        &format!("\"{mapped}\""),
-        &sim.address(),
-        "",
-    )
-    .replace(
-        "[server]",
-        &format!(
-            "node_selector = \"{}={group}\"\n[server]",
-            support::k8s::TEST_LABEL
-        ),
-    );
-    std::fs::write(&path, cfg).unwrap();
-    let o = tokio::task::spawn_blocking(move || oobfence(&["check-config", "--probe"], &path))
-        .await
-        .unwrap();
+    let s = Scenario::ipmi("ipmiprobe", 1).await;
+    let sim = s.ipmi_sim(0);
+    let a = s.node("a", 0).await;
+    let path = s.write_config(&support::k8s::kubeconfig_path(), "127.0.0.1:0");
+    let o = support::cli::oobfence_async(&["check-config", "--probe"], &path).await;
     let out = text(&o.stdout);
     assert!(o.status.success(), "{out} {}", text(&o.stderr));
     let row = out
         .lines()
-        .find(|l| l.starts_with(&mapped))
+        .find(|l| l.starts_with(&a.name))
         .unwrap_or_else(|| panic!("{out}"));
     assert!(row.contains("ipmi") && row.contains(" On"), "{row}");
     assert!(row.contains("match: system UUID"), "{row}");
@@ -989,97 +932,35 @@ async fn check_config_probe_reads_ipmi_nodes_of_the_cluster() {
 
 const DECISION: Duration = Duration::from_secs(45);
 
-fn daemon_config(group: &str, bmcs: &str) -> String {
-    format!(
-        r#"
-datacenter = "test"
-[kubernetes]
-kubeconfig = "{{kubeconfig}}"
-node_selector = "{}={group}"
-[policy]
-not_ready_grace = "2s"
-confirm_reads = 2
-confirm_interval = "1s"
-read_max_age = "10s"
-recheck_interval = "2s"
-[server]
-listen = "{{listen}}"
-{bmcs}
-"#,
-        support::k8s::TEST_LABEL
-    )
-}
-
-fn ipmi_bmc(node: &str, sim: &IpmiSim, dir: &Path) -> String {
-    let pw = dir.join(format!("pw-{node}"));
-    std::fs::write(&pw, format!("{}\n", ipmi_sim::PASSWORD)).unwrap();
-    format!(
-        r#"
-[[bmc]]
-nodes = ["{node}"]
-protocol = "ipmi"
-address = "{}"
-username = "{}"
-password_file = "{}"
-cipher_suite = 3
-privilege = "administrator"
-timeout = "3s"
-"#,
-        sim.address(),
-        ipmi_sim::USERNAME,
-        pw.display()
-    )
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_daemon_fences_an_ipmi_node_that_reads_off_never_one_that_reads_on() {
     use oobfence::cluster;
-    use support::k8s::{
-        FakeNode, KubeletIdentity, RunningDaemon, annotation, keep_taint, taints, unique, wait_for,
-    };
+    use support::k8s::{FakeNode, KubeletIdentity, annotation, keep_taint, taints, wait_for};
 
-    let client = support::k8s::client().await;
-    let off_sim = IpmiSim::start();
-    let on_sim = IpmiSim::start();
-    let other_sim = IpmiSim::start();
-    let group = unique("ipmi");
-    let dir = tempfile::tempdir().unwrap();
-    let dead = format!("{group}-off");
-    let alive = format!("{group}-on");
-    let impostor = format!("{group}-impostor");
-    let bmcs = ipmi_bmc(&dead, &off_sim, dir.path())
-        + &ipmi_bmc(&alive, &on_sim, dir.path())
-        + &ipmi_bmc(&impostor, &other_sim, dir.path());
+    let s = Scenario::ipmi("ipmi", 3).await;
+    let client = s.client.clone();
+    let (off_sim, on_sim) = (s.ipmi_sim(0), s.ipmi_sim(1));
+    let other_sim = s.ipmi_sim(2);
     // The kubelets report their SMBIOS UUID; each BMC's System GUID stands for it in one of the
     // byte orders BMCs use (the SMBIOS layout for one, as sent for the other).
     let smbios_form = off_sim.uuid_forms()[0].clone();
     assert_ne!(smbios_form, off_sim.uuid(), "the SMBIOS decoding differs");
-    let dead_node = FakeNode::create_as(
-        &client,
-        &dead,
-        &group,
-        "boot-1",
-        KubeletIdentity::uuid(&smbios_form),
-    )
-    .await;
-    let alive_node = FakeNode::create_as(
-        &client,
-        &alive,
-        &group,
-        "boot-1",
-        KubeletIdentity::uuid(&on_sim.uuid()),
-    )
-    .await;
+    s.map("off", 0);
+    let dead_node = s
+        .node_reporting("off", "boot-1", KubeletIdentity::uuid(&smbios_form))
+        .await;
+    let alive_node = s.node("on", 1).await;
     // Mapped to other_sim's BMC, but its kubelet is the machine behind on_sim: a re-cabled BMC.
-    let impostor_node = FakeNode::create_as(
-        &client,
-        &impostor,
-        &group,
-        "boot-1",
-        KubeletIdentity::uuid(&on_sim.uuid()),
-    )
-    .await;
-    let daemon = RunningDaemon::start(&daemon_config(&group, &bmcs), dir).await;
+    s.map("impostor", 2);
+    let impostor_node = s
+        .node_reporting("impostor", "boot-1", s.identity(1).await)
+        .await;
+    let (dead, alive, impostor) = (
+        dead_node.name.clone(),
+        alive_node.name.clone(),
+        impostor_node.name.clone(),
+    );
+    let daemon = s.daemon().await;
 
     off_sim.set_power(false);
     other_sim.set_power(false);
@@ -1131,13 +1012,7 @@ async fn the_daemon_fences_an_ipmi_node_that_reads_off_never_one_that_reads_on()
     assert!(!FakeNode::has_oos_taint(&impostor_node.get().await));
 
     // `why` shows the IPMI evidence.
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_oobfence"))
-        .args(["why", "--config"])
-        .arg(&daemon.config_path)
-        .arg(&dead)
-        .output()
-        .await
-        .unwrap();
+    let out = support::cli::oobfence_async(&["why", &dead], &daemon.config_path).await;
     let why = text(&out.stdout);
     assert!(out.status.success(), "{why} {}", text(&out.stderr));
     assert!(why.contains("ipmi"), "{why}");

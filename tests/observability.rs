@@ -13,89 +13,18 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use k8s_openapi::api::storage::v1::{
-    VolumeAttachment, VolumeAttachmentSource, VolumeAttachmentSpec,
-};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::api::{Api, DeleteParams, PostParams};
 
 use oobfence::journal::{self, Record, RecordKind};
-use support::k8s::{
-    FakeNode, KubeletIdentity, RunningDaemon, TEST_LABEL, events_for, unique, wait_for,
-};
-use support::sushy::SushyEmulator;
+use support::k8s::{KubeletIdentity, RunningDaemon, events_for, volume_attachment, wait_for};
+use support::scenario::{DATACENTER, Scenario, UNREACHABLE_BMC_PASSWORD};
 
 const DECISION: Duration = Duration::from_secs(45);
 const POWER_CHANGE: Duration = Duration::from_secs(30);
 
 fn repo(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
-}
-
-fn config(group: &str, journal: &Path, bmcs: &str) -> String {
-    format!(
-        r#"
-datacenter = "obs"
-[kubernetes]
-kubeconfig = "{{kubeconfig}}"
-node_selector = "{TEST_LABEL}={group}"
-[policy]
-not_ready_grace = "2s"
-confirm_reads = 2
-confirm_interval = "1s"
-read_max_age = "10s"
-recheck_interval = "2s"
-[server]
-listen = "{{listen}}"
-[journal]
-path = "{}"
-{bmcs}
-"#,
-        journal.display()
-    )
-}
-
-fn redfish_bmc(node: &str, emu: &SushyEmulator, system: usize, dir: &Path) -> String {
-    let pw = dir.join("bmc-password");
-    std::fs::write(&pw, "password\n").unwrap();
-    format!(
-        r#"
-[[bmc]]
-nodes = ["{node}"]
-protocol = "redfish"
-address = "{}"
-system = "{}"
-username = "admin"
-password_file = "{}"
-ca_file = "{}"
-timeout = "5s"
-"#,
-        emu.base_url(),
-        emu.system_path(system),
-        pw.display(),
-        emu.cert_pem_path().display()
-    )
-}
-
-/// A BMC entry nothing answers for.
-fn dead_bmc(node: &str, dir: &Path) -> String {
-    let pw = dir.join("dead-bmc-password");
-    std::fs::write(&pw, "not-the-real-secret-5813\n").unwrap();
-    format!(
-        r#"
-[[bmc]]
-nodes = ["{node}"]
-protocol = "redfish"
-address = "https://127.0.0.1:{}"
-system = "/redfish/v1/Systems/1"
-username = "admin"
-password_file = "{}"
-tls_insecure = true
-timeout = "1s"
-"#,
-        support::k8s::free_port(),
-        pw.display()
-    )
 }
 
 /// Metric families served, by name, with their type and HELP text.
@@ -198,10 +127,8 @@ async fn wait_metric(daemon: &RunningDaemon, what: &str, check: impl Fn(&str) ->
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_metric_the_rules_dashboard_and_runbook_use_is_served() {
-    let group = unique("obsnames");
-    let dir = tempfile::tempdir().unwrap();
-    let journal_path = dir.path().join("journal.jsonl");
-    let daemon = RunningDaemon::start(&config(&group, &journal_path, ""), dir).await;
+    let s = Scenario::without_machines("obsnames").await;
+    let daemon = s.daemon().await;
     let exposition = daemon.metrics().await;
     daemon.stop().await;
 
@@ -286,51 +213,28 @@ async fn every_metric_the_rules_dashboard_and_runbook_use_is_served() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_journal_and_why_follow_a_fence_its_volumes_and_the_recovery() {
-    let client = support::k8s::client().await;
-    let emu = SushyEmulator::start(1).await;
-    let group = unique("obs");
-    let dir = tempfile::tempdir().unwrap();
-    let keep = tempfile::tempdir().unwrap();
-    let journal_path = keep.path().join("state/obs.journal.jsonl");
-    let dead_name = format!("{group}-a");
-    let dark_name = format!("{group}-b");
-    let bmcs = redfish_bmc(&dead_name, &emu, 0, dir.path()) + &dead_bmc(&dark_name, dir.path());
-    let config_text = config(&group, &journal_path, &bmcs);
-
-    let dead = FakeNode::create_as(
-        &client,
-        &dead_name,
-        &group,
-        "boot-1",
-        KubeletIdentity::uuid(&emu.uuid(0)),
-    )
-    .await;
-    let dark = FakeNode::create(&client, &dark_name, &group, "boot-7").await;
+    let s = Scenario::redfish("obs", 1).await;
+    let (client, emu) = (s.client.clone(), s.redfish_emulator());
+    // The journal outlives the daemon, in the scenario's directory.
+    let journal_path = s.journal();
+    let dead = s.node("a", 0).await;
+    s.map_unreachable("b");
+    let dark = s
+        .node_reporting("b", "boot-7", KubeletIdentity::default())
+        .await;
+    let (dead_name, dark_name) = (dead.name.clone(), dark.name.clone());
     // A volume attached to the machine that is about to die.
     let vas: Api<VolumeAttachment> = Api::all(client.clone());
-    let va_name = format!("{group}-va");
+    let va_name = s.name("va");
+    let pv = s.name("pv");
     vas.create(
         &PostParams::default(),
-        &VolumeAttachment {
-            metadata: ObjectMeta {
-                name: Some(va_name.clone()),
-                ..Default::default()
-            },
-            spec: VolumeAttachmentSpec {
-                attacher: "csi.oobfence.test".into(),
-                node_name: dead_name.clone(),
-                source: VolumeAttachmentSource {
-                    persistent_volume_name: Some(format!("{group}-pv")),
-                    ..Default::default()
-                },
-            },
-            status: None,
-        },
+        &volume_attachment(&va_name, &dead_name, "csi.oobfence.test", &pv),
     )
     .await
     .expect("create VolumeAttachment");
 
-    let daemon = RunningDaemon::start(&config_text, dir).await;
+    let daemon = s.daemon().await;
     let digest = journal::sha256_hex(
         std::fs::read_to_string(&daemon.config_path)
             .unwrap()
@@ -457,7 +361,7 @@ async fn metrics_journal_and_why_follow_a_fence_its_volumes_and_the_recovery() {
     assert_eq!(fence.result, "success");
     assert_eq!(fence.event, "OobfenceFenced");
     assert_eq!(fence.rule, "confirmed-off");
-    assert_eq!(fence.datacenter, "obs");
+    assert_eq!(fence.datacenter, DATACENTER);
     assert_eq!(fence.config_digest, digest);
     assert_eq!(fence.inputs.ready, "NotReady");
     assert!(fence.inputs.not_ready_since.is_some());
@@ -479,7 +383,7 @@ async fn metrics_journal_and_why_follow_a_fence_its_volumes_and_the_recovery() {
     );
     let raw = std::fs::read_to_string(&journal_path).unwrap();
     assert!(
-        !raw.contains("not-the-real-secret-5813"),
+        !raw.contains(UNREACHABLE_BMC_PASSWORD),
         "a secret in the journal"
     );
     assert!(!raw.contains("password\""), "a secret in the journal");
@@ -550,22 +454,16 @@ async fn metrics_journal_and_why_follow_a_fence_its_volumes_and_the_recovery() {
     // With the daemon gone, `why` still tells the story from the journal.
     let listen = daemon.listen.clone();
     daemon.stop().await;
-    let why_config = keep.path().join("why.toml");
+    let why_config = s.dir().join("why.toml");
     std::fs::write(
         &why_config,
         format!(
-            "datacenter = \"obs\"\n[server]\nlisten = \"{listen}\"\n[journal]\npath = \"{}\"\n",
+            "datacenter = \"{DATACENTER}\"\n[server]\nlisten = \"{listen}\"\n[journal]\npath = \"{}\"\n",
             journal_path.display()
         ),
     )
     .unwrap();
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_oobfence"))
-        .args(["why", "--config"])
-        .arg(&why_config)
-        .arg(a)
-        .output()
-        .await
-        .unwrap();
+    let out = support::cli::oobfence_async(&["why", a], &why_config).await;
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");

@@ -22,8 +22,8 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 
 use oobfence::kubeconfig::{NEEDED, NOT_NEEDED, allowed};
-use support::k8s::{FakeNode, RunningDaemon, TEST_LABEL, events_for, unique, wait_for};
-use support::sushy::SushyEmulator;
+use support::k8s::{FakeNode, events_for, unique, wait_for};
+use support::scenario::Scenario;
 
 const RBAC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/rbac.yaml");
 
@@ -386,58 +386,13 @@ async fn the_token_may_do_the_daemons_work_and_nothing_more() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_daemon_fences_with_nothing_but_the_minted_kubeconfig() {
-    let admin = support::k8s::client().await;
-    let dir = tempfile::tempdir().unwrap();
-    let (kubeconfig, _) = service_account_client(&admin, dir.path()).await;
-    let emu = SushyEmulator::start(1).await;
-    let group = unique("rbac-fence");
-    let name = format!("{group}-a");
-    let node = FakeNode::create_as(
-        &admin,
-        &name,
-        &group,
-        "boot-1",
-        support::k8s::KubeletIdentity::uuid(&emu.uuid(0)),
-    )
-    .await;
-    let password = dir.path().join("bmc-password");
-    std::fs::write(&password, format!("{}\n", support::sushy::PASSWORD)).unwrap();
-    let config = format!(
-        r#"
-datacenter = "rbac-test"
-[kubernetes]
-kubeconfig = "{kubeconfig}"
-node_selector = "{TEST_LABEL}={group}"
-[policy]
-not_ready_grace = "2s"
-confirm_reads = 2
-confirm_interval = "1s"
-read_max_age = "10s"
-recheck_interval = "2s"
-[server]
-listen = "{{listen}}"
-[journal]
-path = "{journal}"
-[[bmc]]
-nodes = ["{name}"]
-protocol = "redfish"
-address = "{address}"
-system = "{system}"
-username = "{user}"
-password_file = "{password}"
-ca_file = "{ca}"
-"#,
-        kubeconfig = kubeconfig.display(),
-        journal = dir.path().join("journal.jsonl").display(),
-        address = emu.base_url(),
-        system = emu.system_path(0),
-        user = support::sushy::USERNAME,
-        password = password.display(),
-        ca = emu.cert_pem_path().display(),
-    );
+    let s = Scenario::redfish("rbac-fence", 1).await;
+    let (admin, emu) = (s.client.clone(), s.redfish_emulator());
+    let (kubeconfig, _) = service_account_client(&admin, s.dir()).await;
+    let node = s.node("a", 0).await;
+    let name = node.name.clone();
     // Ready only once both watches (Nodes, Leases) work with the ServiceAccount's token.
-    let daemon_dir = tempfile::tempdir().unwrap();
-    let daemon = RunningDaemon::start(&config, daemon_dir).await;
+    let daemon = s.daemon_with_kubeconfig(&kubeconfig).await;
 
     emu.set_power(0, false).await;
     emu.wait_power(0, "Off", Duration::from_secs(30)).await;

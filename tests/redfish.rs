@@ -7,37 +7,16 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use oobfence::config::{BmcEntry, Config};
+use oobfence::config::BmcEntry;
 use oobfence::identity::MachineIdentity;
 use oobfence::power::redfish::{RedfishSource, parse_reply};
 use oobfence::power::{PowerSource, PowerState, ReadErrorKind};
+use support::scenario::parsed_bmc_entry;
 use support::sushy::{self, SushyEmulator};
 
 /// A `[[bmc]]` entry built through the real config parser. `extra` adds TOML keys.
 fn bmc(dir: &Path, address: &str, password: &str, extra: &str) -> BmcEntry {
-    let pw: PathBuf = dir.join(format!("pw-{}", unique()));
-    std::fs::write(&pw, format!("{password}\n")).unwrap();
-    let text = format!(
-        "datacenter = \"test\"\n\
-         [[bmc]]\n\
-         nodes = [\"n1\"]\n\
-         protocol = \"redfish\"\n\
-         address = \"{address}\"\n\
-         username = \"{}\"\n\
-         password_file = \"{}\"\n\
-         {extra}\n",
-        sushy::USERNAME,
-        pw.display()
-    );
-    let cfg = Config::parse(&text, Path::new("test.toml"))
-        .unwrap_or_else(|e| panic!("test config does not parse: {e}\n{text}"));
-    cfg.bmc.into_iter().next().unwrap()
-}
-
-fn unique() -> u64 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static N: AtomicU64 = AtomicU64::new(0);
-    N.fetch_add(1, Ordering::Relaxed)
+    parsed_bmc_entry("redfish", dir, address, sushy::USERNAME, password, extra)
 }
 
 fn pinned(emu: &SushyEmulator) -> String {

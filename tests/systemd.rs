@@ -17,7 +17,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use support::k8s::{FakeNode, TEST_LABEL, free_port, kubeconfig_path, unique};
+use support::k8s::{KubeletIdentity, free_port, kubeconfig_path};
+use support::scenario::Scenario;
 
 /// What WatchdogSec=30s hands a service: the daemon must ping well within half of it.
 const WATCHDOG_USEC: &str = "30000000";
@@ -160,29 +161,6 @@ impl Daemon {
     }
 }
 
-fn config(dir: &Path, kubeconfig: &Path, group: &str, listen: &str, bmcs: &str) -> PathBuf {
-    let text = format!(
-        r#"
-datacenter = "notify-test"
-[kubernetes]
-kubeconfig = "{}"
-node_selector = "{TEST_LABEL}={group}"
-[policy]
-not_ready_grace = "2s"
-[server]
-listen = "{listen}"
-[journal]
-path = "{}"
-{bmcs}
-"#,
-        kubeconfig.display(),
-        dir.join("journal.jsonl").display()
-    );
-    let path = dir.join("dc.toml");
-    std::fs::write(&path, text).unwrap();
-    path
-}
-
 /// Largest gap between consecutive instants, and from the last one to `end`.
 fn largest_gap(times: &[Instant], end: Instant) -> Duration {
     times
@@ -195,15 +173,17 @@ fn largest_gap(times: &[Instant], end: Instant) -> Duration {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reports_ready_after_sync_then_status_and_a_steady_watchdog() {
-    let client = support::k8s::client().await;
-    let group = unique("notify");
-    let a = FakeNode::create(&client, &format!("{group}-a"), &group, "boot-a").await;
-    let b = FakeNode::create(&client, &format!("{group}-b"), &group, "boot-b").await;
-    let dir = tempfile::tempdir().unwrap();
-    let mut notify = NotifySocket::bind(dir.path());
+    let s = Scenario::without_machines("notify").await;
+    let a = s
+        .node_reporting("a", "boot-a", KubeletIdentity::default())
+        .await;
+    let b = s
+        .node_reporting("b", "boot-b", KubeletIdentity::default())
+        .await;
+    let mut notify = NotifySocket::bind(s.dir());
     let listen = format!("127.0.0.1:{}", free_port());
-    let cfg = config(dir.path(), &kubeconfig_path(), &group, &listen, "");
-    let mut daemon = Daemon::spawn(&cfg, &notify.path, &listen, dir.path());
+    let cfg = s.write_config(&kubeconfig_path(), &listen);
+    let mut daemon = Daemon::spawn(&cfg, &notify.path, &listen, s.dir());
 
     let ready = notify
         .until(Duration::from_secs(60), |l| l == "READY=1")
@@ -272,7 +252,7 @@ async fn reports_ready_after_sync_then_status_and_a_steady_watchdog() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn never_ready_while_the_api_server_cannot_be_reached() {
-    let dir = tempfile::tempdir().unwrap();
+    let s = Scenario::without_machines("nowhere").await;
     // The test cluster's kubeconfig, pointed at a loopback port nothing listens on.
     let text = std::fs::read_to_string(kubeconfig_path()).unwrap();
     let dead = format!("https://127.0.0.1:{}", free_port());
@@ -287,13 +267,13 @@ async fn never_ready_while_the_api_server_cannot_be_reached() {
         replaced.iter().any(|l| l.ends_with(&dead)),
         "no server: line"
     );
-    let kubeconfig = dir.path().join("unreachable.kubeconfig");
+    let kubeconfig = s.dir().join("unreachable.kubeconfig");
     std::fs::write(&kubeconfig, replaced.join("\n")).unwrap();
 
-    let mut notify = NotifySocket::bind(dir.path());
+    let mut notify = NotifySocket::bind(s.dir());
     let listen = format!("127.0.0.1:{}", free_port());
-    let cfg = config(dir.path(), &kubeconfig, &unique("nowhere"), &listen, "");
-    let mut daemon = Daemon::spawn(&cfg, &notify.path, &listen, dir.path());
+    let cfg = s.write_config(&kubeconfig, &listen);
+    let mut daemon = Daemon::spawn(&cfg, &notify.path, &listen, s.dir());
 
     notify.collect(Duration::from_secs(8)).await;
     let lines = notify.lines();
@@ -375,34 +355,16 @@ impl Drop for PemPipe {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stuck_decision_loop_stops_the_keepalives() {
-    let client = support::k8s::client().await;
-    let group = unique("wedge");
-    let node_name = format!("{group}-a");
-    let dir = tempfile::tempdir().unwrap();
-    let (cert, _key) = support::sushy::self_signed_cert(dir.path(), "wedge");
-    let pipe = PemPipe::start(dir.path().join("bmc-ca.pem"), std::fs::read(&cert).unwrap());
-    let password = dir.path().join("bmc-password");
-    std::fs::write(&password, "unused\n").unwrap();
+    let s = Scenario::without_machines("wedge").await;
+    let (cert, _key) = support::sushy::self_signed_cert(s.dir(), "wedge");
+    let pipe = PemPipe::start(s.dir().join("bmc-ca.pem"), std::fs::read(&cert).unwrap());
     // The loop builds a node's power source the first time it evaluates the node, reading
     // ca_file then: with the pipe not serving, that read blocks the loop.
-    let bmcs = format!(
-        r#"
-[[bmc]]
-nodes = ["{node_name}"]
-protocol = "redfish"
-address = "https://127.0.0.1:{}"
-username = "fence"
-password_file = "{}"
-ca_file = "{}"
-"#,
-        free_port(),
-        password.display(),
-        pipe.path.display()
-    );
-    let mut notify = NotifySocket::bind(dir.path());
+    s.map_unreachable_with_ca_file("a", &pipe.path);
+    let mut notify = NotifySocket::bind(s.dir());
     let listen = format!("127.0.0.1:{}", free_port());
-    let cfg = config(dir.path(), &kubeconfig_path(), &group, &listen, &bmcs);
-    let mut daemon = Daemon::spawn(&cfg, &notify.path, &listen, dir.path());
+    let cfg = s.write_config(&kubeconfig_path(), &listen);
+    let mut daemon = Daemon::spawn(&cfg, &notify.path, &listen, s.dir());
 
     assert!(
         notify
@@ -421,7 +383,9 @@ ca_file = "{}"
     );
 
     pipe.serve(false);
-    let node = FakeNode::create(&client, &node_name, &group, "boot-1").await;
+    let node = s
+        .node_reporting("a", "boot-1", KubeletIdentity::default())
+        .await;
     // The node reaches the cache and the loop's next pass blocks on the pipe.
     let stuck_from = Instant::now();
     notify.collect(Duration::from_secs(8)).await;

@@ -10,6 +10,9 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{
     Event, Node, NodeAddress, NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo, Taint,
 };
+use k8s_openapi::api::storage::v1::{
+    VolumeAttachment, VolumeAttachmentSource, VolumeAttachmentSpec,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
@@ -270,6 +273,18 @@ impl FakeNode {
         self.set_status("True", Timestamp::now(), boot_id).await;
     }
 
+    /// Sets `spec.providerID`, as the kubelet or a cloud controller does (`aws:///ZONE/ID`).
+    pub async fn set_provider_id(&self, provider_id: &str) {
+        self.nodes()
+            .patch(
+                &self.name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"providerID": provider_id}})),
+            )
+            .await
+            .expect("set the node's providerID");
+    }
+
     pub fn has_oos_taint(node: &Node) -> bool {
         taints(node)
             .iter()
@@ -305,6 +320,25 @@ pub fn taints(node: &Node) -> Vec<Taint> {
 
 pub fn annotation(node: &Node, key: &str) -> Option<String> {
     node.annotations().get(key).cloned()
+}
+
+/// A VolumeAttachment of persistent volume `pv` to `node`, by `attacher` (a CSI driver).
+pub fn volume_attachment(name: &str, node: &str, attacher: &str, pv: &str) -> VolumeAttachment {
+    VolumeAttachment {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        spec: VolumeAttachmentSpec {
+            attacher: attacher.into(),
+            node_name: node.into(),
+            source: VolumeAttachmentSource {
+                persistent_volume_name: Some(pv.into()),
+                ..Default::default()
+            },
+        },
+        status: None,
+    }
 }
 
 /// Events oobfence emitted about a node, by reason.
@@ -419,19 +453,41 @@ impl RunningDaemon {
 
     /// Waits until the daemon's report for `node` has `rule`.
     pub async fn wait_rule(&self, node: &str, rule: &str, limit: Duration) -> serde_json::Value {
+        self.wait_report(node, &format!("rule {rule}"), limit, |r| r["rule"] == rule)
+            .await
+    }
+
+    /// Waits until the daemon's report for `node` has the identity verdict `verdict`
+    /// (`match`, `mismatch`, ...).
+    pub async fn wait_identity(
+        &self,
+        node: &str,
+        verdict: &str,
+        limit: Duration,
+    ) -> serde_json::Value {
+        let what = format!("identity verdict {verdict}");
+        self.wait_report(node, &what, limit, |r| r["identity"]["verdict"] == verdict)
+            .await
+    }
+
+    async fn wait_report(
+        &self,
+        node: &str,
+        what: &str,
+        limit: Duration,
+        reached: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
         let mut last = None;
         let start = Instant::now();
         loop {
             if let Some(r) = self.report(node).await {
-                if r["rule"] == rule {
+                if reached(&r) {
                     return r;
                 }
                 last = Some(r);
             }
             if start.elapsed() > limit {
-                panic!(
-                    "node {node} never reached rule {rule} within {limit:?}; last report: {last:#?}"
-                );
+                panic!("node {node} never reached {what} within {limit:?}; last report: {last:#?}");
             }
             tokio::time::sleep(Duration::from_millis(250)).await;
         }

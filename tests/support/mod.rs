@@ -3,9 +3,13 @@
 //! Each test binary includes this with `mod support;` and uses only part of it.
 #![allow(dead_code)]
 
+// Cargo names the `oobfence` binary to integration tests only (`cfg(test)`), not to examples.
+#[cfg(test)]
+pub mod cli;
 pub mod ipmi_sim;
 pub mod k8s;
 pub mod moto;
+pub mod scenario;
 pub mod sushy;
 
 use std::path::PathBuf;

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use aws_sdk_ec2::config::{BehaviorVersion, Credentials, Region};
-use aws_sdk_ec2::types::InstanceType;
+use aws_sdk_ec2::types::{Instance, InstanceType};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 pub const REGION: &str = "us-east-1";
@@ -107,22 +107,32 @@ pub fn client_in(endpoint: &str, region: &str) -> aws_sdk_ec2::Client {
 /// What the instance's kubelet reports about its machine: its private IP and private DNS
 /// name, as DescribeInstances shows them.
 pub async fn kubelet_of(ec2: &aws_sdk_ec2::Client, instance: &str) -> super::k8s::KubeletIdentity {
-    let out = ec2
-        .describe_instances()
-        .instance_ids(instance)
-        .send()
-        .await
-        .expect("describe the test instance");
-    let i = out
-        .reservations()
-        .iter()
-        .flat_map(|r| r.instances())
-        .next()
-        .expect("the test instance");
+    let i = describe_instance(ec2, instance).await;
     super::k8s::KubeletIdentity::instance(
         i.private_ip_address().expect("a private IP"),
         i.private_dns_name().expect("a private DNS name"),
     )
+}
+
+/// What DescribeInstances itself says about `id`, fetched with the SDK client.
+pub async fn describe_instance(ec2: &aws_sdk_ec2::Client, id: &str) -> Instance {
+    let out = ec2
+        .describe_instances()
+        .instance_ids(id)
+        .send()
+        .await
+        .expect("DescribeInstances");
+    out.reservations()
+        .iter()
+        .flat_map(|r| r.instances())
+        .find(|i| i.instance_id() == Some(id))
+        .unwrap_or_else(|| panic!("{id} is not in {out:?}"))
+        .clone()
+}
+
+/// The providerID of a node on `instance` in `zone`: `aws:///ZONE/ID`.
+pub fn provider_id(zone: &str, instance: &str) -> String {
+    format!("aws:///{zone}/{instance}")
 }
 
 /// Launches `n` instances and returns their ids.
