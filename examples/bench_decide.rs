@@ -46,6 +46,8 @@ fn main() {
             being_deleted: false,
             fence,
             foreign_out_of_service: false,
+            opted_out: None,
+            other_remediator: None,
             has_power_source: true,
             mapping_conflict: None,
             identity: NodeIdentity {

@@ -273,12 +273,65 @@ pub fn node_facts(node: &Node, lease: Option<&Lease>, me: &str) -> NodeFacts {
         being_deleted: node.metadata.deletion_timestamp.is_some(),
         fence,
         foreign_out_of_service,
+        opted_out: opted_out(node),
+        other_remediator: other_remediator(node),
         has_power_source: false,
         mapping_conflict: None,
         identity: node_identity(node),
         identity_check: IdentityCheck::Checked,
         identity_binding: None,
     }
+}
+
+/// Annotate a Node `oobfence.io/exclude=true` to keep oobfence from ever fencing it.
+pub const ANNOTATION_EXCLUDE: &str = "oobfence.io/exclude";
+/// medik8s' own opt-out label (self-node-remediation `controllers/selfnoderemediation_controller.go`,
+/// `excludeRemediationLabel`): a node its operators keep from remediation is kept from
+/// oobfence too.
+pub const LABEL_MEDIK8S_EXCLUDE: &str = "remediation.medik8s.io/exclude-from-remediation";
+
+/// Why the node is excluded from fencing, from its own annotations and labels. A value other
+/// than `"true"` excludes nothing (as medik8s reads its label).
+pub fn opted_out(node: &Node) -> Option<String> {
+    if node
+        .annotations()
+        .get(ANNOTATION_EXCLUDE)
+        .map(String::as_str)
+        == Some("true")
+    {
+        return Some(format!("annotation {ANNOTATION_EXCLUDE}=true"));
+    }
+    if node.labels().get(LABEL_MEDIK8S_EXCLUDE).map(String::as_str) == Some("true") {
+        return Some(format!("label {LABEL_MEDIK8S_EXCLUDE}=true"));
+    }
+    None
+}
+
+/// Taint keys other remediators put on a node they are remediating:
+/// - `medik8s.io/remediation`: self-node-remediation's NoExecute taint (value
+///   `self-node-remediation`, `NodeNoExecuteTaint` in `controllers/selfnoderemediation_controller.go`),
+///   which fence-agents-remediation also uses (value `fence-agents-remediation`,
+///   `pkg/utils/taints.go`);
+/// - `remediation.medik8s.io/fence-agents-remediation`: fence-agents-remediation's NoSchedule
+///   taint in its earlier releases.
+const REMEDIATOR_TAINT_KEYS: [&str; 2] = [
+    "medik8s.io/remediation",
+    "remediation.medik8s.io/fence-agents-remediation",
+];
+
+/// Another remediator's taint on the node, as `key=value:effect`.
+pub fn other_remediator(node: &Node) -> Option<String> {
+    taints(node)
+        .iter()
+        .find(|t| REMEDIATOR_TAINT_KEYS.contains(&t.key.as_str()))
+        .map(|t| {
+            format!(
+                "taint {}={}:{}",
+                t.key,
+                t.value.as_deref().unwrap_or_default(),
+                t.effect
+            )
+        })
 }
 
 /// A VolumeAttachment as recorded at decision time: only this object (name and uid) may be

@@ -100,6 +100,8 @@ pub enum Rule {
     NoReadyCondition,
     NotReadyGrace,
     ForeignOutOfServiceTaint,
+    OtherRemediator,
+    OptedOut,
     NoPowerSource,
     RegionMismatch,
     SharedMachine,
@@ -133,6 +135,8 @@ impl Rule {
             Rule::NoReadyCondition => "no-ready-condition",
             Rule::NotReadyGrace => "not-ready-grace",
             Rule::ForeignOutOfServiceTaint => "foreign-out-of-service-taint",
+            Rule::OtherRemediator => "other-remediator",
+            Rule::OptedOut => "opted-out",
             Rule::NoPowerSource => "no-power-source",
             Rule::RegionMismatch => "region-mismatch",
             Rule::SharedMachine => "shared-machine",
@@ -261,6 +265,26 @@ pub fn decide(
             Step::Idle,
             Rule::ForeignOutOfServiceTaint,
             "node already carries an out-of-service taint that oobfence did not place; leaving it alone",
+        );
+    }
+
+    if let Some(remediator) = &facts.other_remediator {
+        return Decision::new(
+            S::Blocked,
+            Step::Idle,
+            Rule::OtherRemediator,
+            format!(
+                "another remediator is at work on this node ({remediator}); two fencers on one node can undo each other's work, so oobfence leaves it alone"
+            ),
+        );
+    }
+
+    if let Some(why) = &facts.opted_out {
+        return Decision::new(
+            S::Blocked,
+            Step::Idle,
+            Rule::OptedOut,
+            format!("the node is excluded from fencing ({why}); never fenced while it is"),
         );
     }
 

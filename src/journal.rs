@@ -250,6 +250,8 @@ pub fn refusal(rule: Rule, previous: Option<Rule>) -> Option<Rule> {
         | Rule::PowerTransitional
         | Rule::PowerSuspended
         | Rule::NoPowerSource
+        | Rule::OptedOut
+        | Rule::OtherRemediator
         | Rule::RegionMismatch
         | Rule::SharedMachine
         | Rule::IdentityMismatch

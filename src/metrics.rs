@@ -120,7 +120,7 @@ pub const ALL_STATES: [NodeState; 6] = [
 
 /// The reasons a NotReady node's fencing can be refused for, as `blocked{reason}` and
 /// `node_blocked{reason}` label values (the decision rules' names).
-pub const BLOCKED_REASONS: [&str; 10] = [
+pub const BLOCKED_REASONS: [&str; 12] = [
     "power-on",
     "power-unknown",
     "power-transitional",
@@ -131,6 +131,8 @@ pub const BLOCKED_REASONS: [&str; 10] = [
     "identity-unverified",
     "region-mismatch",
     "shared-machine",
+    "opted-out",
+    "other-remediator",
 ];
 
 /// The `blocked{reason}` value for a refusal rule, if it is one of [`BLOCKED_REASONS`].

@@ -658,3 +658,86 @@ async fn a_bmc_that_answers_for_another_machine_never_fences() {
     daemon.stop().await;
     node.delete().await;
 }
+
+/// A node excluded by its annotation, and a node another remediator (medik8s
+/// self-node-remediation) has tainted: both machines read Off, neither is ever fenced, and each
+/// says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_opted_out_node_and_one_under_another_remediator_are_left_alone() {
+    let s = Scenario::redfish("optout", 2).await;
+    let (client, emu) = (s.client.clone(), s.redfish_emulator());
+    let excluded = s.node("a", 0).await;
+    let remediated = s.node("b", 1).await;
+    let nodes: Api<Node> = Api::all(client.clone());
+    nodes
+        .patch(
+            &excluded.name,
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"annotations": {cluster::ANNOTATION_EXCLUDE: "true"}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    let mut t = taints(&remediated.get().await);
+    t.push(k8s_openapi::api::core::v1::Taint {
+        key: "medik8s.io/remediation".into(),
+        value: Some("self-node-remediation".into()),
+        effect: "NoExecute".into(),
+        time_added: None,
+    });
+    nodes
+        .patch(
+            &remediated.name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"taints": t}})),
+        )
+        .await
+        .unwrap();
+    let daemon = s.daemon().await;
+    for i in [0, 1] {
+        emu.set_power(i, false).await;
+    }
+    for i in [0, 1] {
+        emu.wait_power(i, "Off", POWER_CHANGE).await;
+    }
+    excluded.die("boot-1").await;
+    remediated.die("boot-1").await;
+    let r = daemon
+        .wait_rule(&excluded.name, "opted-out", DECISION)
+        .await;
+    assert_eq!(r["state"], "blocked");
+    let r = daemon
+        .wait_rule(&remediated.name, "other-remediator", DECISION)
+        .await;
+    assert!(
+        r["reason"]
+            .as_str()
+            .unwrap()
+            .contains("medik8s.io/remediation"),
+        "{r}"
+    );
+    // Well past the grace period and two confirmations: still nothing written.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    for n in [&excluded, &remediated] {
+        let node = n.get().await;
+        assert!(
+            !FakeNode::has_oos_taint(&node),
+            "{}: {:?}",
+            n.name,
+            taints(&node)
+        );
+        assert_eq!(annotation(&node, cluster::ANNOTATION_FENCED_AT), None);
+    }
+    let metrics = daemon.metrics().await;
+    assert!(
+        metrics.contains(&format!(
+            "oobfence_node_blocked{{node=\"{}\",reason=\"opted-out\"}} 1",
+            excluded.name
+        )),
+        "{metrics}"
+    );
+    daemon.stop().await;
+    excluded.delete().await;
+    remediated.delete().await;
+}

@@ -115,6 +115,48 @@ fn a_record_is_ours_only_when_fenced_by_names_this_daemon() {
 }
 
 #[test]
+fn opt_outs_and_other_remediators_are_read_from_the_node() {
+    let plain = node("Unknown", vec![], &[]);
+    assert_eq!(opted_out(&plain), None);
+    assert_eq!(other_remediator(&plain), None);
+    let n = node("Unknown", vec![], &[(ANNOTATION_EXCLUDE, "true")]);
+    assert!(opted_out(&n).unwrap().contains(ANNOTATION_EXCLUDE));
+    assert_eq!(
+        opted_out(&node("Unknown", vec![], &[(ANNOTATION_EXCLUDE, "yes")])),
+        None
+    );
+    let mut n = node("Unknown", vec![], &[]);
+    n.metadata.labels = Some([(LABEL_MEDIK8S_EXCLUDE.to_string(), "true".to_string())].into());
+    assert!(opted_out(&n).unwrap().contains(LABEL_MEDIK8S_EXCLUDE));
+    for (key, value, effect) in [
+        (
+            "medik8s.io/remediation",
+            "self-node-remediation",
+            "NoExecute",
+        ),
+        (
+            "medik8s.io/remediation",
+            "fence-agents-remediation",
+            "NoExecute",
+        ),
+        (
+            "remediation.medik8s.io/fence-agents-remediation",
+            "",
+            "NoSchedule",
+        ),
+    ] {
+        let t = Taint {
+            key: key.into(),
+            value: Some(value.into()),
+            effect: effect.into(),
+            time_added: None,
+        };
+        let f = node_facts(&node("Unknown", vec![t], &[]), None, ME);
+        assert!(f.other_remediator.unwrap().contains(key));
+    }
+}
+
+#[test]
 fn truncate_keeps_char_boundaries() {
     assert_eq!(truncate("abc", 5), "abc");
     assert_eq!(truncate("ééé", 3), "é…");

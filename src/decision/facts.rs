@@ -131,6 +131,11 @@ pub struct NodeFacts {
     pub fence: Option<FenceRecord>,
     /// An out-of-service taint that no oobfence placed.
     pub foreign_out_of_service: bool,
+    /// Why the node is excluded from fencing by its own labels or annotations, if it is. This
+    /// can only ever block a fence, never cause one.
+    pub opted_out: Option<String>,
+    /// Another remediator at work on the node (its taint), if any: it owns the node now.
+    pub other_remediator: Option<String>,
     /// The config file maps this node to a power source.
     pub has_power_source: bool,
     pub mapping_conflict: Option<MappingConflict>,

@@ -67,6 +67,8 @@ fn dead() -> NodeFacts {
         being_deleted: false,
         fence: None,
         foreign_out_of_service: false,
+        opted_out: None,
+        other_remediator: None,
         has_power_source: true,
         mapping_conflict: None,
         identity: NodeIdentity {
@@ -864,6 +866,61 @@ fn property_fence_only_on_fresh_confirmed_off() {
         fences > 0,
         "the property never saw a fence: the generator is wrong"
     );
+}
+
+/// An opt-out or another remediator can only ever block: whatever the reads, no fence.
+#[test]
+fn opt_out_and_other_remediators_only_ever_block() {
+    let reads = [off(60), off(65)];
+    let opted = NodeFacts {
+        opted_out: Some("annotation oobfence.io/exclude=true".into()),
+        ..dead()
+    };
+    let d = decide(&opted, &reads, &policy(), t(66));
+    assert_eq!(
+        (d.state, d.step, d.rule),
+        (NodeState::Blocked, Step::Idle, Rule::OptedOut)
+    );
+    assert_eq!(d.next_read_at, None, "an opted-out node is not even read");
+    let other = NodeFacts {
+        other_remediator: Some(
+            "taint medik8s.io/remediation=self-node-remediation:NoExecute".into(),
+        ),
+        ..dead()
+    };
+    let d = decide(&other, &reads, &policy(), t(66));
+    assert_eq!((d.step, d.rule), (Step::Idle, Rule::OtherRemediator));
+    assert!(d.reason.contains("medik8s.io/remediation"), "{}", d.reason);
+    // Opting out a node oobfence already fenced does not strand its taint: the fence still
+    // comes off on the usual proof.
+    let mut fenced_opted = fenced(Readiness::Ready, "boot-b");
+    fenced_opted.opted_out = opted.opted_out.clone();
+    let d = decide(
+        &fenced_opted,
+        &[read(150, PowerState::On)],
+        &policy(),
+        t(151),
+    );
+    assert_eq!(d.step, Step::Unfence);
+    // Exhaustively over short read sequences: never a fence.
+    let states = [PowerState::On, PowerState::Off, PowerState::NotFound];
+    for facts in [&opted, &other] {
+        for combo in 0..27usize {
+            let reads: Vec<PowerReading> = (0..3)
+                .map(|i| {
+                    read(
+                        60 + 5 * i as i64,
+                        states[(combo / 3usize.pow(i)) % 3].clone(),
+                    )
+                })
+                .collect();
+            let d = decide(facts, &reads, &policy(), t(71));
+            assert!(
+                !matches!(d.step, Step::Fence(_) | Step::WouldFence(_)),
+                "{d:?}"
+            );
+        }
+    }
 }
 
 /// Property: no fence without a matching identity, and no escalation to `on_terminated` on
