@@ -47,6 +47,7 @@ fn main() {
             fence,
             foreign_out_of_service: false,
             opted_out: None,
+            not_ready_seen: vec![ago(120)],
             other_remediator: None,
             has_power_source: true,
             mapping_conflict: None,

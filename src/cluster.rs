@@ -274,6 +274,7 @@ pub fn node_facts(node: &Node, lease: Option<&Lease>, me: &str) -> NodeFacts {
         fence,
         foreign_out_of_service,
         opted_out: opted_out(node),
+        not_ready_seen: Vec::new(),
         other_remediator: other_remediator(node),
         has_power_source: false,
         mapping_conflict: None,

@@ -377,6 +377,9 @@ struct RawPolicy {
     untaint_on_recovery: bool,
     dry_run: bool,
     max_concurrent_reads: usize,
+    flap_limit: u32,
+    #[serde(with = "humantime_serde")]
+    flap_window: Duration,
 }
 
 impl Default for RawPolicy {
@@ -393,6 +396,8 @@ impl Default for RawPolicy {
             untaint_on_recovery: p.untaint_on_recovery,
             dry_run: p.dry_run,
             max_concurrent_reads: 16,
+            flap_limit: p.flap_limit,
+            flap_window: p.flap_window,
         }
     }
 }
@@ -468,6 +473,8 @@ impl RawConfig {
             on_terminated: p.on_terminated,
             untaint_on_recovery: p.untaint_on_recovery,
             dry_run: p.dry_run,
+            flap_limit: p.flap_limit,
+            flap_window: p.flap_window,
         };
 
         let listen: SocketAddr = self.server.listen.parse().map_err(|_| {

@@ -102,6 +102,7 @@ pub enum Rule {
     ForeignOutOfServiceTaint,
     OtherRemediator,
     OptedOut,
+    Flapping,
     NoPowerSource,
     RegionMismatch,
     SharedMachine,
@@ -137,6 +138,7 @@ impl Rule {
             Rule::ForeignOutOfServiceTaint => "foreign-out-of-service-taint",
             Rule::OtherRemediator => "other-remediator",
             Rule::OptedOut => "opted-out",
+            Rule::Flapping => "flapping",
             Rule::NoPowerSource => "no-power-source",
             Rule::RegionMismatch => "region-mismatch",
             Rule::SharedMachine => "shared-machine",
@@ -285,6 +287,24 @@ pub fn decide(
             Step::Idle,
             Rule::OptedOut,
             format!("the node is excluded from fencing ({why}); never fenced while it is"),
+        );
+    }
+
+    let flaps = facts
+        .not_ready_seen
+        .iter()
+        .filter(|t| elapsed(**t, now) <= policy.flap_window)
+        .count();
+    if policy.flap_limit > 0 && flaps > policy.flap_limit as usize {
+        return Decision::new(
+            S::Blocked,
+            Step::Idle,
+            Rule::Flapping,
+            format!(
+                "the node went NotReady {flaps} times in the last {} (more than flap_limit = {}): a flapping node is held, not fenced, until it settles",
+                secs(policy.flap_window),
+                policy.flap_limit
+            ),
         );
     }
 

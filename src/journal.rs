@@ -251,6 +251,7 @@ pub fn refusal(rule: Rule, previous: Option<Rule>) -> Option<Rule> {
         | Rule::PowerSuspended
         | Rule::NoPowerSource
         | Rule::OptedOut
+        | Rule::Flapping
         | Rule::OtherRemediator
         | Rule::RegionMismatch
         | Rule::SharedMachine

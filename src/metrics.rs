@@ -120,7 +120,7 @@ pub const ALL_STATES: [NodeState; 6] = [
 
 /// The reasons a NotReady node's fencing can be refused for, as `blocked{reason}` and
 /// `node_blocked{reason}` label values (the decision rules' names).
-pub const BLOCKED_REASONS: [&str; 12] = [
+pub const BLOCKED_REASONS: [&str; 13] = [
     "power-on",
     "power-unknown",
     "power-transitional",
@@ -133,6 +133,7 @@ pub const BLOCKED_REASONS: [&str; 12] = [
     "shared-machine",
     "opted-out",
     "other-remediator",
+    "flapping",
 ];
 
 /// The `blocked{reason}` value for a refusal rule, if it is one of [`BLOCKED_REASONS`].

@@ -10,6 +10,9 @@ use crate::config::{Config, Mapping};
 use crate::decision::{self, IdentityBinding, MappingConflict, PowerReading, Readiness, Rule};
 use crate::power::{self, MappedSource};
 
+/// NotReady transitions remembered per node: more than any sensible `flap_limit`.
+const NOT_READY_KEPT: usize = 32;
+
 #[derive(Default)]
 pub(super) struct Tracker {
     pub(super) uid: String,
@@ -32,6 +35,9 @@ pub(super) struct Tracker {
     pub(super) binding: Option<IdentityBinding>,
     /// When a healthy node's next identity read is due.
     pub(super) identity_due: Option<Instant>,
+    /// Whether the node was Ready when last seen, and when it was seen going NotReady.
+    pub(super) was_ready: Option<bool>,
+    pub(super) not_ready_seen: Vec<Timestamp>,
     /// The bootID the kept reads were taken against.
     pub(super) reads_boot_id: Option<String>,
 }
@@ -54,6 +60,15 @@ impl Tracker {
             }
             self.reads_boot_id = Some(facts.boot_id.clone());
         }
+        let ready = facts.readiness == Readiness::Ready;
+        if !ready && self.was_ready != Some(false) {
+            self.not_ready_seen.push(now);
+            if self.not_ready_seen.len() > NOT_READY_KEPT {
+                self.not_ready_seen.remove(0);
+            }
+        }
+        self.was_ready = Some(ready);
+        facts.not_ready_seen = self.not_ready_seen.clone();
         facts.identity_binding = self.binding.clone();
     }
 }
@@ -147,6 +162,33 @@ mod tests {
         assert_eq!(observe_lease(&mut seen, Some(renewed), t(40)), Some(t(40)));
         // No Lease: nothing to judge by.
         assert_eq!(observe_lease(&mut seen, None, t(50)), None);
+    }
+
+    /// Each transition into NotReady is dated by oobfence's clock, once; staying NotReady adds
+    /// nothing.
+    #[test]
+    fn not_ready_transitions_are_counted_once_each() {
+        let mut tracker = Tracker::default();
+        let mut facts = crate::cluster::node_facts(&Node::default(), None, "me");
+        let mut see = |ready: bool, at: i64| {
+            facts.readiness = if ready {
+                Readiness::Ready
+            } else {
+                Readiness::NotReady { since: t(-9999) }
+            };
+            tracker.observe(&mut facts, t(at));
+            facts.not_ready_seen.clone()
+        };
+        assert!(see(true, 0).is_empty());
+        assert_eq!(see(false, 10), vec![t(10)]);
+        assert_eq!(see(false, 11), vec![t(10)], "still the same period");
+        see(true, 20);
+        assert_eq!(see(false, 30), vec![t(10), t(30)]);
+        for i in 0..40 {
+            see(true, 100 + 2 * i);
+            see(false, 101 + 2 * i);
+        }
+        assert_eq!(see(false, 200).len(), NOT_READY_KEPT, "bounded");
     }
 
     /// Reads are evidence about one NotReady period: whatever clock the controller stamps

@@ -42,6 +42,10 @@ pub struct Policy {
     pub on_terminated: FenceAction,
     pub untaint_on_recovery: bool,
     pub dry_run: bool,
+    /// A node that went NotReady more than this many times within `flap_window` is held, not
+    /// fenced (0: no limit).
+    pub flap_limit: u32,
+    pub flap_window: Duration,
 }
 
 impl Default for Policy {
@@ -56,6 +60,8 @@ impl Default for Policy {
             on_terminated: FenceAction::DeleteNode,
             untaint_on_recovery: true,
             dry_run: false,
+            flap_limit: 3,
+            flap_window: Duration::from_secs(600),
         }
     }
 }
@@ -134,6 +140,9 @@ pub struct NodeFacts {
     /// Why the node is excluded from fencing by its own labels or annotations, if it is. This
     /// can only ever block a fence, never cause one.
     pub opted_out: Option<String>,
+    /// When (oobfence's clock) the node was seen going NotReady, newest last: the recent ones
+    /// tell a flapping node from a dead one.
+    pub not_ready_seen: Vec<Timestamp>,
     /// Another remediator at work on the node (its taint), if any: it owns the node now.
     pub other_remediator: Option<String>,
     /// The config file maps this node to a power source.

@@ -68,6 +68,7 @@ fn dead() -> NodeFacts {
         fence: None,
         foreign_out_of_service: false,
         opted_out: None,
+        not_ready_seen: vec![t(0)],
         other_remediator: None,
         has_power_source: true,
         mapping_conflict: None,
@@ -921,6 +922,42 @@ fn opt_out_and_other_remediators_only_ever_block() {
             );
         }
     }
+}
+
+/// A node that keeps going NotReady is held, not fenced, until it settles: its Off reads may
+/// be the gaps of a boot loop, not a dead machine.
+#[test]
+fn a_flapping_node_is_held_until_it_settles() {
+    let reads = [off(60), off(65)];
+    // Four NotReady periods in ten minutes, limit 3: held.
+    let flapping = NodeFacts {
+        not_ready_seen: vec![t(-400), t(-250), t(-100), t(0)],
+        ..dead()
+    };
+    let d = decide(&flapping, &reads, &policy(), t(66));
+    assert_eq!(
+        (d.state, d.step, d.rule),
+        (NodeState::Blocked, Step::Idle, Rule::Flapping)
+    );
+    assert!(d.reason.contains("4 times"), "{}", d.reason);
+    // Three within the window (the fourth is older): fenced as usual.
+    let settled = NodeFacts {
+        not_ready_seen: vec![t(-700), t(-250), t(-100), t(0)],
+        ..dead()
+    };
+    assert_eq!(
+        decide(&settled, &reads, &policy(), t(66)).step,
+        Step::Fence(FenceAction::Taint)
+    );
+    // flap_limit = 0 turns the guard off.
+    let off_guard = Policy {
+        flap_limit: 0,
+        ..policy()
+    };
+    assert_eq!(
+        decide(&flapping, &reads, &off_guard, t(66)).step,
+        Step::Fence(FenceAction::Taint)
+    );
 }
 
 /// Property: no fence without a matching identity, and no escalation to `on_terminated` on
