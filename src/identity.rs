@@ -381,3 +381,31 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod fuzz_tests {
+    use super::*;
+
+    proptest::proptest! {
+        #![proptest_config(crate::fuzz::config())]
+
+        /// Any string a BMC or a Node reports: no panic; a UUID comes out canonical or not at
+        /// all; and a match needs the same UUID on both sides.
+        #[test]
+        fn fuzz_uuids(
+            a in crate::fuzz::text_like("{4C4C4544-0038-4B10-8052-B4C04F4A4E32}"),
+            b in crate::fuzz::text_like("4c4c4544-0038-4b10-8052-b4c04f4a4e32"),
+        ) {
+            if let Some(c) = canonical_uuid(&a) {
+                proptest::prop_assert_eq!(c.len(), 36);
+                proptest::prop_assert!(c.chars().all(|ch| ch == '-' || ch.is_ascii_hexdigit() && !ch.is_ascii_uppercase()));
+            }
+            let node = NodeIdentity { system_uuid: b.clone(), addresses: vec![b.clone()] };
+            if let Some(m) = MachineIdentity::system_uuid(&a, None)
+                && verify(&node, &m).is_match()
+            {
+                proptest::prop_assert_eq!(canonical_uuid(&a), canonical_uuid(&b));
+            }
+        }
+    }
+}

@@ -20,6 +20,8 @@ pub mod cluster;
 pub mod config;
 pub mod daemon;
 pub mod decision;
+#[cfg(test)]
+mod fuzz;
 pub mod http;
 pub mod identity;
 pub mod journal;

@@ -391,3 +391,18 @@ fn example_config_documents_and_parses() {
         "{e}"
     );
 }
+
+proptest::proptest! {
+    #![proptest_config(crate::fuzz::config())]
+
+    /// Any config text, the example mutated: no panic, and a refusal is one line naming the
+    /// file.
+    #[test]
+    fn fuzz_config_files(text in crate::fuzz::text_like(include_str!("../../config/example-dc.toml"))) {
+        if let Err(e) = Config::parse_with(&text, Path::new("dc1.toml"), Secrets::Skip) {
+            let line = e.to_string();
+            proptest::prop_assert!(!line.contains('\n'), "{}", line);
+            proptest::prop_assert!(line.starts_with("dc1.toml: "), "{}", line);
+        }
+    }
+}

@@ -177,3 +177,19 @@ fn tail_keeps_only_the_newest_for_the_node() {
     assert!(shown.contains("rule r18"), "{shown}");
     assert!(shown.contains("Off (0.10s)"), "{shown}");
 }
+
+/// One journal line as the daemon writes it, for the fuzz test to mutate.
+const FUZZ_LINE: &str = r#"{"ts":"2026-11-23T12:08:39Z","datacenter":"dc1","node":"rack1-02","uid":"u-1","kind":"action","event":"OobfenceFenced","rule":"confirmed-off","action":"taint","result":"success","message":"fenced","inputs":{"ready":"NotReady","not_ready_since":"2026-11-23T12:08:23Z","lease_renewed":"2026-11-23T12:08:01Z","boot_id":"boot-1","reads":[{"at":"2026-11-23T12:08:33Z","value":"off","raw":"Off","latency_seconds":0.02,"identity":"system UUID 0"}]},"config_digest":"ab","version":"0.1.0"}"#;
+
+proptest::proptest! {
+    #![proptest_config(crate::fuzz::config())]
+
+    /// A torn, foreign or corrupted journal line: never a panic, neither parsing it nor
+    /// rendering it for `why`.
+    #[test]
+    fn fuzz_journal_lines(line in crate::fuzz::text_like(FUZZ_LINE)) {
+        if let Ok(r) = serde_json::from_str::<Record>(&line) {
+            let _ = render(&[r]);
+        }
+    }
+}

@@ -439,6 +439,16 @@ fn parse_resource(body: &[u8]) -> Result<Resource, PowerState> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Err(bad("empty reply".to_string()));
     }
+    // JSON is UTF-8 text (RFC 8259). The resource reader skips the members it does not need
+    // without looking inside them, so check the whole reply here: an answer with broken bytes
+    // anywhere is not a well-formed answer, whatever its PowerState says.
+    if let Err(e) = std::str::from_utf8(body) {
+        return Err(bad(format!(
+            "reply is not UTF-8 text (invalid byte at offset {}); it starts with {}",
+            e.valid_up_to(),
+            quote_bytes(body)
+        )));
+    }
     serde_json::from_slice(body).map_err(|e| {
         if e.is_data() {
             bad(format!("reply is not a Redfish resource object ({e})"))

@@ -138,3 +138,26 @@ fn sources_of_one_bmc_share_one_slot() {
     let other = IpmiSource::new(&entry(dir.path(), "other.example"), "n1").unwrap();
     assert!(!Arc::ptr_eq(&a.shared.slot, &other.shared.slot));
 }
+
+proptest::proptest! {
+    #![proptest_config(crate::fuzz::config())]
+
+    /// Chassis status and system GUID replies of any length and content: no panic, and only
+    /// the lengths the specification defines are accepted.
+    #[test]
+    fn fuzz_ipmi_replies(
+        data in crate::fuzz::bytes_like(&[0x01, 0x10, 0x40, 0x00]),
+        cc in proptest::prelude::any::<u8>(),
+    ) {
+        use super::commands::{ChassisStatus, GuidReply};
+        match ChassisStatus::parse(&data) {
+            Ok(_) => proptest::prop_assert!(data.len() == 3 || data.len() == 4),
+            Err(_) => proptest::prop_assert!(data.len() != 3 && data.len() != 4),
+        }
+        match GuidReply::parse(cc, &data) {
+            GuidReply::Guid(_) => proptest::prop_assert!(cc == 0 && data.len() == 16),
+            GuidReply::Refused(c) => proptest::prop_assert!(c != 0 && c == cc),
+            GuidReply::WrongLength(n) => proptest::prop_assert!(cc == 0 && n != 16),
+        }
+    }
+}

@@ -243,3 +243,49 @@ fn quote_truncates_on_char_boundaries() {
     assert_eq!(truncate("abc", 2), "ab...");
     assert_eq!(truncate("abc", 3), "abc");
 }
+
+/// A ComputerSystem as a BMC sends it, for the fuzz test to mutate.
+const FUZZ_SAMPLE: &str = r##"{"@odata.id": "/redfish/v1/Systems/1", "@odata.type": "#ComputerSystem.v1_20_0.ComputerSystem", "Id": "1", "PowerState": "Off", "UUID": "4c4c4544-0038-4b10-8052-b4c04f4a4e32", "SerialNumber": "CN7475", "Status": {"State": "Enabled"}}"##;
+
+/// Found by the fuzz test: a stray non-UTF-8 byte inside a member the reader skips (here a key
+/// under `Status`) left the reply readable as Off. A reply that is not UTF-8 is not JSON.
+#[test]
+fn a_reply_with_bytes_that_are_not_utf8_is_refused() {
+    let mut body = FUZZ_SAMPLE.as_bytes().to_vec();
+    let at = FUZZ_SAMPLE.find("{\"State").unwrap() + 2;
+    body[at] = 0x80;
+    let r = parse_reply(&body, ASKED);
+    assert_eq!(kind(&r.state), Some(ReadErrorKind::BadReply), "{r:?}");
+    assert!(r.state.to_string().contains("UTF-8"), "{}", r.state);
+}
+
+/// The fuzz sample is a well-formed Off reply, so its mutations start from the one answer
+/// that can fence.
+#[test]
+fn fuzz_sample_is_an_off_reply_of_the_asked_system() {
+    let r = parse_reply(FUZZ_SAMPLE.as_bytes(), ASKED);
+    assert_eq!(r.state, PowerState::Off);
+    assert!(
+        matches!(r.identity, MachineIdentity::SystemUuid { .. }),
+        "{r:?}"
+    );
+}
+
+proptest::proptest! {
+    #![proptest_config(crate::fuzz::config())]
+
+    /// Whatever arrives, no panic; and Off only ever comes from a JSON object that says it is
+    /// the ComputerSystem asked for and whose one `PowerState` is exactly "Off".
+    #[test]
+    fn fuzz_redfish_replies(body in crate::fuzz::bytes_like(FUZZ_SAMPLE.as_bytes())) {
+        let reply = parse_reply(&body, ASKED);
+        if reply.state == PowerState::Off {
+            let v: serde_json::Value = serde_json::from_slice(&body).expect("Off from non-JSON");
+            proptest::prop_assert_eq!(v["PowerState"].as_str(), Some("Off"));
+            let id = v["@odata.id"].as_str().unwrap_or_default();
+            proptest::prop_assert!(id.trim_end_matches('/').ends_with(ASKED), "{}", id);
+            let ty = v["@odata.type"].as_str().unwrap_or_default();
+            proptest::prop_assert!(ty.starts_with("#ComputerSystem."), "{}", ty);
+        }
+    }
+}
