@@ -33,11 +33,24 @@ pub struct ConfigError {
 }
 
 impl fmt::Display for ConfigError {
+    /// Always one line: a problem that quotes a value from the file (which may hold a line
+    /// break or other control characters) shows them escaped.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let problem: String = self
+            .problem
+            .chars()
+            .map(|c| {
+                if c.is_control() {
+                    c.escape_default().to_string()
+                } else {
+                    c.to_string()
+                }
+            })
+            .collect();
         if self.key.is_empty() {
-            write!(f, "{}: {}", self.file.display(), self.problem)
+            write!(f, "{}: {problem}", self.file.display())
         } else {
-            write!(f, "{}: {}: {}", self.file.display(), self.key, self.problem)
+            write!(f, "{}: {}: {problem}", self.file.display(), self.key)
         }
     }
 }

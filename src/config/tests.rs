@@ -392,6 +392,16 @@ fn example_config_documents_and_parses() {
     );
 }
 
+/// Found by the fuzz test: a value with a line break, quoted by the TOML parser in its error,
+/// broke the one-line error promise.
+#[test]
+fn an_error_quoting_a_line_break_stays_on_one_line() {
+    let text = "datacenter = \"dc1\"\n[policy]\naction = \"\"\"ta\nt\"\"\"\n";
+    let e = parse(text).unwrap_err().to_string();
+    assert!(e.contains("policy.action"), "{e}");
+    assert!(!e.contains('\n'), "{e}");
+}
+
 proptest::proptest! {
     #![proptest_config(crate::fuzz::config())]
 
