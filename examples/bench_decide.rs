@@ -57,6 +57,7 @@ fn main() {
             },
             identity_check: IdentityCheck::Checked,
             identity_binding: None,
+            holds: Default::default(),
         };
         let state = match i % 4 {
             0 => PowerState::Off,

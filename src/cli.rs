@@ -1,4 +1,4 @@
-//! Command line: `run`, `check-config`, `probe`, `why`, `make-kubeconfig`.
+//! Command line: `run`, `check-config`, `probe`, `why`, `pause`, `resume`, `make-kubeconfig`.
 //!
 //! Exit codes: 0 success, 1 a runtime failure (cluster, BMC, no daemon), 2 a bad config.
 
@@ -67,6 +67,22 @@ pub enum Command {
         /// Print the daemon's JSON instead of text.
         #[arg(long)]
         json: bool,
+    },
+    /// Stop every write of this datacenter's daemon (fence, unfence, delete) without stopping
+    /// it: writes the pause file named in the config. Decisions, reads, Events and metrics go
+    /// on; `why` shows the pause.
+    Pause {
+        #[arg(long, short)]
+        config: PathBuf,
+        /// Why, shown in logs, `why` and Events.
+        #[arg(long, default_value = "paused by an operator")]
+        reason: String,
+    },
+    /// Remove the pause file: writes resume within a second (unless the pause ConfigMap still
+    /// says paused).
+    Resume {
+        #[arg(long, short)]
+        config: PathBuf,
     },
     /// Write a kubeconfig for oobfence's ServiceAccount (deploy/rbac.yaml), with a token from
     /// the TokenRequest API; run it with an administrator's kubeconfig.
@@ -237,6 +253,8 @@ async fn dispatch(command: Command) -> ExitCode {
         Command::CheckConfig { config, probe } => check_config(&config, probe).await,
         Command::Probe { config, node } => probe(&config, &node).await,
         Command::Why { config, node, json } => why(&config, &node, json).await,
+        Command::Pause { config, reason } => pause(&config, Some(&reason)),
+        Command::Resume { config } => pause(&config, None),
         Command::MakeKubeconfig {
             kubeconfig,
             context,
@@ -472,6 +490,70 @@ fn daemon_url(cfg: &Config) -> String {
         });
     }
     format!("http://{addr}")
+}
+
+/// `pause` (with a reason) and `resume` (without): the pause file.
+fn pause(path: &Path, reason: Option<&str>) -> Result<ExitCode, ExitCode> {
+    let cfg = Config::load_without_secrets(path).map_err(|e| {
+        say_error(e);
+        ExitCode::from(2)
+    })?;
+    let Some(file) = &cfg.pause.file else {
+        say_error(format!(
+            "{}: [pause] file = \"\": this datacenter has no pause file; use the ConfigMap instead: kubectl annotate configmap ... {}=\"reason\"",
+            path.display(),
+            crate::pause::ANNOTATION_PAUSED
+        ));
+        return Err(ExitCode::from(2));
+    };
+    let by = std::env::var("SUDO_USER")
+        .or_else(|_| std::env::var("USER"))
+        .unwrap_or_else(|_| "unknown".into());
+    match reason {
+        Some(reason) => match crate::pause::write_file(file, reason, &by) {
+            Ok(()) => {
+                println!(
+                    "paused: {} exists; the daemon of datacenter {} writes nothing within a second. Resume with: oobfence resume --config {}",
+                    file.display(),
+                    cfg.datacenter,
+                    path.display()
+                );
+                Ok(ExitCode::SUCCESS)
+            }
+            Err(e) => {
+                say_error(format!(
+                    "cannot write the pause file {}: {e}",
+                    file.display()
+                ));
+                Err(ExitCode::from(1))
+            }
+        },
+        None => match crate::pause::remove_file(file) {
+            Ok(removed) => {
+                println!(
+                    "{}: writes resume within a second unless the pause ConfigMap ({}) still says paused",
+                    if removed {
+                        format!("removed {}", file.display())
+                    } else {
+                        format!("{} did not exist", file.display())
+                    },
+                    cfg.pause
+                        .configmap
+                        .as_ref()
+                        .map(ToString::to_string)
+                        .unwrap_or_else(|| "none configured".into())
+                );
+                Ok(ExitCode::SUCCESS)
+            }
+            Err(e) => {
+                say_error(format!(
+                    "cannot remove the pause file {}: {e}",
+                    file.display()
+                ));
+                Err(ExitCode::from(1))
+            }
+        },
+    }
 }
 
 async fn why(path: &Path, node: &str, json: bool) -> Result<ExitCode, ExitCode> {

@@ -10,6 +10,7 @@
 //! reviewed in one place.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -25,7 +26,7 @@ use serde_json::json;
 
 use crate::config::KubernetesConfig;
 use crate::decision::{
-    self, FenceAction, FenceRecord, FreshNode, NodeFacts, Readiness, WriteGuard,
+    self, FenceAction, FenceRecord, FreshNode, Holds, NodeFacts, Readiness, WriteGuard,
 };
 use crate::identity::{IdentityCheck, NodeIdentity};
 
@@ -281,6 +282,7 @@ pub fn node_facts(node: &Node, lease: Option<&Lease>, me: &str) -> NodeFacts {
         identity: node_identity(node),
         identity_check: IdentityCheck::Checked,
         identity_binding: None,
+        holds: Default::default(),
     }
 }
 
@@ -355,6 +357,9 @@ pub struct FenceWrite {
     pub attempts: usize,
 }
 
+/// The holds on a node (by uid) as they stand now: asked again right before every write.
+pub type HoldsNow = Arc<dyn Fn(&str) -> Holds + Send + Sync>;
+
 /// Writes to the cluster on behalf of one oobfence instance.
 #[derive(Clone)]
 pub struct Cluster {
@@ -362,6 +367,7 @@ pub struct Cluster {
     datacenter: String,
     /// This daemon's [`actor_name`], written to and checked in `oobfence.io/fenced-by`.
     actor: String,
+    holds_now: HoldsNow,
 }
 
 impl Cluster {
@@ -375,7 +381,15 @@ impl Cluster {
             client,
             datacenter: datacenter.to_string(),
             actor: actor.to_string(),
+            holds_now: Arc::new(|_| Holds::default()),
         }
+    }
+
+    /// Every write re-checks these holds (pause, stale view, storm, freeze, budget) at the last
+    /// moment, as it re-checks the node.
+    pub fn with_holds(mut self, holds_now: HoldsNow) -> Self {
+        self.holds_now = holds_now;
+        self
     }
 
     pub fn actor(&self) -> &str {
@@ -428,7 +442,8 @@ impl Cluster {
             lease_renew_time,
             fence: fence_record(node, &self.actor),
         };
-        decision::recheck(guard, &fresh, Timestamp::now()).map_err(ClusterError::Abandoned)
+        let holds = (self.holds_now)(&fresh.uid);
+        decision::recheck(guard, &fresh, &holds, Timestamp::now()).map_err(ClusterError::Abandoned)
     }
 
     /// Retries `op` on 409 Conflict, a few times with jittered backoff; other errors return.
@@ -554,8 +569,14 @@ impl Cluster {
                 }
                 Some(_) => {}
             }
-            if let Some(guard) = untaint {
-                self.recheck(&node, guard).await?;
+            match untaint {
+                Some(guard) => self.recheck(&node, guard).await?,
+                // Clearing a record writes too: a pause or a stale view holds it.
+                None => {
+                    if let Some(h) = (self.holds_now)(uid).write {
+                        return Err(ClusterError::Abandoned(h.reason));
+                    }
+                }
             }
             let annotations: serde_json::Map<String, serde_json::Value> = [
                 ANNOTATION_FENCED_AT,

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::decision::holds::{GuardPolicy, Limit};
 use crate::decision::{FenceAction, Policy};
 mod bmc;
 pub mod ipmi;
@@ -71,9 +72,42 @@ pub struct Config {
     pub bmc: Vec<BmcEntry>,
     pub aws: Option<AwsConfig>,
     pub journal: JournalConfig,
+    /// `[guards]`: storms, budgets, partitions.
+    pub guards: GuardPolicy,
+    pub pause: PauseConfig,
     /// SHA-256 of the config file text, recorded in every journal record.
     pub digest: String,
 }
+
+/// `[pause]`: the two switches that stop every write without stopping the daemon.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PauseConfig {
+    /// While this file exists, nothing is written (its text is the reason shown). Default
+    /// `/etc/oobfence/<datacenter>.paused`; `oobfence pause` and `oobfence resume` manage it.
+    pub file: Option<PathBuf>,
+    /// While this ConfigMap carries the annotation `oobfence.io/paused` (any value but
+    /// "false"), nothing is written. Default `oobfence/oobfence-pause`.
+    pub configmap: Option<ConfigMapRef>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigMapRef {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl fmt::Display for ConfigMapRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// The default pause file of a datacenter.
+pub fn default_pause_file(datacenter: &str) -> PathBuf {
+    Path::new("/etc/oobfence").join(format!("{datacenter}.paused"))
+}
+
+pub const DEFAULT_PAUSE_CONFIGMAP: &str = "oobfence/oobfence-pause";
 
 /// `[journal]`: the append-only decision journal.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -263,6 +297,181 @@ struct RawConfig {
     aws: Option<RawAws>,
     #[serde(default)]
     journal: RawJournal,
+    #[serde(default)]
+    guards: RawGuards,
+    #[serde(default)]
+    pause: RawPause,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawPause {
+    file: Option<PathBuf>,
+    configmap: Option<String>,
+}
+
+/// A limit as written: a count (`12` or `"12"`) or a share (`"50%"`).
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawLimit {
+    Count(u32),
+    Text(String),
+}
+
+impl RawLimit {
+    fn parse(&self) -> Result<Limit, String> {
+        match self {
+            RawLimit::Count(n) => Ok(Limit::Count(*n)),
+            RawLimit::Text(t) => {
+                let t = t.trim();
+                let bad = || format!("{t:?} is neither a count (12) nor a share (\"50%\")");
+                match t.strip_suffix('%') {
+                    Some(p) => {
+                        let p: u32 = p.trim().parse().map_err(|_| bad())?;
+                        if p > 100 {
+                            return Err(format!("{t:?} is more than 100%"));
+                        }
+                        Ok(Limit::Percent(p))
+                    }
+                    None => t.parse().map(Limit::Count).map_err(|_| bad()),
+                }
+            }
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawGuards {
+    max_unhealthy: RawLimit,
+    /// "" turns failure domains off.
+    failure_domain_label: String,
+    domain_max_unhealthy: RawLimit,
+    fence_budget: RawLimit,
+    #[serde(with = "humantime_serde")]
+    fence_budget_window: Duration,
+    #[serde(with = "humantime_serde")]
+    cooldown: Duration,
+    #[serde(with = "humantime_serde")]
+    max_view_age: Duration,
+    freeze_failing_share: RawLimit,
+    freeze_min_failing: u32,
+}
+
+impl Default for RawGuards {
+    fn default() -> Self {
+        let g = GuardPolicy::default();
+        let raw = |l: Limit| RawLimit::Text(l.to_string());
+        RawGuards {
+            max_unhealthy: raw(g.max_unhealthy),
+            failure_domain_label: g.failure_domain_label.unwrap_or_default(),
+            domain_max_unhealthy: raw(g.domain_max_unhealthy),
+            fence_budget: raw(g.fence_budget),
+            fence_budget_window: g.fence_budget_window,
+            cooldown: g.cooldown,
+            max_view_age: g.max_view_age,
+            freeze_failing_share: raw(Limit::Percent(g.freeze_failing_share)),
+            freeze_min_failing: g.freeze_min_failing,
+        }
+    }
+}
+
+impl RawGuards {
+    fn validate(self, path: &Path) -> Result<GuardPolicy, ConfigError> {
+        let err = |key: &str, problem: String| ConfigError {
+            file: path.to_owned(),
+            key: format!("guards.{key}"),
+            problem,
+        };
+        let limit = |key: &str, raw: &RawLimit| raw.parse().map_err(|e| err(key, e));
+        let max_unhealthy = limit("max_unhealthy", &self.max_unhealthy)?;
+        let domain_max_unhealthy = limit("domain_max_unhealthy", &self.domain_max_unhealthy)?;
+        let fence_budget = limit("fence_budget", &self.fence_budget)?;
+        let freeze_failing_share = match limit("freeze_failing_share", &self.freeze_failing_share)?
+        {
+            Limit::Percent(p) => p,
+            Limit::Count(_) => {
+                return Err(err(
+                    "freeze_failing_share",
+                    "must be a share such as \"50%\"".into(),
+                ));
+            }
+        };
+        for (key, value) in [
+            ("fence_budget_window", self.fence_budget_window),
+            ("max_view_age", self.max_view_age),
+        ] {
+            if value.is_zero() {
+                return Err(err(key, "must be longer than 0s".into()));
+            }
+        }
+        let label = self.failure_domain_label.trim();
+        if label.contains(char::is_whitespace) || label.contains(['=', ',']) {
+            return Err(err(
+                "failure_domain_label",
+                format!("{label:?} is not a label key such as \"topology.kubernetes.io/zone\""),
+            ));
+        }
+        Ok(GuardPolicy {
+            max_unhealthy,
+            failure_domain_label: (!label.is_empty()).then(|| label.to_string()),
+            domain_max_unhealthy,
+            fence_budget,
+            fence_budget_window: self.fence_budget_window,
+            cooldown: self.cooldown,
+            max_view_age: self.max_view_age,
+            freeze_failing_share,
+            freeze_min_failing: self.freeze_min_failing.max(1),
+        })
+    }
+}
+
+impl RawPause {
+    fn validate(self, path: &Path, dc: &str) -> Result<PauseConfig, ConfigError> {
+        let err = |key: &str, problem: String| ConfigError {
+            file: path.to_owned(),
+            key: format!("pause.{key}"),
+            problem,
+        };
+        let file = match self.file {
+            None => Some(default_pause_file(dc)),
+            Some(p) if p.as_os_str().is_empty() => None,
+            Some(p) if !p.is_absolute() => {
+                return Err(err(
+                    "file",
+                    format!(
+                        "{:?} must be an absolute path, or \"\" for none",
+                        p.display().to_string()
+                    ),
+                ));
+            }
+            Some(p) => Some(p),
+        };
+        let configmap = match self.configmap.as_deref().map(str::trim) {
+            None => Some(DEFAULT_PAUSE_CONFIGMAP),
+            Some("") => None,
+            Some(c) => Some(c),
+        }
+        .map(|c| {
+            let dns = |s: &str| {
+                !s.is_empty()
+                    && s.len() <= 253
+                    && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '-' | '.'))
+            };
+            match c.split_once('/') {
+                Some((ns, name)) if dns(ns) && dns(name) => Ok(ConfigMapRef {
+                    namespace: ns.into(),
+                    name: name.into(),
+                }),
+                _ => Err(err(
+                    "configmap",
+                    format!("{c:?} must be NAMESPACE/NAME (example: \"{DEFAULT_PAUSE_CONFIGMAP}\"), or \"\" for none"),
+                )),
+            }
+        })
+        .transpose()?;
+        Ok(PauseConfig { file, configmap })
+    }
 }
 
 #[derive(Deserialize, Default)]
@@ -555,6 +764,9 @@ impl RawConfig {
             Some(p) => p,
         };
 
+        let guards = self.guards.validate(path)?;
+        let pause = self.pause.validate(path, dc)?;
+
         Ok(Config {
             source: path.to_owned(),
             datacenter: dc.to_string(),
@@ -569,6 +781,8 @@ impl RawConfig {
             bmc,
             aws,
             journal: JournalConfig { path: journal_path },
+            guards,
+            pause,
             digest: String::new(),
         })
     }

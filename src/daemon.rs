@@ -38,7 +38,8 @@ use tokio::sync::{Semaphore, mpsc};
 
 use crate::cluster::{self, Cluster, EventType, reasons};
 use crate::config::Config;
-use crate::decision::{self, Decision, MappingConflict, Rule, Step};
+use crate::decision::holds::{Calm, Census, CensusNode, Hold, HoldKind, View};
+use crate::decision::{self, Decision, MappingConflict, Readiness, Rule, Step};
 use crate::identity::{self, IdentityCheck};
 use crate::journal::Journal;
 use crate::metrics::{BackendLabels, ReadLabels, WouldActLabels};
@@ -61,6 +62,10 @@ const JOURNAL_FLUSH: Duration = Duration::from_secs(5);
 /// How often a healthy node's machine is read to learn (and re-check) that it is the node's:
 /// a low rate, so that a wrong mapping shows up before the node ever fails.
 const IDENTITY_REFRESH: Duration = Duration::from_secs(600);
+/// A healthy node's power source whose last read failed is read again this soon: a freeze
+/// (too many sources failing) thaws once they answer, and a broken BMC shows before its node
+/// fails.
+const FAILED_SOURCE_RETRY: Duration = Duration::from_secs(60);
 
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
@@ -89,6 +94,8 @@ pub struct Daemon {
     volumes: VolumeWatch,
     /// Nodes whose mapping cannot be trusted, recomputed every pass.
     conflicts: HashMap<String, MappingConflict>,
+    /// The guards' memory: storms, freezes, the fence budget.
+    calm: Calm,
 }
 
 /// Runs the daemon until `shutdown` completes.
@@ -146,12 +153,13 @@ pub async fn run(
     );
     tracing::info!(path = %cfg.journal.path.display(), "decision journal");
     let volumes = VolumeWatch::start(client.clone());
+    crate::pause::spawn_watch(cfg.pause.clone(), client.clone(), shared.clone());
     let mut daemon = Daemon {
         journal,
         volumes,
         sources,
         read_slots: Arc::new(Semaphore::new(cfg.max_concurrent_reads)),
-        cluster: Cluster::new(client, &cfg.datacenter),
+        cluster: Cluster::new(client, &cfg.datacenter).with_holds(holds_now(&cfg, &shared)),
         cfg,
         shared: shared.clone(),
         nodes: nodes.clone(),
@@ -160,6 +168,7 @@ pub async fn run(
         reads_tx,
         actions_tx,
         conflicts: HashMap::new(),
+        calm: Calm::default(),
     };
 
     tokio::pin!(shutdown);
@@ -179,6 +188,7 @@ pub async fn run(
     }
     shared.synced.store(true, Ordering::Relaxed);
     tracing::info!(nodes = daemon.nodes.len(), "node cache synced");
+    daemon.restore_fence_budget(Timestamp::now());
     // READY=1 only now: both caches hold a full list, so the API server answered.
     let synced_status = format!(
         "node cache synced: {} nodes; starting the decision loop",
@@ -219,6 +229,30 @@ pub async fn run(
     drop(daemon);
     journal_writer.finish(JOURNAL_FLUSH).await;
     Ok(())
+}
+
+/// The holds on a node right before a write: the last pass's, and the pause file read now
+/// (a pause placed a moment ago still stops the write).
+fn holds_now(cfg: &Config, shared: &Arc<Shared>) -> cluster::HoldsNow {
+    let shared = shared.clone();
+    let file = cfg.pause.file.clone();
+    Arc::new(move |uid: &str| {
+        let mut holds = shared
+            .holds
+            .read()
+            .ok()
+            .and_then(|h| h.get(uid).cloned())
+            .unwrap_or_default();
+        if holds.write.is_none()
+            && let Some(reason) = file.as_deref().and_then(crate::pause::read_file)
+        {
+            holds.write = Some(Hold {
+                kind: HoldKind::Paused,
+                reason: format!("writes are paused by an operator ({reason})"),
+            });
+        }
+        holds
+    })
 }
 
 fn notify_systemd(states: &[sd_notify::NotifyState<'_>]) {
@@ -312,7 +346,11 @@ impl Daemon {
             .cloned()
             .collect();
         for name in gone {
-            self.trackers.remove(&name);
+            if let Some(t) = self.trackers.remove(&name)
+                && let Ok(mut h) = self.shared.holds.write()
+            {
+                h.remove(&t.uid);
+            }
             self.shared.metrics.forget_node(&name);
             if let Ok(mut r) = self.shared.reports.write() {
                 r.remove(&name);
@@ -327,6 +365,7 @@ impl Daemon {
                 )
             }),
         );
+        self.update_guards(&nodes, now);
         for node in &nodes {
             self.evaluate(node, now);
         }
@@ -341,6 +380,115 @@ impl Daemon {
         }
         if let Ok(mut t) = self.shared.last_pass.lock() {
             *t = Some(Instant::now());
+        }
+    }
+
+    /// Counts the datacenter and brings the guards up to date, before any node is decided.
+    fn update_guards(&mut self, nodes: &[Arc<Node>], now: Timestamp) {
+        let g = &self.cfg.guards;
+        let census_nodes: Vec<CensusNode> = nodes
+            .iter()
+            .map(|n| {
+                let failing = self.trackers.get(&n.name_any()).and_then(|t| {
+                    t.last_read
+                        .filter(|(at, _)| decision_elapsed(*at, now) <= FAILING_WINDOW)
+                        .map(|(_, failing)| failing)
+                });
+                CensusNode {
+                    domain: failure_domain(n, g.failure_domain_label.as_deref()),
+                    unhealthy: matches!(cluster::readiness(n), Readiness::NotReady { .. }),
+                    source_failing: failing,
+                }
+            })
+            .collect();
+        let census = Census::count(&census_nodes, g.failure_domain_label.is_some());
+        let view = View {
+            watches_ok: self.shared.api_ok.load(Ordering::Relaxed),
+            last_round_trip: self.shared.last_round_trip.lock().ok().and_then(|t| *t),
+        };
+        let pause = self
+            .shared
+            .pause
+            .read()
+            .map(|p| p.clone())
+            .unwrap_or_default();
+        let before = self.calm.clone();
+        self.calm.update(&census, &view, pause, g, now);
+        self.log_guard_changes(&before);
+        self.shared.metrics.set_guards(&self.calm, g, now);
+        if let Ok(mut c) = self.shared.calm.write() {
+            *c = self.calm.clone();
+        }
+    }
+
+    /// One log line for each guard that starts or ends.
+    fn log_guard_changes(&self, before: &Calm) {
+        if before.stale.is_none()
+            && let Some(why) = &self.calm.stale
+        {
+            tracing::error!(why = %why, "view of the cluster is STALE: no writes until it is fresh again");
+        }
+        if before.stale.is_some() && self.calm.stale.is_none() {
+            tracing::warn!(
+                "view of the cluster is fresh again; reads from before now do not count"
+            );
+        }
+        for (scope, st) in &self.calm.scopes {
+            let old = before.scopes.get(scope);
+            let was_storm = old.is_some_and(|o| o.storm_since.is_some());
+            let was_frozen = old.is_some_and(|o| o.frozen_since.is_some());
+            let c = &st.count;
+            match (was_storm, st.storm_since.is_some()) {
+                (false, true) => {
+                    tracing::error!(scope = %scope, unhealthy = c.unhealthy, nodes = c.nodes, "STORM: too many NotReady nodes; no new fence in this scope")
+                }
+                (true, false) => {
+                    tracing::warn!(scope = %scope, unhealthy = c.unhealthy, nodes = c.nodes, "storm over; fences resume after the cooldown")
+                }
+                _ => {}
+            }
+            match (was_frozen, st.frozen_since.is_some()) {
+                (false, true) => {
+                    tracing::error!(scope = %scope, failing = c.sources_failing, read = c.sources_read, "FROZEN: too many power sources fail at once (oobfence is likely cut off); no new fence in this scope")
+                }
+                (true, false) => {
+                    tracing::warn!(scope = %scope, "freeze over; reads from before now do not count")
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// After a restart, the fences of the budget window still count: from the journal, and
+    /// from the fence records on the Nodes (whichever knows more).
+    fn restore_fence_budget(&mut self, now: Timestamp) {
+        let window = self.cfg.guards.fence_budget_window;
+        let since = now
+            .checked_sub(
+                jiff::SignedDuration::try_from(window).unwrap_or(jiff::SignedDuration::MAX),
+            )
+            .unwrap_or(Timestamp::MIN);
+        match crate::journal::recent_fences(&self.cfg.journal.path, since) {
+            Ok(fences) => {
+                for (at, uid) in fences {
+                    self.calm.record_fence(&uid, at);
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                tracing::warn!(path = %self.cfg.journal.path.display(), error = %e, "cannot read the journal's recent fences; the fence budget counts the Nodes' fence records only")
+            }
+        }
+        for n in self.nodes.state() {
+            if let Some(f) = cluster::fence_record(&n, self.cluster.actor())
+                && f.ours
+                && f.at >= since
+            {
+                self.calm.record_fence(&n.uid().unwrap_or_default(), f.at);
+            }
+        }
+        if !self.calm.fences.is_empty() {
+            tracing::info!(fences = self.calm.fences.len(), window = %humantime::format_duration(window), "fences of the budget window restored");
         }
     }
 
@@ -403,6 +551,15 @@ impl Daemon {
             .map(|m| m.identity())
             .unwrap_or_default();
         facts.mapping_conflict = self.conflicts.get(&name).cloned();
+        facts.holds = self.calm.holds(
+            failure_domain(node, self.cfg.guards.failure_domain_label.as_deref()).as_deref(),
+            &uid,
+            &self.cfg.guards,
+            now,
+        );
+        if let Ok(mut h) = self.shared.holds.write() {
+            h.insert(uid.clone(), facts.holds.clone());
+        }
         let policy = self.cfg.policy.clone();
         let tracker = self.trackers.get_mut(&name).expect("inserted above");
         tracker.observe(&mut facts, now);
@@ -492,6 +649,10 @@ impl Daemon {
             tracker.action_in_flight = true;
             tracker.acted_on = rv;
             let fencing = matches!(decision.step, Step::Fence(_));
+            if fencing {
+                // Counted now, so that the next node of this very pass sees the budget spent.
+                self.calm.record_fence(&uid, now);
+            }
             let inputs = self.journal_inputs(&name, &facts, source.as_ref(), fencing);
             self.spawn_action(node.clone(), uid.clone(), decision.clone(), inputs);
         }
@@ -551,6 +712,11 @@ impl Daemon {
             return;
         }
         t.read_in_flight = false;
+        let failed = matches!(done.reading.state, PowerState::Error { .. });
+        t.last_read = Some((done.reading.at, failed));
+        if failed && done.purpose == ReadPurpose::Identity {
+            t.identity_due = Some(Instant::now() + FAILED_SOURCE_RETRY);
+        }
         let node = self.nodes.get(&ObjectRef::new(&done.node));
         if let Some(node) = &node {
             let verdict = identity::verify(&cluster::node_identity(node), &done.reading.identity);
@@ -580,6 +746,10 @@ impl Daemon {
             return;
         }
         t.action_in_flight = false;
+        if matches!(done.step, Step::Fence(_)) && done.result.is_err() {
+            // Nothing was written: the budget gets its place back.
+            self.calm.forget_fence(&done.uid);
+        }
         match done.result {
             Ok(()) => {
                 t.last_action_error = None;
@@ -598,6 +768,15 @@ impl Daemon {
             }
         }
     }
+}
+
+/// The node's failure domain: the value of `label` (None: no such label, or no label set).
+fn failure_domain(node: &Node, label: Option<&str>) -> Option<String> {
+    node.labels().get(label?).cloned()
+}
+
+fn decision_elapsed(earlier: Timestamp, later: Timestamp) -> Duration {
+    Duration::try_from(later.duration_since(earlier)).unwrap_or(Duration::ZERO)
 }
 
 /// Used by `check-config --probe`: a client for listing nodes.

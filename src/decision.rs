@@ -25,6 +25,7 @@
 
 pub mod facts;
 pub mod guard;
+pub mod holds;
 pub mod reading;
 #[cfg(test)]
 mod tests;
@@ -41,6 +42,7 @@ pub use facts::{
     FenceAction, FenceRecord, IdentityBinding, MappingConflict, NodeFacts, Policy, Readiness,
 };
 pub use guard::{FreshNode, GuardPurpose, WriteGuard, recheck};
+pub use holds::{Hold, HoldKind, Holds};
 pub use reading::{PowerReading, PowerState, ReadDetail, ReadErrorKind};
 
 /// Where a node stands, for `why`, `/nodes` and the `node_state` metric.
@@ -126,6 +128,12 @@ pub enum Rule {
     RecoveryNeedsPowerOn,
     RecoveredSameBootId,
     RecoveredNewBoot,
+    Paused,
+    StaleView,
+    SelfPartition,
+    Storm,
+    StormCooldown,
+    FenceBudget,
 }
 
 impl Rule {
@@ -162,6 +170,12 @@ impl Rule {
             Rule::RecoveryNeedsPowerOn => "recovery-needs-power-on",
             Rule::RecoveredSameBootId => "recovered-same-boot-id",
             Rule::RecoveredNewBoot => "recovered-new-boot",
+            Rule::Paused => "paused",
+            Rule::StaleView => "stale-view",
+            Rule::SelfPartition => "self-partition",
+            Rule::Storm => "storm",
+            Rule::StormCooldown => "storm-cooldown",
+            Rule::FenceBudget => "fence-budget",
         }
     }
 }
@@ -225,7 +239,69 @@ fn secs(d: Duration) -> String {
 
 /// Decides what to do about one node. `reads` are this node's power reads in time order, all
 /// taken since the node was last seen Ready (the daemon drops them whenever it is).
+///
+/// The node's own rules come first ([`decide_node`]); a write they lead to is then held when
+/// something outside the node says so ([`apply_holds`]): the last word before any write.
 pub fn decide(
+    facts: &NodeFacts,
+    reads: &[PowerReading],
+    policy: &Policy,
+    now: Timestamp,
+) -> Decision {
+    // Reads from before a freeze thawed or the view recovered never count.
+    let reads = match facts.holds.evidence_not_before {
+        Some(t) => &reads[reads.partition_point(|r| r.at < t)..],
+        None => reads,
+    };
+    apply_holds(
+        decide_node(facts, reads, policy, now),
+        &facts.holds,
+        reads,
+        policy,
+    )
+}
+
+fn hold_rule(kind: HoldKind) -> Rule {
+    match kind {
+        HoldKind::Paused => Rule::Paused,
+        HoldKind::StaleView => Rule::StaleView,
+        HoldKind::SelfPartition => Rule::SelfPartition,
+        HoldKind::Storm => Rule::Storm,
+        HoldKind::StormCooldown => Rule::StormCooldown,
+        HoldKind::FenceBudget => Rule::FenceBudget,
+    }
+}
+
+/// A pause or a stale view holds every write; a storm, a freeze, a cooldown or a spent budget
+/// holds a new fence. A held fence keeps its node read now and then, so that evidence is fresh
+/// when the hold lifts (and the reads must confirm again if it is not).
+fn apply_holds(d: Decision, holds: &Holds, reads: &[PowerReading], policy: &Policy) -> Decision {
+    let fencing = matches!(d.step, Step::Fence(_) | Step::WouldFence(_));
+    let writing = fencing
+        || matches!(
+            d.step,
+            Step::Unfence | Step::WouldUnfence | Step::ClearRecord
+        );
+    let hold = match (&holds.write, &holds.fence) {
+        (Some(h), _) if writing => h,
+        (_, Some(h)) if fencing => h,
+        _ => return d,
+    };
+    let state = if fencing { NodeState::Blocked } else { d.state };
+    let mut held = Decision::new(
+        state,
+        Step::Idle,
+        hold_rule(hold.kind),
+        format!("{}; without it: {}", hold.reason, d.reason),
+    );
+    if fencing && let Some(last) = reads.last() {
+        held = held.read_at(plus(last.at, policy.recheck_interval));
+    }
+    held
+}
+
+/// Every rule about the node itself, in order.
+fn decide_node(
     facts: &NodeFacts,
     reads: &[PowerReading],
     policy: &Policy,

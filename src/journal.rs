@@ -538,9 +538,27 @@ pub struct Tail {
     pub truncated_scan: bool,
 }
 
-/// Reads the last `limit` records about `node` from the end of the journal (at most the last
-/// few MiB of it).
-pub fn tail(path: &Path, node: &str, limit: usize) -> io::Result<Tail> {
+/// The fences this journal records as written since `since` (taints and Node deletions), as
+/// (when, Node uid), oldest first: after a restart they still count against the fence budget.
+/// Reads the end of the journal only, as [`tail`] does.
+pub fn recent_fences(path: &Path, since: Timestamp) -> io::Result<Vec<(Timestamp, String)>> {
+    let (text, _) = tail_text(path)?;
+    Ok(text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Record>(l).ok())
+        .filter(|r| {
+            r.kind == RecordKind::Action
+                && r.result == "success"
+                && matches!(r.action.as_str(), "taint" | "delete_node")
+                && r.ts >= since
+        })
+        .map(|r| (r.ts, r.uid))
+        .collect())
+}
+
+/// The end of the journal (at most its last few MiB), without a first line cut in two; and
+/// whether that is less than the whole file.
+fn tail_text(path: &Path) -> io::Result<(String, bool)> {
     let mut file = File::open(path)?;
     let len = file.metadata()?.len();
     let start = len.saturating_sub(TAIL_SCAN_BYTES);
@@ -553,8 +571,15 @@ pub fn tail(path: &Path, node: &str, limit: usize) -> io::Result<Tail> {
         let cut = text.find('\n').map(|i| i + 1).unwrap_or(text.len());
         text.drain(..cut);
     }
+    Ok((text, start > 0))
+}
+
+/// Reads the last `limit` records about `node` from the end of the journal (at most the last
+/// few MiB of it).
+pub fn tail(path: &Path, node: &str, limit: usize) -> io::Result<Tail> {
+    let (text, truncated_scan) = tail_text(path)?;
     let mut out = Tail {
-        truncated_scan: start > 0,
+        truncated_scan,
         ..Default::default()
     };
     let mut matching = std::collections::VecDeque::with_capacity(limit + 1);

@@ -12,6 +12,7 @@
 //! - [`cluster`]: every Kubernetes read and write.
 //! - [`daemon`]: the loop that ties them together; it publishes [`status`], which [`http`]
 //!   serves; [`cli`] faces the operator.
+//! - [`pause`]: the operator's switch that holds every write.
 //! - [`metrics`], [`journal`], [`volumes`]: what oobfence reports about what it did and what
 //!   followed (Prometheus metrics, the decision journal, VolumeAttachment release).
 
@@ -27,6 +28,7 @@ pub mod identity;
 pub mod journal;
 pub mod kubeconfig;
 pub mod metrics;
+pub mod pause;
 pub mod power;
 pub mod report;
 pub mod secret;

@@ -21,7 +21,13 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
+use jiff::Timestamp;
+
+use crate::decision::holds::{Calm, GuardPolicy, Scope};
 use crate::decision::{NodeState, Rule};
+
+const SCOPE_HOLDS: [&str; 3] = ["storm", "storm-cooldown", "self-partition"];
+const SCOPE_COUNTS: [&str; 4] = ["nodes", "unhealthy", "sources_read", "sources_failing"];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct NodeStateLabels {
@@ -101,6 +107,21 @@ pub struct VerdictLabels {
     pub verdict: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct ScopeHoldLabels {
+    /// `datacenter` or `domain=VALUE`.
+    pub scope: String,
+    /// `storm`, `storm-cooldown`, `self-partition`.
+    pub hold: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct ScopeCountLabels {
+    pub scope: String,
+    /// `nodes`, `unhealthy`, `sources_read`, `sources_failing`.
+    pub count: &'static str,
+}
+
 /// `identity_nodes{verdict}` values: the last identity read's verdict, or `unknown`.
 pub const IDENTITY_VERDICTS: [&str; 4] = ["match", "mismatch", "unverifiable", "unknown"];
 
@@ -120,7 +141,7 @@ pub const ALL_STATES: [NodeState; 6] = [
 
 /// The reasons a NotReady node's fencing can be refused for, as `blocked{reason}` and
 /// `node_blocked{reason}` label values (the decision rules' names).
-pub const BLOCKED_REASONS: [&str; 13] = [
+pub const BLOCKED_REASONS: [&str; 19] = [
     "power-on",
     "power-unknown",
     "power-transitional",
@@ -134,6 +155,12 @@ pub const BLOCKED_REASONS: [&str; 13] = [
     "opted-out",
     "other-remediator",
     "flapping",
+    "paused",
+    "stale-view",
+    "self-partition",
+    "storm",
+    "storm-cooldown",
+    "fence-budget",
 ];
 
 /// The `blocked{reason}` value for a refusal rule, if it is one of [`BLOCKED_REASONS`].
@@ -190,6 +217,14 @@ pub struct Metrics {
     pub node_identity_problem: Family<NodeProblemLabels, Gauge>,
     /// Nodes with an identity problem series, so that fixed ones are removed.
     identity_problems_seen: Mutex<BTreeSet<(String, &'static str)>>,
+    pub paused: Gauge,
+    pub view_stale: Gauge,
+    pub scope_hold: Family<ScopeHoldLabels, Gauge>,
+    pub scope_nodes: Family<ScopeCountLabels, Gauge>,
+    pub fence_budget_used: Gauge,
+    pub fence_budget_limit: Gauge,
+    /// Scope series set so far, so that those of a domain gone are removed.
+    scopes_seen: Mutex<BTreeSet<String>>,
     /// `power_sources_failing` label sets set so far, so the ones that recover go to 0.
     failing_seen: Mutex<BTreeSet<FailingLabels>>,
     /// Nodes oobfence deleted: node -> (uid of the deleted Node, when).
@@ -373,6 +408,42 @@ impl Metrics {
             "EC2 API attempts answered with a throttling status (RequestLimitExceeded): the account-wide Describe* rate limit is being hit",
             ec2.throttled.clone(),
         );
+        let paused = Gauge::default();
+        registry.register(
+            "paused",
+            "1 while an operator has paused every write (the pause file, or the annotation oobfence.io/paused on the pause ConfigMap): nothing is fenced, unfenced or deleted, decisions and Events go on",
+            paused.clone(),
+        );
+        let view_stale = Gauge::default();
+        registry.register(
+            "view_stale",
+            "1 while oobfence's view of the cluster is stale (a watch broken, or no successful API call within max_view_age): no write is made on it",
+            view_stale.clone(),
+        );
+        let scope_hold = Family::<ScopeHoldLabels, Gauge>::default();
+        registry.register(
+            "scope_hold",
+            "1 for each scope (datacenter, or domain=VALUE of failure_domain_label) where new fences are held: storm (more NotReady nodes than max_unhealthy / domain_max_unhealthy), storm-cooldown (a storm ended less than cooldown ago), self-partition (more than freeze_failing_share of the power sources read there fail: oobfence is likely the one cut off); 0 otherwise",
+            Listed(scope_hold.clone()),
+        );
+        let scope_nodes = Family::<ScopeCountLabels, Gauge>::default();
+        registry.register(
+            "scope_nodes",
+            "Per scope (datacenter, domain=VALUE): nodes, unhealthy (NotReady) nodes, power sources read in the last 10 minutes and those failing, as the storm guard and the freeze count them",
+            Listed(scope_nodes.clone()),
+        );
+        let fence_budget_used = Gauge::default();
+        registry.register(
+            "fence_budget_used",
+            "Fences made (or being written) in the last fence_budget_window; new fences are held while this reaches oobfence_fence_budget_limit",
+            fence_budget_used.clone(),
+        );
+        let fence_budget_limit = Gauge::default();
+        registry.register(
+            "fence_budget_limit",
+            "Fences allowed in any fence_budget_window (fence_budget, a share taken of the nodes watched now)",
+            fence_budget_limit.clone(),
+        );
         let build_info = Family::<BuildLabels, Gauge>::default();
         build_info
             .get_or_create(&BuildLabels {
@@ -423,6 +494,13 @@ impl Metrics {
             identity_nodes,
             identity_unchecked,
             node_identity_problem,
+            paused,
+            view_stale,
+            scope_hold,
+            scope_nodes,
+            fence_budget_used,
+            fence_budget_limit,
+            scopes_seen: Mutex::new(BTreeSet::new()),
             identity_problems_seen: Mutex::new(BTreeSet::new()),
             failing_seen: Mutex::new(BTreeSet::new()),
             deleted_fences: Mutex::new(BTreeMap::new()),
@@ -644,6 +722,72 @@ impl Metrics {
                 .set(verdicts.get(v).copied().unwrap_or(0));
         }
         self.identity_unchecked.set(unchecked);
+    }
+
+    /// The guards as of this pass: pause, view, each scope's holds and counts, the budget.
+    pub fn set_guards(&self, calm: &Calm, policy: &GuardPolicy, now: Timestamp) {
+        self.paused.set(calm.pause.is_paused() as i64);
+        self.view_stale.set(calm.stale.is_some() as i64);
+        let Ok(mut seen) = self.scopes_seen.lock() else {
+            return;
+        };
+        let now_scopes: BTreeSet<String> = calm.scopes.keys().map(|s| s.label()).collect();
+        for gone in seen.difference(&now_scopes) {
+            for hold in SCOPE_HOLDS {
+                self.scope_hold.remove(&ScopeHoldLabels {
+                    scope: gone.clone(),
+                    hold,
+                });
+            }
+            for count in SCOPE_COUNTS {
+                self.scope_nodes.remove(&ScopeCountLabels {
+                    scope: gone.clone(),
+                    count,
+                });
+            }
+        }
+        *seen = now_scopes;
+        for (scope, st) in &calm.scopes {
+            let label = scope.label();
+            let cooling = st.storm_ended.is_some_and(|t| {
+                now.duration_since(t)
+                    < jiff::SignedDuration::try_from(policy.cooldown).unwrap_or_default()
+            });
+            for (hold, on) in [
+                ("storm", st.storm_since.is_some()),
+                ("storm-cooldown", st.storm_since.is_none() && cooling),
+                ("self-partition", st.frozen_since.is_some()),
+            ] {
+                self.scope_hold
+                    .get_or_create(&ScopeHoldLabels {
+                        scope: label.clone(),
+                        hold,
+                    })
+                    .set(on as i64);
+            }
+            let c = &st.count;
+            for (count, n) in [
+                ("nodes", c.nodes),
+                ("unhealthy", c.unhealthy),
+                ("sources_read", c.sources_read),
+                ("sources_failing", c.sources_failing),
+            ] {
+                self.scope_nodes
+                    .get_or_create(&ScopeCountLabels {
+                        scope: label.clone(),
+                        count,
+                    })
+                    .set(n as i64);
+            }
+        }
+        let total = calm
+            .scopes
+            .get(&Scope::Datacenter)
+            .map(|s| s.count.nodes)
+            .unwrap_or(0);
+        self.fence_budget_used.set(calm.fences.len() as i64);
+        self.fence_budget_limit
+            .set(policy.fence_budget.of(total) as i64);
     }
 
     pub fn encode(&self) -> String {

@@ -40,6 +40,10 @@ pub struct NodeReport {
     pub next_read_at: Option<Timestamp>,
     /// The last action's outcome, if it failed.
     pub last_action_error: Option<String>,
+    /// Holds from outside the node in force now (pause, stale view, storm, freeze, budget),
+    /// as `rule: reason`, whether or not the node is at the point of a write.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub holds: Vec<String>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -181,6 +185,7 @@ impl NodeReport {
             read_in_flight: i.read_in_flight,
             next_read_at: i.decision.next_read_at,
             last_action_error: i.last_action_error,
+            holds: describe_holds(&i.facts.holds),
         }
     }
 
@@ -279,6 +284,9 @@ impl NodeReport {
                 }
             );
         }
+        for h in &self.holds {
+            let _ = writeln!(s, "  held:         {h}");
+        }
         if let Some(e) = &self.last_action_error {
             let _ = writeln!(s, "  last action:  FAILED: {e}");
         }
@@ -309,6 +317,24 @@ impl NodeReport {
         }
         s
     }
+}
+
+/// The holds in force on a node, as `rule: reason` (the rule names of [`crate::decision::Rule`]).
+fn describe_holds(h: &crate::decision::Holds) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(w) = &h.write {
+        out.push(format!("{} (every write): {}", w.kind.name(), w.reason));
+    }
+    if let Some(f) = &h.fence {
+        out.push(format!("{} (new fences): {}", f.kind.name(), f.reason));
+    }
+    if let Some(t) = h.evidence_not_before {
+        out.push(format!(
+            "power reads from before {} do not count (a freeze thawed or the view recovered then)",
+            t.strftime("%Y-%m-%dT%H:%M:%SZ")
+        ));
+    }
+    out
 }
 
 /// A read's state as a short word for tables.

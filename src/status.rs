@@ -1,11 +1,14 @@
 //! What the daemon publishes for the operator: its metrics, a report per node, and whether it
 //! is synced and alive. The HTTP endpoints serve this handle and nothing else of the daemon.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
+use jiff::Timestamp;
+
+use crate::decision::holds::{Calm, Holds, Pause};
 use crate::metrics::Metrics;
 use crate::report::NodeReport;
 
@@ -22,6 +25,14 @@ pub struct Shared {
     /// The last watch call succeeded.
     pub api_ok: AtomicBool,
     pub last_pass: Mutex<Option<Instant>>,
+    /// The pause switches as last read (the writer also reads the file itself, last thing).
+    pub pause: RwLock<Pause>,
+    /// The last successful Kubernetes API round trip (the pause ConfigMap's GET).
+    pub last_round_trip: Mutex<Option<Timestamp>>,
+    /// The holds on each node as of the last pass, by node uid: the writer re-checks them.
+    pub holds: RwLock<HashMap<String, Holds>>,
+    /// The guards' state as of the last pass (`/guards`, `why`).
+    pub calm: RwLock<Calm>,
 }
 
 impl Shared {
@@ -33,6 +44,10 @@ impl Shared {
             synced: AtomicBool::new(false),
             api_ok: AtomicBool::new(false),
             last_pass: Mutex::new(None),
+            pause: RwLock::new(Pause::default()),
+            last_round_trip: Mutex::new(None),
+            holds: RwLock::new(HashMap::new()),
+            calm: RwLock::new(Calm::default()),
         })
     }
 

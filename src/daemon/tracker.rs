@@ -40,6 +40,8 @@ pub(super) struct Tracker {
     pub(super) not_ready_seen: Vec<Timestamp>,
     /// The bootID the kept reads were taken against.
     pub(super) reads_boot_id: Option<String>,
+    /// The last read of the node's machine, for any purpose: when, and whether it failed.
+    pub(super) last_read: Option<(Timestamp, bool)>,
 }
 
 impl Tracker {

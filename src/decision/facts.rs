@@ -153,4 +153,7 @@ pub struct NodeFacts {
     pub identity_check: IdentityCheck,
     /// The last identity verification from a read, if any.
     pub identity_binding: Option<IdentityBinding>,
+    /// What holds back writes from outside the node: a pause, a stale view, a storm, a freeze,
+    /// the fence budget ([`super::holds`]).
+    pub holds: super::holds::Holds,
 }

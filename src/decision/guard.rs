@@ -6,6 +6,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 use serde::Serialize;
 
+use super::holds::Holds;
 use super::{FenceRecord, Readiness, elapsed, secs};
 
 /// What a write was decided on. The writer re-checks it on a fresh GET right before the write
@@ -43,10 +44,23 @@ pub struct FreshNode {
     pub fence: Option<FenceRecord>,
 }
 
-/// Whether a write decided under `guard` may still go ahead on the node as freshly read, at
-/// `now` (taken right before the write). `Err` says what moved; the write is then abandoned and
-/// the node decided again from scratch.
-pub fn recheck(guard: &WriteGuard, fresh: &FreshNode, now: Timestamp) -> Result<(), String> {
+/// Whether a write decided under `guard` may still go ahead on the node as freshly read, with
+/// the holds as they stand right before the write, at `now`. `Err` says what moved; the write
+/// is then abandoned and the node decided again from scratch.
+pub fn recheck(
+    guard: &WriteGuard,
+    fresh: &FreshNode,
+    holds: &Holds,
+    now: Timestamp,
+) -> Result<(), String> {
+    if let Some(h) = &holds.write {
+        return Err(h.reason.clone());
+    }
+    if guard.purpose == GuardPurpose::Fence
+        && let Some(h) = &holds.fence
+    {
+        return Err(h.reason.clone());
+    }
     if fresh.uid != guard.uid {
         return Err(format!(
             "the Node now has uid {}, not the {} the decision was about (deleted and re-created)",

@@ -78,6 +78,7 @@ fn dead() -> NodeFacts {
         },
         identity_check: IdentityCheck::Checked,
         identity_binding: None,
+        holds: Holds::default(),
     }
 }
 
@@ -679,7 +680,10 @@ fn recheck_refuses_a_fence_when_anything_moved() {
     let g = decide(&dead(), &[off(60), off(65)], &policy(), t(66))
         .guard
         .unwrap();
-    assert_eq!(recheck(&g, &fresh_like(&g), t(70)), Ok(()));
+    assert_eq!(
+        recheck(&g, &fresh_like(&g), &Holds::default(), t(70)),
+        Ok(())
+    );
     let cases: Vec<(&str, FreshNode, Timestamp)> = vec![
         (
             "uid",
@@ -717,7 +721,7 @@ fn recheck_refuses_a_fence_when_anything_moved() {
         ("old at write time", fresh_like(&g), t(65 + 31)),
     ];
     for (what, fresh, now) in cases {
-        let e = recheck(&g, &fresh, now).expect_err(what);
+        let e = recheck(&g, &fresh, &Holds::default(), now).expect_err(what);
         assert!(e.contains(what), "{what}: {e}");
     }
 }
@@ -736,7 +740,7 @@ fn recheck_refuses_an_unfence_unless_ready_new_boot_fresh_on_and_ours() {
         lease_renew_time: None,
         fence: Some(record.clone()),
     };
-    assert_eq!(recheck(&g, &ok, t(160)), Ok(()));
+    assert_eq!(recheck(&g, &ok, &Holds::default(), t(160)), Ok(()));
     let cases: Vec<(&str, FreshNode, Timestamp)> = vec![
         (
             "not Ready",
@@ -776,7 +780,7 @@ fn recheck_refuses_an_unfence_unless_ready_new_boot_fresh_on_and_ours() {
         ("old at write time", ok.clone(), t(150 + 31)),
     ];
     for (what, fresh, now) in cases {
-        let e = recheck(&g, &fresh, now).expect_err(what);
+        let e = recheck(&g, &fresh, &Holds::default(), now).expect_err(what);
         assert!(e.contains(what), "{what}: {e}");
     }
 }
