@@ -416,3 +416,86 @@ proptest::proptest! {
         }
     }
 }
+
+#[test]
+fn guards_and_pause_get_safe_defaults() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = parse(&minimal(&write_pw(dir.path()))).unwrap();
+    assert_eq!(cfg.guards, GuardPolicy::default());
+    assert_eq!(cfg.guards.max_unhealthy, Limit::Percent(50));
+    assert_eq!(
+        cfg.guards.failure_domain_label.as_deref(),
+        Some("topology.kubernetes.io/zone")
+    );
+    assert_eq!(
+        cfg.pause.file.as_deref(),
+        Some(Path::new("/etc/oobfence/dc1.paused"))
+    );
+    assert_eq!(
+        cfg.pause
+            .configmap
+            .as_ref()
+            .map(ToString::to_string)
+            .as_deref(),
+        Some("oobfence/oobfence-pause")
+    );
+}
+
+#[test]
+fn guards_take_counts_and_shares_and_name_a_bad_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = minimal(&write_pw(dir.path()));
+    let cfg = parse(&format!(
+        "{base}\n[guards]\nmax_unhealthy = 12\ndomain_max_unhealthy = \"60%\"\nfence_budget = \"3\"\nfailure_domain_label = \"\"\n[pause]\nfile = \"\"\nconfigmap = \"\"\n"
+    ))
+    .unwrap();
+    assert_eq!(cfg.guards.max_unhealthy, Limit::Count(12));
+    assert_eq!(cfg.guards.domain_max_unhealthy, Limit::Percent(60));
+    assert_eq!(cfg.guards.fence_budget, Limit::Count(3));
+    assert_eq!(cfg.guards.failure_domain_label, None);
+    assert_eq!(
+        cfg.pause,
+        PauseConfig {
+            file: None,
+            configmap: None
+        }
+    );
+    for (body, key, says) in [
+        (
+            "[guards]\nmax_unhealthy = \"half\"",
+            "guards.max_unhealthy",
+            "neither a count",
+        ),
+        (
+            "[guards]\nfence_budget = \"150%\"",
+            "guards.fence_budget",
+            "more than 100%",
+        ),
+        (
+            "[guards]\nfreeze_failing_share = 3",
+            "guards.freeze_failing_share",
+            "share",
+        ),
+        (
+            "[guards]\nmax_view_age = \"0s\"",
+            "guards.max_view_age",
+            "longer than 0s",
+        ),
+        (
+            "[guards]\nfailure_domain_label = \"rack=a\"",
+            "guards.failure_domain_label",
+            "label key",
+        ),
+        ("[pause]\nfile = \"dc1.paused\"", "pause.file", "absolute"),
+        (
+            "[pause]\nconfigmap = \"just-a-name\"",
+            "pause.configmap",
+            "NAMESPACE/NAME",
+        ),
+        ("[guards]\nmax_unhealthyy = 3", "guards", "unknown field"),
+    ] {
+        let e = parse(&format!("{base}\n{body}\n")).unwrap_err();
+        assert!(e.key.starts_with(key), "{body}: {e}");
+        assert!(e.problem.contains(says), "{body}: {e}");
+    }
+}

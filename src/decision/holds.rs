@@ -489,3 +489,6 @@ impl Calm {
         None
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,317 @@
+//! The guards' ledger: storms, cooldowns, freezes, the view, the pause and the budget, each
+//! pinned by a test; then a property over random passes: the budget is never overspent.
+
+use proptest::prelude::*;
+
+use super::*;
+
+fn t(s: i64) -> Timestamp {
+    Timestamp::from_second(1_800_000_000 + s).unwrap()
+}
+
+fn fresh_view(at: i64) -> View {
+    View {
+        watches_ok: true,
+        last_round_trip: Some(t(at)),
+    }
+}
+
+fn node(domain: &str, unhealthy: bool, source_failing: Option<bool>) -> CensusNode {
+    CensusNode {
+        domain: Some(domain.to_string()),
+        unhealthy,
+        source_failing,
+    }
+}
+
+/// `n` nodes in `domain`, the first `down` of them NotReady.
+fn rack(domain: &str, n: usize, down: usize) -> Vec<CensusNode> {
+    (0..n).map(|i| node(domain, i < down, None)).collect()
+}
+
+fn policy() -> GuardPolicy {
+    GuardPolicy {
+        failure_domain_label: Some("rack".into()),
+        ..GuardPolicy::default()
+    }
+}
+
+fn pass(calm: &mut Calm, nodes: &[CensusNode], p: &GuardPolicy, at: i64) {
+    let census = Census::count(nodes, p.failure_domain_label.is_some());
+    calm.update(&census, &fresh_view(at), Pause::default(), p, t(at));
+}
+
+fn fence_kind(calm: &Calm, domain: &str, p: &GuardPolicy, at: i64) -> Option<HoldKind> {
+    calm.holds(Some(domain), "uid-x", p, t(at))
+        .fence
+        .map(|h| h.kind)
+}
+
+#[test]
+fn limits_are_counts_or_shares_rounded_down() {
+    assert_eq!(Limit::Percent(50).of(3), 1);
+    assert_eq!(Limit::Percent(50).of(2), 1);
+    assert_eq!(Limit::Percent(50).of(1), 0);
+    assert_eq!(Limit::Percent(100).of(7), 7);
+    assert_eq!(Limit::Count(4).of(1000), 4);
+}
+
+/// The defaults let one rack of a datacenter of several go dark entirely, and hold a
+/// datacenter-wide event.
+#[test]
+fn defaults_let_a_whole_rack_through_and_stop_a_datacenter_wide_event() {
+    let p = policy();
+    let mut calm = Calm::default();
+    // Four racks of 10; rack a loses power.
+    let mut nodes = rack("a", 10, 10);
+    for r in ["b", "c", "d"] {
+        nodes.extend(rack(r, 10, 0));
+    }
+    pass(&mut calm, &nodes, &p, 0);
+    assert_eq!(fence_kind(&calm, "a", &p, 0), None);
+    // Racks a, b and c: 30 of 40 NotReady, more than half: nothing new anywhere.
+    let mut nodes = rack("a", 10, 10);
+    nodes.extend(rack("b", 10, 10));
+    nodes.extend(rack("c", 10, 10));
+    nodes.extend(rack("d", 10, 0));
+    pass(&mut calm, &nodes, &p, 10);
+    for r in ["a", "d"] {
+        assert_eq!(fence_kind(&calm, r, &p, 10), Some(HoldKind::Storm), "{r}");
+    }
+    let h = calm.holds(Some("a"), "u", &p, t(10)).fence.unwrap();
+    assert!(
+        h.reason.contains("30 of 40 nodes in the datacenter"),
+        "{}",
+        h.reason
+    );
+    assert!(h.reason.contains("max_unhealthy = 50%"), "{}", h.reason);
+}
+
+/// A storm in one failure domain holds that domain only; the others fence as usual. It ends
+/// when the count drops, and a cooldown follows.
+#[test]
+fn a_storm_in_one_domain_holds_that_domain_then_cools_down() {
+    let p = GuardPolicy {
+        domain_max_unhealthy: Limit::Percent(50),
+        ..policy()
+    };
+    let mut calm = Calm::default();
+    let mut nodes = rack("a", 4, 3);
+    nodes.extend(rack("b", 4, 1));
+    nodes.extend(rack("c", 4, 0));
+    pass(&mut calm, &nodes, &p, 0);
+    assert_eq!(fence_kind(&calm, "a", &p, 0), Some(HoldKind::Storm));
+    assert_eq!(fence_kind(&calm, "b", &p, 0), None);
+    // The storm drops to 2 of 4 (not above 50%): cooldown for 5 minutes from then.
+    let mut nodes = rack("a", 4, 2);
+    nodes.extend(rack("b", 4, 1));
+    nodes.extend(rack("c", 4, 0));
+    pass(&mut calm, &nodes, &p, 100);
+    assert_eq!(
+        fence_kind(&calm, "a", &p, 100),
+        Some(HoldKind::StormCooldown)
+    );
+    assert_eq!(
+        fence_kind(&calm, "a", &p, 399),
+        Some(HoldKind::StormCooldown)
+    );
+    pass(&mut calm, &nodes, &p, 400);
+    assert_eq!(fence_kind(&calm, "a", &p, 400), None);
+    assert_eq!(fence_kind(&calm, "b", &p, 400), None);
+}
+
+/// Without a failure domain label the datacenter is the only scope.
+#[test]
+fn no_domain_label_no_domain_scopes() {
+    let p = GuardPolicy {
+        failure_domain_label: None,
+        domain_max_unhealthy: Limit::Count(0),
+        ..policy()
+    };
+    let mut calm = Calm::default();
+    pass(&mut calm, &rack("a", 4, 1), &p, 0);
+    assert_eq!(calm.scopes.len(), 1);
+    assert_eq!(fence_kind(&calm, "a", &p, 0), None);
+}
+
+/// More than half of the power sources read in a scope fail, and at least 3: oobfence is the
+/// one cut off; the scope freezes. When they answer again it thaws, and reads from before
+/// the thaw never count.
+#[test]
+fn a_scope_freezes_when_most_of_its_sources_fail_and_thaws_by_itself() {
+    let p = policy();
+    let mut calm = Calm::default();
+    let sources = |failing: usize, ok: usize| -> Vec<CensusNode> {
+        let mut v: Vec<CensusNode> = (0..failing).map(|_| node("a", false, Some(true))).collect();
+        v.extend((0..ok).map(|_| node("a", false, Some(false))));
+        v.push(node("a", true, None));
+        // Domain b's sources answer: the datacenter as a whole is not cut off.
+        v.extend((0..8).map(|_| node("b", false, Some(false))));
+        v
+    };
+    // 2 of 3 failing: more than half but fewer than 3: no freeze (one dead rack's BMCs).
+    pass(&mut calm, &sources(2, 1), &p, 0);
+    assert_eq!(fence_kind(&calm, "a", &p, 0), None);
+    // 6 of 10 failing: frozen, in domain a only.
+    pass(&mut calm, &sources(6, 4), &p, 10);
+    assert_eq!(
+        fence_kind(&calm, "a", &p, 10),
+        Some(HoldKind::SelfPartition)
+    );
+    assert_eq!(fence_kind(&calm, "b", &p, 10), None);
+    assert_eq!(
+        calm.holds(Some("a"), "u", &p, t(10)).evidence_not_before,
+        None
+    );
+    // 5 of 10: not more than half: thawed, and reads from before t(20) do not count.
+    pass(&mut calm, &sources(5, 5), &p, 20);
+    let h = calm.holds(Some("a"), "u", &p, t(20));
+    assert_eq!(h.fence, None);
+    assert_eq!(h.evidence_not_before, Some(t(20)));
+    assert_eq!(
+        calm.holds(Some("b"), "u", &p, t(20)).evidence_not_before,
+        None
+    );
+}
+
+/// A broken watch, no API call yet, or the last one too old: every write is held; when the
+/// view is fresh again, reads from before do not count.
+#[test]
+fn a_stale_view_holds_every_write_until_it_is_fresh() {
+    let p = policy();
+    let mut calm = Calm::default();
+    let census = Census::count(&rack("a", 3, 1), true);
+    let update = |calm: &mut Calm, view: View, at: i64| {
+        calm.update(&census, &view, Pause::default(), &p, t(at))
+    };
+    update(
+        &mut calm,
+        View {
+            watches_ok: true,
+            last_round_trip: None,
+        },
+        0,
+    );
+    let h = calm.holds(Some("a"), "u", &p, t(0)).write.unwrap();
+    assert_eq!(h.kind, HoldKind::StaleView);
+    assert!(
+        h.reason.contains("no successful Kubernetes API call yet"),
+        "{}",
+        h.reason
+    );
+    update(&mut calm, fresh_view(5), 5);
+    assert_eq!(calm.holds(Some("a"), "u", &p, t(5)).write, None);
+    // The last round trip 31 s ago (max 30 s).
+    update(&mut calm, fresh_view(5), 36);
+    let h = calm.holds(Some("a"), "u", &p, t(36)).write.unwrap();
+    assert!(h.reason.contains("31s ago"), "{}", h.reason);
+    update(
+        &mut calm,
+        View {
+            watches_ok: false,
+            last_round_trip: Some(t(40)),
+        },
+        40,
+    );
+    let h = calm.holds(Some("a"), "u", &p, t(40)).write.unwrap();
+    assert!(h.reason.contains("watch"), "{}", h.reason);
+    update(&mut calm, fresh_view(50), 50);
+    let h = calm.holds(Some("a"), "u", &p, t(50));
+    assert_eq!(h.write, None);
+    assert_eq!(h.evidence_not_before, Some(t(50)));
+}
+
+#[test]
+fn a_pause_holds_every_write_and_names_who_paused() {
+    let p = policy();
+    let mut calm = Calm::default();
+    let census = Census::count(&rack("a", 3, 0), true);
+    let pause = Pause {
+        by: vec!["file /etc/oobfence/dc1.paused: rack 7 rewiring".into()],
+    };
+    calm.update(&census, &fresh_view(0), pause, &p, t(0));
+    let h = calm.holds(Some("a"), "u", &p, t(0)).write.unwrap();
+    assert_eq!(h.kind, HoldKind::Paused);
+    assert!(h.reason.contains("rack 7 rewiring"), "{}", h.reason);
+    calm.update(&census, &fresh_view(1), Pause::default(), &p, t(1));
+    assert_eq!(calm.holds(Some("a"), "u", &p, t(1)).write, None);
+}
+
+/// The budget counts each node once, a fence that wrote nothing gives its place back, and a
+/// place frees when its fence leaves the window.
+#[test]
+fn the_fence_budget_counts_fences_in_its_window() {
+    let p = GuardPolicy {
+        fence_budget: Limit::Count(2),
+        ..policy()
+    };
+    let nodes = rack("a", 10, 3);
+    let mut calm = Calm::default();
+    pass(&mut calm, &nodes, &p, 0);
+    calm.record_fence("n1", t(0));
+    calm.record_fence("n1", t(1));
+    assert_eq!(fence_kind(&calm, "a", &p, 1), None);
+    calm.record_fence("n2", t(2));
+    let h = calm.holds(Some("a"), "n3", &p, t(2)).fence.unwrap();
+    assert_eq!(h.kind, HoldKind::FenceBudget);
+    assert!(h.reason.contains("2 fences in the last 1h"), "{}", h.reason);
+    // A node already counted is not held by its own place (its write's retries).
+    assert_eq!(calm.holds(Some("a"), "n2", &p, t(2)).fence, None);
+    calm.forget_fence("n2");
+    assert_eq!(fence_kind(&calm, "a", &p, 3), None);
+    calm.record_fence("n2", t(3));
+    // n1 leaves the window at t(3600).
+    pass(&mut calm, &nodes, &p, 3600);
+    assert_eq!(fence_kind(&calm, "a", &p, 3600), None);
+    assert_eq!(calm.fences.len(), 1);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// Property: however many nodes want a fence in however many passes, the fences started
+    /// through the ledger in any window never exceed the budget, and none starts while a
+    /// storm or a freeze holds its scope.
+    #[test]
+    fn property_the_budget_is_never_overspent(
+        budget in 0u32..6,
+        passes in proptest::collection::vec((0usize..12, 0usize..12, 1i64..900, 0usize..4), 1..40),
+    ) {
+        let p = GuardPolicy {
+            fence_budget: Limit::Count(budget),
+            fence_budget_window: Duration::from_secs(3600),
+            domain_max_unhealthy: Limit::Percent(50),
+            ..policy()
+        };
+        let mut calm = Calm::default();
+        let mut started: Vec<Timestamp> = Vec::new();
+        let mut now = 0i64;
+        let mut next_uid = 0usize;
+        for (down_a, wanting, gap, failing) in passes {
+            now += gap;
+            let mut nodes = rack("a", 12, down_a);
+            nodes.extend(rack("b", 12, 0));
+            for n in nodes.iter_mut().take(failing.min(12)) {
+                n.source_failing = Some(true);
+            }
+            pass(&mut calm, &nodes, &p, now);
+            for _ in 0..wanting {
+                next_uid += 1;
+                let uid = format!("n{next_uid}");
+                let domain = if next_uid % 2 == 0 { "a" } else { "b" };
+                let holds = calm.holds(Some(domain), &uid, &p, t(now));
+                if holds.fence.is_none() && holds.write.is_none() {
+                    let st = &calm.scopes[&Scope::Domain(domain.into())];
+                    prop_assert!(st.storm_since.is_none() && st.frozen_since.is_none());
+                    calm.record_fence(&uid, t(now));
+                    started.push(t(now));
+                }
+            }
+            let in_window = started
+                .iter()
+                .filter(|s| elapsed(**s, t(now)) < p.fence_budget_window)
+                .count();
+            prop_assert!(in_window <= budget as usize, "{in_window} > {budget}");
+        }
+    }
+}
