@@ -298,7 +298,7 @@ proptest! {
             for _ in 0..wanting {
                 next_uid += 1;
                 let uid = format!("n{next_uid}");
-                let domain = if next_uid % 2 == 0 { "a" } else { "b" };
+                let domain = if next_uid.is_multiple_of(2) { "a" } else { "b" };
                 let holds = calm.holds(Some(domain), &uid, &p, t(now));
                 if holds.fence.is_none() && holds.write.is_none() {
                     let st = &calm.scopes[&Scope::Domain(domain.into())];
