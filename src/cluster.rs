@@ -315,26 +315,52 @@ pub fn opted_out(node: &Node) -> Option<String> {
 ///   `self-node-remediation`, `NodeNoExecuteTaint` in `controllers/selfnoderemediation_controller.go`),
 ///   which fence-agents-remediation also uses (value `fence-agents-remediation`,
 ///   `pkg/utils/taints.go`);
+/// - `medik8s.io/fence-agents-remediation`: fence-agents-remediation's own NoExecute taint
+///   (`FARNoExecuteTaintKey`);
 /// - `remediation.medik8s.io/fence-agents-remediation`: fence-agents-remediation's NoSchedule
 ///   taint in its earlier releases.
-const REMEDIATOR_TAINT_KEYS: [&str; 2] = [
+///
+/// NodeHealthCheck itself marks nothing on the Node (it creates the remediation CRs whose
+/// controllers place these taints).
+const REMEDIATOR_TAINT_KEYS: [&str; 3] = [
     "medik8s.io/remediation",
+    "medik8s.io/fence-agents-remediation",
     "remediation.medik8s.io/fence-agents-remediation",
 ];
 
-/// Another remediator's taint on the node, as `key=value:effect`.
+/// Cluster API writes the Node's Machine into this annotation (`MachineAnnotation`,
+/// `api/v1beta1/common_types.go`, set by the Machine controller's `patchNode`).
+pub const ANNOTATION_CAPI_MACHINE: &str = "cluster.x-k8s.io/machine";
+
+/// Another remediator at work on the node: a medik8s taint, or Cluster API deleting the
+/// node's Machine. A MachineHealthCheck marks only the Machine (in the management cluster,
+/// out of oobfence's sight); what reaches the Node is the Machine controller's drain, which
+/// cordons it (`drain.Helper.CordonNode` in `reconcileDelete`). So a cordoned Node that
+/// Cluster API manages is taken as Cluster API's: it replaces the machine itself, and two
+/// remediators on one node undo each other's work. It can only ever block a fence.
 pub fn other_remediator(node: &Node) -> Option<String> {
-    taints(node)
+    if let Some(t) = taints(node)
         .iter()
         .find(|t| REMEDIATOR_TAINT_KEYS.contains(&t.key.as_str()))
-        .map(|t| {
-            format!(
-                "taint {}={}:{}",
-                t.key,
-                t.value.as_deref().unwrap_or_default(),
-                t.effect
-            )
-        })
+    {
+        return Some(format!(
+            "taint {}={}:{}",
+            t.key,
+            t.value.as_deref().unwrap_or_default(),
+            t.effect
+        ));
+    }
+    let cordoned = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false);
+    match node.annotations().get(ANNOTATION_CAPI_MACHINE) {
+        Some(machine) if cordoned => Some(format!(
+            "Cluster API Machine {machine} (annotation {ANNOTATION_CAPI_MACHINE}) and the Node is cordoned: a MachineHealthCheck remediation or a Machine deletion is draining it"
+        )),
+        _ => None,
+    }
 }
 
 /// A VolumeAttachment as recorded at decision time: only this object (name and uid) may be

@@ -144,6 +144,7 @@ fn opt_outs_and_other_remediators_are_read_from_the_node() {
             "",
             "NoSchedule",
         ),
+        ("medik8s.io/fence-agents-remediation", "", "NoExecute"),
     ] {
         let t = Taint {
             key: key.into(),
@@ -154,6 +155,24 @@ fn opt_outs_and_other_remediators_are_read_from_the_node() {
         let f = node_facts(&node("Unknown", vec![t], &[]), None, ME);
         assert!(f.other_remediator.unwrap().contains(key));
     }
+    // Cluster API: a Machine's Node that is cordoned is being drained by its deletion; a
+    // cordoned node without a Machine, or a Machine's node not cordoned, is not.
+    let capi = node(
+        "Unknown",
+        vec![],
+        &[(ANNOTATION_CAPI_MACHINE, "md-0-7f9c4-x2x5q")],
+    );
+    assert_eq!(other_remediator(&capi), None);
+    let mut cordoned = capi.clone();
+    cordoned.spec.get_or_insert_default().unschedulable = Some(true);
+    let why = other_remediator(&cordoned).unwrap();
+    assert!(
+        why.contains("md-0-7f9c4-x2x5q") && why.contains("cordoned"),
+        "{why}"
+    );
+    let mut plain_cordoned = node("Unknown", vec![], &[]);
+    plain_cordoned.spec.get_or_insert_default().unschedulable = Some(true);
+    assert_eq!(other_remediator(&plain_cordoned), None);
 }
 
 #[test]
