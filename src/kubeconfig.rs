@@ -33,6 +33,8 @@ pub struct Permission {
     pub group: &'static str,
     pub resource: &'static str,
     pub namespace: Option<&'static str>,
+    /// One object by name (RBAC `resourceNames`), or every object.
+    pub name: Option<&'static str>,
 }
 
 const fn perm(
@@ -46,6 +48,7 @@ const fn perm(
         group,
         resource,
         namespace,
+        name: None,
     }
 }
 
@@ -80,6 +83,11 @@ pub const NEEDED: &[Permission] = &[
         Some(NODE_LEASE_NAMESPACE),
     ),
     perm("create", "", "events", Some("default")),
+    // The pause switch (`[pause] configmap`, its default name).
+    Permission {
+        name: Some("oobfence-pause"),
+        ..perm("get", "", "configmaps", Some("oobfence"))
+    },
 ];
 
 /// A sample of what the daemon must not be able to do; any of these being allowed means the
@@ -106,10 +114,11 @@ impl std::fmt::Display for Permission {
         } else {
             format!(".{}", self.group)
         };
+        let name = self.name.map(|n| format!(" {n}")).unwrap_or_default();
         match self.namespace {
             Some(ns) => write!(
                 f,
-                "{} {}{group} in namespace {ns}",
+                "{} {}{group}{name} in namespace {ns}",
                 self.verb, self.resource
             ),
             None => write!(f, "{} {}{group} (cluster-wide)", self.verb, self.resource),
@@ -374,6 +383,7 @@ pub async fn allowed(client: &kube::Client, p: &Permission) -> Result<bool, Stri
                 group: Some(p.group.into()),
                 resource: Some(p.resource.into()),
                 namespace: p.namespace.map(Into::into),
+                name: p.name.map(Into::into),
                 ..Default::default()
             }),
             ..Default::default()

@@ -326,6 +326,20 @@ async fn the_token_may_do_the_daemons_work_and_nothing_more() {
             .create(&PostParams::default(), &pod)
             .await,
     );
+    // The pause switch, that ConfigMap only (absent here: allowed to look, 404).
+    let pause_cm = Api::<ConfigMap>::namespaced(sa.clone(), "oobfence")
+        .get_opt("oobfence-pause")
+        .await;
+    assert!(
+        matches!(pause_cm, Ok(None)),
+        "get the pause ConfigMap: {pause_cm:?}"
+    );
+    assert_forbidden(
+        "get another ConfigMap in oobfence's namespace",
+        Api::<ConfigMap>::namespaced(sa.clone(), "oobfence")
+            .get("anything-else")
+            .await,
+    );
     assert_forbidden(
         "list configmaps",
         Api::<ConfigMap>::all(sa.clone())

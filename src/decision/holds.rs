@@ -19,9 +19,10 @@
 //!   look at. Pacemaker's quorum and NodeHealthCheck's default `minHealthy: 51%` draw the same
 //!   line.
 //! - `domain_max_unhealthy = "100%"`: a whole rack may go; set it lower where a domain is large.
-//! - `fence_budget = "50%"` per `fence_budget_window = "1h"`: one storm's worth. It catches what
-//!   the NotReady count cannot see: fences whose nodes leave the count (deleted Nodes, nodes
-//!   that come back and fail again).
+//! - `fence_budget = 50` per `fence_budget_window = "1h"`: one full rack (a 48U rack holds
+//!   fewer machines). It catches what the NotReady count cannot see: fences whose nodes leave
+//!   the count (deleted Nodes, nodes that come back and fail again), and in a large datacenter
+//!   it stops an event long before half of it is NotReady.
 //! - `cooldown = "5m"`: after a storm ends, the nodes that stayed down are fenced only once the
 //!   rest has had time to settle.
 //! - a freeze when more than half of the power sources read in a scope fail, and at least 3.
@@ -90,7 +91,7 @@ impl Default for GuardPolicy {
             max_unhealthy: Limit::Percent(50),
             failure_domain_label: Some("topology.kubernetes.io/zone".into()),
             domain_max_unhealthy: Limit::Percent(100),
-            fence_budget: Limit::Percent(50),
+            fence_budget: Limit::Count(50),
             fence_budget_window: Duration::from_secs(3600),
             cooldown: Duration::from_secs(300),
             max_view_age: Duration::from_secs(30),

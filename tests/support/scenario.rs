@@ -20,6 +20,11 @@
 //!   in the scenario's directory ([`Scenario::journal`]), `[aws]` or the `[[bmc]]` entries. It
 //!   is written when a daemon starts ([`Scenario::daemon`] and its variants) or
 //!   [`Scenario::write_config`] is called, so map every node first.
+//! - The guards: a scenario's group of one or two nodes is a whole datacenter to its daemon, so
+//!   `[guards]` starts wide open (`max_unhealthy = "100%"`); the tests of the guards set their
+//!   own with [`Scenario::set_guards`]. The pause file is `paused` in the scenario's directory
+//!   ([`Scenario::pause_file`]); the pause ConfigMap is the default one, which no test creates,
+//!   unless [`Scenario::set_pause_configmap`] names another.
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -72,7 +77,14 @@ pub struct Scenario {
     dir: tempfile::TempDir,
     /// The `[[bmc]]` entries mapped so far, as TOML.
     bmc_entries: Mutex<Vec<String>>,
+    /// The `[guards]` section's lines.
+    guards: Mutex<String>,
+    /// `[pause] configmap`.
+    pause_configmap: Mutex<String>,
 }
+
+/// The scenario's `[guards]` unless a test sets its own.
+const OPEN_GUARDS: &str = "max_unhealthy = \"100%\"\n";
 
 impl Scenario {
     /// Nodes without machines: no emulator, and no `[[bmc]]` entry but unreachable ones.
@@ -108,7 +120,24 @@ impl Scenario {
             machines,
             dir: tempfile::tempdir().expect("create the scenario's directory"),
             bmc_entries: Mutex::new(Vec::new()),
+            guards: Mutex::new(OPEN_GUARDS.into()),
+            pause_configmap: Mutex::new("oobfence/oobfence-pause".into()),
         }
+    }
+
+    /// Replaces the `[guards]` section's lines.
+    pub fn set_guards(&self, lines: &str) {
+        *self.guards.lock().unwrap() = lines.to_string();
+    }
+
+    /// `[pause] configmap = "oobfence/NAME"`.
+    pub fn set_pause_configmap(&self, namespace_and_name: &str) {
+        *self.pause_configmap.lock().unwrap() = namespace_and_name.to_string();
+    }
+
+    /// The pause file of the scenario's daemons.
+    pub fn pause_file(&self) -> PathBuf {
+        self.dir().join("paused")
     }
 
     /// The scenario's Redfish emulator.
@@ -281,10 +310,18 @@ node_selector = "{TEST_LABEL}={}"
 listen = "{listen}"
 [journal]
 path = "{}"
+[guards]
+{}
+[pause]
+file = "{}"
+configmap = "{}"
 "#,
             kubeconfig.display(),
             self.group,
-            self.journal().display()
+            self.journal().display(),
+            self.guards.lock().unwrap(),
+            self.pause_file().display(),
+            self.pause_configmap.lock().unwrap(),
         );
         if let Machines::Ec2 { moto, .. } = &self.machines {
             text.push_str(&format!(
