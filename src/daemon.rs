@@ -17,7 +17,7 @@ pub use crate::status::{LOOP_STALL, Shared};
 pub use reads::read_once;
 pub use tracker::mapping_conflicts;
 
-use reads::{ReadDone, ReadPurpose, spawn_read};
+use reads::{ReadDone, ReadPurpose, ReadSlots, spawn_read};
 use tracker::Tracker;
 use writer::{ActionDone, action_label};
 
@@ -34,7 +34,7 @@ use kube::api::Api;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::mpsc;
 
 use crate::cluster::{self, Cluster, EventType, reasons};
 use crate::config::Config;
@@ -65,7 +65,7 @@ const IDENTITY_REFRESH: Duration = Duration::from_secs(600);
 /// A healthy node's power source whose last read failed is read again this soon: a freeze
 /// (too many sources failing) thaws once they answer, and a broken BMC shows before its node
 /// fails.
-const FAILED_SOURCE_RETRY: Duration = Duration::from_secs(60);
+const FAILED_SOURCE_RETRY: Duration = Duration::from_secs(15);
 
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
@@ -87,7 +87,7 @@ pub struct Daemon {
     leases: Store<Lease>,
     trackers: HashMap<String, Tracker>,
     sources: Arc<PowerSources>,
-    read_slots: Arc<Semaphore>,
+    read_slots: ReadSlots,
     reads_tx: mpsc::Sender<ReadDone>,
     actions_tx: mpsc::Sender<ActionDone>,
     journal: Journal,
@@ -158,7 +158,7 @@ pub async fn run(
         journal,
         volumes,
         sources,
-        read_slots: Arc::new(Semaphore::new(cfg.max_concurrent_reads)),
+        read_slots: ReadSlots::new(cfg.max_concurrent_reads),
         cluster: Cluster::new(client, &cfg.datacenter).with_holds(holds_now(&cfg, &shared)),
         cfg,
         shared: shared.clone(),

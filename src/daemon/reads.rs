@@ -27,16 +27,38 @@ pub(super) struct ReadDone {
     pub(super) purpose: ReadPurpose,
 }
 
+/// The read semaphores: every read takes a `read` slot; a healthy node's identity read first
+/// takes one of the fewer `identity` slots, so that a rack of broken BMCs re-read in the
+/// background never holds up the reads a decision waits on.
+#[derive(Clone)]
+pub(super) struct ReadSlots {
+    pub(super) read: Arc<Semaphore>,
+    pub(super) identity: Arc<Semaphore>,
+}
+
+impl ReadSlots {
+    pub(super) fn new(max_concurrent_reads: usize) -> ReadSlots {
+        ReadSlots {
+            read: Arc::new(Semaphore::new(max_concurrent_reads)),
+            identity: Arc::new(Semaphore::new((max_concurrent_reads / 2).max(1))),
+        }
+    }
+}
+
 pub(super) fn spawn_read(
     node: String,
     uid: String,
     src: MappedSource,
     purpose: ReadPurpose,
-    slots: Arc<Semaphore>,
+    slots: ReadSlots,
     tx: mpsc::Sender<ReadDone>,
 ) {
     tokio::spawn(async move {
-        let _permit = slots.acquire_owned().await;
+        let _identity = match purpose {
+            ReadPurpose::Identity => Some(slots.identity.acquire_owned().await),
+            ReadPurpose::Decision => None,
+        };
+        let _permit = slots.read.acquire_owned().await;
         let reading = read_once(&src.source, src.deadline).await;
         let _ = tx
             .send(ReadDone {

@@ -59,6 +59,7 @@ pub fn keep_taint() -> Taint {
     }
 }
 
+#[derive(Clone)]
 pub struct FakeNode {
     pub client: Client,
     pub name: String,
@@ -262,6 +263,23 @@ impl FakeNode {
         self.set_status("True", since, boot_id).await;
     }
 
+    /// Keeps these nodes' kubelets alive (Lease and Ready status every 5 s, as `boot_id`) until
+    /// the handle is dropped: the test cluster's controller marks a node that stays silent for
+    /// 20 s NotReady. Bounded at 15 minutes.
+    pub fn keep_alive(nodes: &[&FakeNode], boot_id: &str) -> KeepAlive {
+        let nodes: Vec<FakeNode> = nodes.iter().map(|n| (*n).clone()).collect();
+        let boot_id = boot_id.to_string();
+        KeepAlive(tokio::spawn(async move {
+            for _ in 0..180 {
+                for n in &nodes {
+                    n.renew_lease().await;
+                    n.heartbeat(&boot_id).await;
+                }
+                tokio::time::sleep(Duration::from_secs(5)).await;
+            }
+        }))
+    }
+
     /// The machine died: the kubelet's last words were NotReady, and the Lease stops.
     pub async fn die(&self, boot_id: &str) {
         self.set_status("False", Timestamp::now(), boot_id).await;
@@ -381,6 +399,15 @@ pub fn free_port() -> u16 {
 }
 
 /// An oobfence daemon running in this process against the test cluster.
+/// Heartbeats of [`FakeNode::keep_alive`]; they stop when this is dropped.
+pub struct KeepAlive(tokio::task::JoinHandle<()>);
+
+impl Drop for KeepAlive {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 pub struct RunningDaemon {
     pub listen: String,
     pub config_path: PathBuf,

@@ -233,6 +233,30 @@ impl Scenario {
         .await
     }
 
+    /// Registers node `suffix` on Redfish system `machine`, read through `base_url` (a
+    /// [`super::gate::Gate`] in front of the emulator) instead of the emulator's own address.
+    pub async fn node_through(&self, suffix: &str, machine: usize, base_url: &str) -> FakeNode {
+        let Machines::Redfish(emu) = &self.machines else {
+            panic!("node_through is for Redfish scenarios");
+        };
+        let node = self.name(suffix);
+        let entry = bmc_entry(
+            &node,
+            "redfish",
+            base_url,
+            sushy::USERNAME,
+            &self.password_file(&node, sushy::PASSWORD),
+            &format!(
+                "system = \"{}\"\nca_file = \"{}\"\ntimeout = \"2s\"",
+                emu.system_path(machine),
+                emu.cert_pem_path().display()
+            ),
+        );
+        self.add_bmc_entry(&entry);
+        let identity = self.identity(machine).await;
+        self.node_reporting(suffix, FIRST_BOOT, identity).await
+    }
+
     /// A `[[bmc]]` entry that reads node `suffix`'s power from machine `i` (Redfish system `i`
     /// with the emulator's pinned certificate, or IPMI simulator `i`).
     pub fn map(&self, suffix: &str, machine: usize) {

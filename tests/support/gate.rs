@@ -1,0 +1,85 @@
+//! A TCP relay on 127.0.0.1 that can be cut and restored: a BMC (or any server) that becomes
+//! unreachable from oobfence, then reachable again, without touching the server itself.
+//! While cut, every new connection is accepted and dropped at once, and the open ones are
+//! closed: to a client, the peer is gone.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+
+pub struct Gate {
+    pub port: u16,
+    open: Arc<AtomicBool>,
+    /// Bumped on every cut, so that connections opened before it end.
+    epoch: Arc<AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Gate {
+    /// A relay to `127.0.0.1:upstream_port`, open or cut from the start.
+    pub async fn start(upstream_port: u16, open: bool) -> Gate {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let is_open = Arc::new(AtomicBool::new(open));
+        let epoch = Arc::new(AtomicU64::new(0));
+        let (o, e) = (is_open.clone(), epoch.clone());
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((mut down, _)) = listener.accept().await else {
+                    return;
+                };
+                if !o.load(Ordering::SeqCst) {
+                    let _ = down.shutdown().await;
+                    continue;
+                }
+                let (o, e) = (o.clone(), e.clone());
+                tokio::spawn(async move {
+                    let Ok(mut up) = TcpStream::connect(("127.0.0.1", upstream_port)).await else {
+                        return;
+                    };
+                    let started = e.load(Ordering::SeqCst);
+                    let cut = async {
+                        // Bounded: a relayed connection lives at most 10 minutes.
+                        for _ in 0..6000 {
+                            if !o.load(Ordering::SeqCst) || e.load(Ordering::SeqCst) != started {
+                                return;
+                            }
+                            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                        }
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut down, &mut up) => {}
+                        _ = cut => {}
+                    }
+                });
+            }
+        });
+        Gate {
+            port,
+            open: is_open,
+            epoch,
+            task,
+        }
+    }
+
+    pub fn base_url(&self) -> String {
+        format!("https://127.0.0.1:{}", self.port)
+    }
+
+    pub fn cut(&self) {
+        self.open.store(false, Ordering::SeqCst);
+        self.epoch.fetch_add(1, Ordering::SeqCst);
+    }
+
+    pub fn restore(&self) {
+        self.open.store(true, Ordering::SeqCst);
+    }
+}
+
+impl Drop for Gate {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
