@@ -258,7 +258,13 @@ pub fn refusal(rule: Rule, previous: Option<Rule>) -> Option<Rule> {
         | Rule::IdentityMismatch
         | Rule::IdentityUnverified
         | Rule::LeaseRenewedRecently
-        | Rule::RecoveredSameBootId => Some(rule),
+        | Rule::RecoveredSameBootId
+        | Rule::Paused
+        | Rule::StaleView
+        | Rule::SelfPartition
+        | Rule::Storm
+        | Rule::StormCooldown
+        | Rule::FenceBudget => Some(rule),
         Rule::StalePowerRead | Rule::AwaitingPowerRead | Rule::RecoveryNeedsPowerOn => previous,
         _ => None,
     }
