@@ -189,3 +189,43 @@ async fn check_config_probe_reads_every_mapped_node_of_the_cluster() {
     a.delete().await;
     b.delete().await;
 }
+
+/// `oobfence pause` writes the pause file named in the config (its reason first), `resume`
+/// removes it; a datacenter without a pause file says how to pause instead.
+#[test]
+fn pause_and_resume_manage_the_pause_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("dc1.paused");
+    let path = dir.path().join("dc1.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "{}\n[pause]\nfile = \"{}\"\n",
+            good_config(dir.path()),
+            file.display()
+        ),
+    )
+    .unwrap();
+    let o = oobfence(&["pause", "--reason", "rewiring rack 7"], &path);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("oobfence resume"), "{}", stdout(&o));
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.starts_with("rewiring rack 7 (paused by "), "{text}");
+    assert_eq!(
+        oobfence::pause::read_file(&file).map(|r| r.contains("rewiring rack 7")),
+        Some(true)
+    );
+    let o = oobfence(&["resume"], &path);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!file.exists());
+    assert!(stdout(&o).contains("removed"), "{}", stdout(&o));
+    // No pause file configured: exit 2, pointing at the ConfigMap.
+    std::fs::write(
+        &path,
+        format!("{}\n[pause]\nfile = \"\"\n", good_config(dir.path())),
+    )
+    .unwrap();
+    let o = oobfence(&["pause"], &path);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("oobfence.io/paused"), "{}", stderr(&o));
+}
