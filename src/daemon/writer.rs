@@ -91,8 +91,9 @@ impl Daemon {
                     }
                     .map(|w| {
                         format!(
-                            "out-of-service taint added: {evidence}; bootID at fence {}; reads (newest first): {}",
+                            "out-of-service taint added: {evidence}; bootID at fence {}{}; reads (newest first): {}",
                             w.boot_id,
+                            conflicts_met(w.attempts),
                             reads.join("; ")
                         )
                     }),
@@ -104,8 +105,9 @@ impl Daemon {
                     }
                     .map(|(w, vas)| {
                         format!(
-                            "Node deleted: {evidence}; bootID at fence {}; {vas}; reads (newest first): {}",
+                            "Node deleted: {evidence}; bootID at fence {}{}; {vas}; reads (newest first): {}",
                             w.boot_id,
+                            conflicts_met(w.attempts),
                             reads.join("; ")
                         )
                     });
@@ -368,6 +370,17 @@ impl Ec2VolumeWatch {
                     .await;
             }
         }
+    }
+}
+
+/// How many 409 Conflicts a write met before it landed, for its message ("" when none).
+fn conflicts_met(attempts: usize) -> String {
+    match attempts {
+        0 | 1 => String::new(),
+        n => format!(
+            "; written on attempt {n} (the Node changed under {} earlier one(s): 409 Conflict, re-read, re-checked)",
+            n - 1
+        ),
     }
 }
 

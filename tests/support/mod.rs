@@ -10,6 +10,7 @@ pub mod gate;
 pub mod ipmi_sim;
 pub mod k8s;
 pub mod moto;
+pub mod odd_bmc;
 pub mod scenario;
 pub mod sushy;
 

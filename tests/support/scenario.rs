@@ -257,6 +257,35 @@ impl Scenario {
         self.node_reporting(suffix, FIRST_BOOT, identity).await
     }
 
+    /// A Redfish `[[bmc]]` entry for node `suffix` at any `address`, with `password` and extra
+    /// TOML keys (`system`, `ca_file`, `timeout`...): BMCs that are not the scenario's machines.
+    pub fn map_redfish(&self, suffix: &str, address: &str, password: &str, extra: &str) {
+        let node = self.name(suffix);
+        let entry = bmc_entry(
+            &node,
+            "redfish",
+            address,
+            sushy::USERNAME,
+            &self.password_file(&node, password),
+            extra,
+        );
+        self.add_bmc_entry(&entry);
+    }
+
+    /// An IPMI `[[bmc]]` entry for node `suffix` at any `address` (`host:port`).
+    pub fn map_ipmi(&self, suffix: &str, address: &str, password: &str, extra: &str) {
+        let node = self.name(suffix);
+        let entry = bmc_entry(
+            &node,
+            "ipmi",
+            address,
+            ipmi_sim::USERNAME,
+            &self.password_file(&node, password),
+            &format!("cipher_suite = 3\nprivilege = \"administrator\"\n{extra}"),
+        );
+        self.add_bmc_entry(&entry);
+    }
+
     /// A `[[bmc]]` entry that reads node `suffix`'s power from machine `i` (Redfish system `i`
     /// with the emulator's pinned certificate, or IPMI simulator `i`).
     pub fn map(&self, suffix: &str, machine: usize) {

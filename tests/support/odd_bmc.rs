@@ -1,0 +1,161 @@
+//! An HTTPS server that answers each path with one odd reply (Python's `http.server`, run from
+//! the test virtualenv): replies no real BMC should send, to show that none of them ever reads
+//! as Off. Its `/off` is a clean Off of the machine with UUID [`UUID`].
+
+use std::path::PathBuf;
+
+/// The UUID the odd server's machines report.
+pub const UUID: &str = "4c4c4544-0038-4b10-8052-b4c04f4a4e32";
+
+/// An HTTPS server (Python's `http.server`) that answers each path with one odd reply.
+const ODD_BMC: &str = r##"
+import http.server, json, ssl, sys, time
+
+TYPE = "#ComputerSystem.v1_13_0.ComputerSystem"
+
+def system(odata_id, members):
+    """A ComputerSystem that names itself `odata_id`, with `members` (raw JSON) besides."""
+    head = '{"@odata.id": %s, "@odata.type": %s, ' % (json.dumps(odata_id), json.dumps(TYPE))
+    return (head + members + "}").encode()
+
+BIG = b'{"PowerState": "Off", "Pad": "' + b"x" * (2 * 1024 * 1024) + b'"}'
+ROUTES = {
+    "/off": (200, system("/off", '"PowerState": "Off", "UUID": "4C4C4544-0038-4B10-8052-B4C04F4A4E32", "SerialNumber": "SN-odd"')),
+    "/off-url": (200, system("https://bmc.example/off-url/", '"PowerState": "Off"')),
+    "/serial-echo": (200, system("/serial-echo", '"PowerState": "On", "UUID": "4c4c4544-0038-4b10-8052-b4c04f4a4e32", "SerialNumber": "Pa55-word-echoed"')),
+    "/bad-uuid": (200, system("/bad-uuid", '"PowerState": "On", "UUID": "Pa55-word"')),
+    "/other-system": (200, system("/redfish/v1/Systems/other", '"PowerState": "Off"')),
+    "/anonymous": (200, b'{"@odata.type": "' + TYPE.encode() + b'", "PowerState": "Off"}'),
+    "/chassis": (200, b'{"@odata.id": "/chassis", "@odata.type": "#Chassis.v1_0_0.Chassis", "PowerState": "Off"}'),
+    "/untyped": (200, b'{"@odata.id": "/untyped", "PowerState": "Off"}'),
+    "/html": (200, b"<html><body>Please log in</body></html>"),
+    "/lower": (200, system("/lower", '"PowerState": "off"')),
+    "/dup": (200, system("/dup", '"PowerState": "On", "PowerState": "Off"')),
+    "/null": (200, system("/null", '"PowerState": null')),
+    "/truncated": (200, b'{"PowerState": "Off"'),
+    "/big": (200, BIG),
+    "/error": (500, b'{"error": {"code": "Base.1.0.GeneralError"}}'),
+    "/unavailable": (503, b'{"error": {"code": "Base.1.0.ServiceTemporarilyUnavailable"}}'),
+    "/powering-off": (200, system("/powering-off", '"PowerState": "PoweringOff", "UUID": "4C4C4544-0038-4B10-8052-B4C04F4A4E32"')),
+    "/paused": (200, system("/paused", '"PowerState": "Paused", "UUID": "4C4C4544-0038-4B10-8052-B4C04F4A4E32"')),
+    "/forbidden": (403, b"{}"),
+    "/empty": (204, b""),
+}
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        if self.path == "/redirect":
+            self.send_response(302)
+            self.send_header("Location", "https://elsewhere.invalid/redfish/v1/Systems/1")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        if self.path == "/slow-body":
+            body = b'{"PowerState": "Off"}'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body[:5])
+            self.wfile.flush()
+            time.sleep(30)
+            return
+        status, body = ROUTES.get(self.path, (404, b"{}"))
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        if status != 204:
+            self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if status != 204:
+            self.wfile.write(body)
+
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+ctx.load_cert_chain(sys.argv[1], sys.argv[2])
+server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+server.daemon_threads = True
+server.socket = ctx.wrap_socket(server.socket, server_side=True)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"##;
+
+/// The odd HTTPS server above, stopped by PID on drop.
+pub struct OddBmc {
+    child: std::process::Child,
+    pub port: u16,
+    pub cert: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl OddBmc {
+    pub fn start() -> OddBmc {
+        let dir = tempfile::tempdir().unwrap();
+        let (cert, key) = super::sushy::self_signed_cert(dir.path(), "odd");
+        OddBmc::start_with(dir, cert, key)
+    }
+
+    /// Serving a certificate that expired yesterday (otherwise the same one).
+    pub fn start_expired() -> OddBmc {
+        let dir = tempfile::tempdir().unwrap();
+        let (cert, key) = super::sushy::self_signed_cert(dir.path(), "odd");
+        let expired = dir.path().join("expired-cert.pem");
+        let out = std::process::Command::new("openssl")
+            .args(["x509", "-days", "-1", "-in"])
+            .arg(&cert)
+            .arg("-signkey")
+            .arg(&key)
+            .arg("-out")
+            .arg(&expired)
+            .output()
+            .expect("run openssl");
+        assert!(
+            out.status.success(),
+            "openssl x509: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        OddBmc::start_with(dir, expired, key)
+    }
+
+    fn start_with(dir: tempfile::TempDir, cert: PathBuf, key: PathBuf) -> OddBmc {
+        use std::io::BufRead;
+
+        let mut child = std::process::Command::new(super::venv_bin("python"))
+            .arg("-c")
+            .arg(ODD_BMC)
+            .arg(&cert)
+            .arg(&key)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("start the odd HTTPS server");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let port = match line.trim().parse() {
+            Ok(port) => port,
+            Err(_) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("the odd HTTPS server did not start (said {line:?})");
+            }
+        };
+        OddBmc {
+            child,
+            port,
+            cert,
+            _dir: dir,
+        }
+    }
+}
+
+impl Drop for OddBmc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
