@@ -2,9 +2,10 @@
 //!
 //! Three Nodes (no kubelets: Node objects and Leases kept alive here) on a real kube-apiserver
 //! and kube-controller-manager, three BMCs in the sushy-tools Redfish emulator, and the real
-//! `oobfence run` daemon. One machine loses power; the demo shows, as it happens, the node
-//! going NotReady, oobfence reading its BMC, the out-of-service taint, then the machine
-//! powering on with a new boot and the taint coming off.
+//! `oobfence run` daemon. One machine loses power while an operator has paused oobfence; the
+//! demo shows, as it happens, the node going NotReady, oobfence reading its BMC, the fence held
+//! by the pause, then (resumed) the out-of-service taint, then the machine powering on with a
+//! new boot and the taint coming off.
 //!
 //! Needs OOBFENCE_TEST_KUBECONFIG (scripts/demo starts the cluster) and the emulator venv
 //! (scripts/install-deps).
@@ -167,10 +168,13 @@ confirm_interval = "5s"
 listen = "{listen}"
 [journal]
 path = "{}"
+[pause]
+file = "{}"
 "#,
         support::k8s::kubeconfig_path().display(),
         support::k8s::TEST_LABEL,
         dir.path().join("journal.jsonl").display(),
+        dir.path().join("demo.paused").display(),
     );
     config.push_str(&format!(
         "\n[aws]\nregion = \"us-east-1\"\nnodes = [\"ip-10-*\"]\nendpoint_url = \"{}\"\n",
@@ -223,8 +227,16 @@ ca_file = "{}"
     clock.say("oobfence is watching 5 nodes");
 
     let victim = &nodes[VICTIM];
+    println!("\n$ oobfence pause --config demo.toml --reason \"demo: rack 1 maintenance\"");
+    let paused = std::process::Command::new(&bin)
+        .args(["pause", "--config"])
+        .arg(&config_path)
+        .args(["--reason", "demo: rack 1 maintenance"])
+        .output()
+        .unwrap();
+    print!("{}", String::from_utf8_lossy(&paused.stdout));
     clock.say(&format!(
-        "=== {}: power cut (Redfish ForceOff) ===",
+        "=== {}: power cut (Redfish ForceOff) while oobfence is paused ===",
         victim.name
     ));
     emu.set_power(VICTIM, false).await;
@@ -233,6 +245,28 @@ ca_file = "{}"
         "{}: kubelet silent: no more Lease renewals or status updates",
         victim.name
     ));
+
+    follow(
+        &http,
+        &listen,
+        &client,
+        &victim.name,
+        "paused",
+        Duration::from_secs(120),
+    )
+    .await
+    .expect("the pause did not hold the fence: see the oobfence log");
+    clock.say(&format!(
+        "{}: proven off, but HELD: writes are paused (no taint)",
+        victim.name
+    ));
+    println!("\n$ oobfence resume --config demo.toml");
+    let resumed = std::process::Command::new(&bin)
+        .args(["resume", "--config"])
+        .arg(&config_path)
+        .output()
+        .unwrap();
+    print!("{}", String::from_utf8_lossy(&resumed.stdout));
 
     let mut seen = String::new();
     let fenced = follow(

@@ -10,7 +10,9 @@
 //! configured in the config file and maps to no other node's machine, and the last
 //! `confirm_reads` reads all said Off, spaced at least `confirm_interval` apart, with the newest
 //! no older than `read_max_age` — each from a machine that proved it is the node's machine
-//! ([`crate::identity`]) — and `dry_run` is off. A cloud instance that is terminated or unknown
+//! ([`crate::identity`]) — and `dry_run` is off, and nothing bigger than the node holds the
+//! write ([`holds`]: no pause, a fresh view of the cluster, no storm, freeze or cooldown in its
+//! scopes, fence budget left; reads from before a thaw never count). A cloud instance that is terminated or unknown
 //! gets `on_terminated` instead of `action`, only after a streak of such answers alone (an
 //! unknown one needs at least two), from a region and account that once knew the instance as
 //! this node's. Everything else waits, re-reads, or refuses.

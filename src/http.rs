@@ -1,4 +1,5 @@
-//! The daemon's HTTP endpoints: `/metrics`, `/healthz`, `/readyz`, `/nodes`, `/nodes/NAME`.
+//! The daemon's HTTP endpoints: `/metrics`, `/healthz`, `/readyz`, `/nodes`, `/nodes/NAME`,
+//! `/guards`.
 
 use std::sync::Arc;
 
@@ -17,6 +18,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/readyz", get(readyz))
         .route("/nodes", get(nodes))
         .route("/nodes/{name}", get(node))
+        .route("/guards", get(guards))
         .with_state(shared)
 }
 
@@ -100,4 +102,38 @@ async fn node(State(s): State<Arc<Shared>>, Path(name): Path<String>) -> Respons
         )
             .into_response(),
     }
+}
+
+/// What holds fences back, as of the last pass: the pause, the view, each scope's counts,
+/// storm and freeze, and the fences of the budget window.
+async fn guards(State(s): State<Arc<Shared>>) -> Response {
+    let Ok(calm) = s.calm.read() else {
+        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+    };
+    let scopes: Vec<serde_json::Value> = calm
+        .scopes
+        .iter()
+        .map(|(scope, st)| {
+            serde_json::json!({
+                "scope": scope.label(),
+                "nodes": st.count.nodes,
+                "unhealthy": st.count.unhealthy,
+                "sources_read": st.count.sources_read,
+                "sources_failing": st.count.sources_failing,
+                "storm_since": st.storm_since,
+                "storm_ended": st.storm_ended,
+                "frozen_since": st.frozen_since,
+                "thawed": st.thawed,
+            })
+        })
+        .collect();
+    axum::Json(serde_json::json!({
+        "datacenter": s.datacenter,
+        "paused_by": calm.pause.by,
+        "view_stale": calm.stale,
+        "view_recovered": calm.view_recovered,
+        "scopes": scopes,
+        "fences_in_budget_window": calm.fences.iter().map(|(at, uid)| serde_json::json!({"at": at, "uid": uid})).collect::<Vec<_>>(),
+    }))
+    .into_response()
 }

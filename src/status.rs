@@ -31,7 +31,7 @@ pub struct Shared {
     pub last_round_trip: Mutex<Option<Timestamp>>,
     /// The holds on each node as of the last pass, by node uid: the writer re-checks them.
     pub holds: RwLock<HashMap<String, Holds>>,
-    /// The guards' state as of the last pass (`/guards`, `why`).
+    /// The guards' state as of the last pass, served on `/guards`.
     pub calm: RwLock<Calm>,
 }
 

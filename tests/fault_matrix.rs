@@ -265,6 +265,25 @@ fn storm_in_one_domain_while_another_fences() -> ScenarioFuture {
             ),
             Some(0.0)
         );
+        let guards: serde_json::Value = reqwest::get(format!("http://{}/guards", daemon.listen))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let r1 = guards["scopes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["scope"] == "domain=r1")
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(
+            (r1["nodes"].as_u64(), r1["unhealthy"].as_u64()),
+            (Some(2), Some(2)),
+            "{guards}"
+        );
+        assert!(r1["storm_since"].is_string(), "{guards}");
         stays_unfenced(&nodes[0], Duration::from_secs(3)).await;
         daemon.stop().await;
         let seen = rec.writes();

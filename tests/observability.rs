@@ -246,10 +246,11 @@ async fn metrics_journal_and_why_follow_a_fence_its_volumes_and_the_recovery() {
         Some(0.0),
         "{before}"
     );
-    assert_eq!(
-        sample(&before, "oobfence_volume_attachment_watch_up"),
-        Some(1.0)
-    );
+    // The VolumeAttachment watch lists on its own task: up shortly after /readyz, not with it.
+    wait_metric(&daemon, "the VolumeAttachment watch up", |m| {
+        sample(m, "oobfence_volume_attachment_watch_up") == Some(1.0)
+    })
+    .await;
 
     emu.set_power(0, false).await;
     emu.wait_power(0, "Off", POWER_CHANGE).await;
