@@ -1,11 +1,13 @@
 //! Benchmark: how long the decision core takes per node, which bounds how large a cluster one
-//! decision pass (every second) can cover. Prints figures; asserts nothing about speed.
+//! decision pass (every second) can cover, and what the guards add to a pass (counting the
+//! datacenter, and each node's holds). Prints figures; asserts nothing about speed.
 //!
 //!     cargo run --release --example bench_decide [NODES]
 
 use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
+use oobfence::decision::holds::{Calm, Census, CensusNode, GuardPolicy, Pause, View};
 use oobfence::decision::{FenceRecord, NodeFacts, Policy, Readiness, decide};
 use oobfence::identity::{IdentityCheck, MachineIdentity, NodeIdentity};
 use oobfence::power::{PowerReading, PowerState, ReadErrorKind};
@@ -99,5 +101,41 @@ fn main() {
         elapsed.as_secs_f64(),
         per,
         elapsed.as_secs_f64() * 1000.0 / passes as f64
+    );
+
+    // The guards: count the datacenter (50 racks), update, then every node's holds.
+    let guards = GuardPolicy {
+        failure_domain_label: Some("rack".into()),
+        ..GuardPolicy::default()
+    };
+    let census_nodes: Vec<CensusNode> = (0..nodes)
+        .map(|i| CensusNode {
+            domain: Some(format!("rack{}", i % 50)),
+            unhealthy: i % 50 == 0 || i % 97 == 0,
+            source_failing: (i % 7 == 0).then_some(i % 91 == 0),
+        })
+        .collect();
+    let view = View {
+        watches_ok: true,
+        last_round_trip: Some(now),
+    };
+    let mut calm = Calm::default();
+    let start = Instant::now();
+    let mut held = 0usize;
+    for _ in 0..passes {
+        let census = Census::count(&census_nodes, true);
+        calm.update(&census, &view, Pause::default(), &guards, now);
+        for (i, n) in census_nodes.iter().enumerate() {
+            let h = calm.holds(n.domain.as_deref(), &format!("uid-{i}"), &guards, now);
+            held += usize::from(h.fence.is_some());
+        }
+    }
+    let elapsed = start.elapsed();
+    println!(
+        "guards: {nodes} nodes in 50 domains x {passes} passes in {:.3}s: {:.2} ms per pass ({:?} per node; {} held)",
+        elapsed.as_secs_f64(),
+        elapsed.as_secs_f64() * 1000.0 / passes as f64,
+        elapsed / (passes * nodes) as u32,
+        held / passes
     );
 }

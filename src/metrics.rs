@@ -270,7 +270,7 @@ impl Metrics {
         let blocked = Family::<BlockedLabels, Gauge>::default();
         registry.register(
             "blocked",
-            "NotReady nodes oobfence refuses to fence right now, by reason: power-on (the machine is on: a partition or hung OS, a human must act), power-unknown (the BMC cannot be read), power-transitional (stuck powering on/off), no-power-source (no [[bmc]] entry maps the node), lease-renewed-recently (the kubelet is still alive). Their ReadWriteOnce volumes stay attached",
+            "NotReady nodes oobfence refuses to fence right now, by reason: power-on (the machine is on: a partition or hung OS, a human must act), power-unknown (the BMC cannot be read), power-transitional (stuck powering on/off), no-power-source (no [[bmc]] entry maps the node), lease-renewed-recently (the kubelet is still alive), and the holds: paused, stale-view, self-partition, storm, storm-cooldown, fence-budget. Their ReadWriteOnce volumes stay attached",
             Listed(blocked.clone()),
         );
         let node_blocked = Family::<NodeReasonLabels, Gauge>::default();

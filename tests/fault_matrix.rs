@@ -623,6 +623,20 @@ fn daemon_killed_mid_fence_and_restarted() -> ScenarioFuture {
             records[0].ts
         );
         assert!(n.annotations().contains_key("oobfence.io/fenced-by"));
+        // Killed before its journal record reached the disk, it would find the fence on the
+        // Node alone: the budget still counts it.
+        std::fs::rename(s.journal(), s.dir().join("journal.moved")).unwrap();
+        let daemon: RunningDaemon = s.daemon().await;
+        wait_for(
+            "the fence budget restored from the Node",
+            Duration::from_secs(15),
+            || async {
+                (metric(&daemon.metrics().await, "oobfence_fence_budget_used") == Some(1.0))
+                    .then_some(())
+            },
+        )
+        .await;
+        daemon.stop().await;
         let seen = rec.writes();
         node.delete().await;
         Outcome {
