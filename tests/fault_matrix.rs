@@ -149,6 +149,31 @@ impl Outcome {
     }
 }
 
+/// The end of every scenario: its daemon stopped, the writes seen at the API server, its nodes
+/// deleted.
+async fn conclude(
+    name: &'static str,
+    expected: Vec<Write>,
+    daemon: RunningDaemon,
+    rec: &WriteRecorder,
+    nodes: &[&FakeNode],
+) -> Outcome {
+    daemon.stop().await;
+    let seen = rec.writes();
+    for n in nodes {
+        n.delete().await;
+    }
+    Outcome {
+        name,
+        expected,
+        seen,
+    }
+}
+
+fn nodes_of<'a>(nodes: impl IntoIterator<Item = &'a FakeNode>) -> Vec<&'a FakeNode> {
+    nodes.into_iter().collect()
+}
+
 type ScenarioFuture = Pin<Box<dyn Future<Output = Outcome> + Send>>;
 
 /// Sets label `key=value` on a node.
@@ -285,16 +310,14 @@ fn storm_in_one_domain_while_another_fences() -> ScenarioFuture {
         );
         assert!(r1["storm_since"].is_string(), "{guards}");
         stays_unfenced(&nodes[0], Duration::from_secs(3)).await;
-        daemon.stop().await;
-        let seen = rec.writes();
-        for n in &nodes {
-            n.delete().await;
-        }
-        Outcome {
-            name: "storm above domain_max_unhealthy in one domain, another fences",
-            expected: vec![Write::Taint(nodes[2].name.clone())],
-            seen,
-        }
+        conclude(
+            "storm above domain_max_unhealthy in one domain, another fences",
+            vec![Write::Taint(nodes[2].name.clone())],
+            daemon,
+            &rec,
+            &nodes_of(&nodes),
+        )
+        .await
     })
 }
 
@@ -331,16 +354,14 @@ fn most_bmcs_unreachable_freezes_then_thaws() -> ScenarioFuture {
             rec.when(&taint).unwrap() > restored,
             "fenced before the thaw"
         );
-        daemon.stop().await;
-        let seen = rec.writes();
-        for n in cut_off.iter().chain([&dead, &fine]) {
-            n.delete().await;
-        }
-        Outcome {
-            name: "60% of BMCs unreachable: freeze, then thaw",
-            expected: vec![taint],
-            seen,
-        }
+        conclude(
+            "60% of BMCs unreachable: freeze, then thaw",
+            vec![taint],
+            daemon,
+            &rec,
+            &nodes_of(cut_off.iter().chain([&dead, &fine])),
+        )
+        .await
     })
 }
 
@@ -377,14 +398,7 @@ fn pause_file_on_and_off() -> ScenarioFuture {
             metric(&daemon.metrics().await, "oobfence_paused"),
             Some(0.0)
         );
-        daemon.stop().await;
-        let seen = rec.writes();
-        node.delete().await;
-        Outcome {
-            name: "pause file on and off",
-            expected: vec![taint],
-            seen,
-        }
+        conclude("pause file on and off", vec![taint], daemon, &rec, &[&node]).await
     })
 }
 
@@ -438,15 +452,16 @@ fn pause_configmap_on_and_off() -> ScenarioFuture {
         wait_taint(&node, Duration::from_secs(30)).await;
         let taint = Write::Taint(node.name.clone());
         assert!(rec.when(&taint).unwrap() > resumed);
-        daemon.stop().await;
-        let seen = rec.writes();
-        node.delete().await;
+        let outcome = conclude(
+            "pause ConfigMap on and off",
+            vec![taint],
+            daemon,
+            &rec,
+            &[&node],
+        )
+        .await;
         let _ = cms.delete(&name, &DeleteParams::default()).await;
-        Outcome {
-            name: "pause ConfigMap on and off",
-            expected: vec![taint],
-            seen,
-        }
+        outcome
     })
 }
 
@@ -476,14 +491,14 @@ fn api_unreachable_longer_than_the_staleness_limit() -> ScenarioFuture {
         wait_taint(&node, Duration::from_secs(90)).await;
         let taint = Write::Taint(node.name.clone());
         assert!(rec.when(&taint).unwrap() > restored);
-        daemon.stop().await;
-        let seen = rec.writes();
-        node.delete().await;
-        Outcome {
-            name: "API unreachable longer than max_view_age",
-            expected: vec![taint],
-            seen,
-        }
+        conclude(
+            "API unreachable longer than max_view_age",
+            vec![taint],
+            daemon,
+            &rec,
+            &[&node],
+        )
+        .await
     })
 }
 
@@ -530,14 +545,7 @@ fn flapping_node_is_held() -> ScenarioFuture {
             .wait_rule(&node.name, "flapping", Duration::from_secs(30))
             .await;
         stays_unfenced(&node, Duration::from_secs(5)).await;
-        daemon.stop().await;
-        let seen = rec.writes();
-        node.delete().await;
-        Outcome {
-            name: "node flapping",
-            expected: vec![],
-            seen,
-        }
+        conclude("node flapping", vec![], daemon, &rec, &[&node]).await
     })
 }
 
@@ -554,21 +562,21 @@ fn config_broken_under_a_running_daemon() -> ScenarioFuture {
         std::fs::write(&daemon.config_path, "datacenter = [[[\n").unwrap();
         power_cut(&s, &node, 0).await;
         wait_taint(&node, Duration::from_secs(60)).await;
-        daemon.stop().await;
-        let seen = rec.writes();
-        node.delete().await;
-        Outcome {
-            name: "config file deleted and corrupted under a running daemon",
-            expected: vec![Write::Taint(node.name.clone())],
-            seen,
-        }
+        conclude(
+            "config file deleted and corrupted under a running daemon",
+            vec![Write::Taint(node.name.clone())],
+            daemon,
+            &rec,
+            &[&node],
+        )
+        .await
     })
 }
 
 /// The daemon is killed right after its fence lands and started again: the new one finds its
 /// own fence, writes nothing more, and its journal, the Node's annotations and the fence
 /// budget all say one fence.
-fn daemon_killed_mid_fence_and_restarted() -> ScenarioFuture {
+fn daemon_killed_after_its_fence_and_restarted() -> ScenarioFuture {
     Box::pin(async {
         let s = Scenario::redfish("fm-kill", 1).await;
         let node = s.node("a", 0).await;
@@ -636,14 +644,14 @@ fn daemon_killed_mid_fence_and_restarted() -> ScenarioFuture {
             },
         )
         .await;
-        daemon.stop().await;
-        let seen = rec.writes();
-        node.delete().await;
-        Outcome {
-            name: "daemon killed after its fence and restarted",
-            expected: vec![Write::Taint(node.name.clone())],
-            seen,
-        }
+        conclude(
+            "daemon killed after its fence and restarted",
+            vec![Write::Taint(node.name.clone())],
+            daemon,
+            &rec,
+            &[&node],
+        )
+        .await
     })
 }
 
@@ -827,16 +835,7 @@ fn dead_nodes_behind_faulty_redfish_bmcs() -> ScenarioFuture {
                 n.name
             );
         }
-        daemon.stop().await;
-        let seen = rec.writes();
-        for n in &nodes {
-            n.delete().await;
-        }
-        Outcome {
-            name: "Redfish: timeout, 500, 503, garbage, truncated, oversized, stalled, 403, TLS mismatch, expired cert, wrong password, PoweringOff, Paused",
-            expected: vec![Write::Taint(nodes[0].name.clone())],
-            seen,
-        }
+        conclude("Redfish: timeout, 500, 503, garbage, truncated, oversized, stalled, 403, TLS mismatch, expired cert, wrong password, PoweringOff, Paused", vec![Write::Taint(nodes[0].name.clone())], daemon, &rec, &nodes_of(&nodes)).await
     })
 }
 
@@ -879,17 +878,18 @@ fn dead_nodes_behind_faulty_ipmi_bmcs() -> ScenarioFuture {
                 n.name
             );
         }
-        daemon.stop().await;
+        let expected = vec![Write::Taint(control.name.clone())];
+        let nodes = [&control, &wrong, &quiet];
+        let outcome = conclude(
+            "IPMI: silent peer, wrong password",
+            expected,
+            daemon,
+            &rec,
+            &nodes,
+        )
+        .await;
         drop(silent);
-        let seen = rec.writes();
-        for n in [&control, &wrong, &quiet] {
-            n.delete().await;
-        }
-        Outcome {
-            name: "IPMI: silent peer, wrong password",
-            expected: vec![Write::Taint(control.name.clone())],
-            seen,
-        }
+        outcome
     })
 }
 
@@ -927,16 +927,14 @@ fn ec2_node_of_another_region() -> ScenarioFuture {
             .wait_rule(&elsewhere.name, "region-mismatch", Duration::from_secs(30))
             .await;
         stays_unfenced(&elsewhere, Duration::from_secs(3)).await;
-        daemon.stop().await;
-        let seen = rec.writes();
-        for n in [&control, &elsewhere] {
-            n.delete().await;
-        }
-        Outcome {
-            name: "EC2: a node of another region",
-            expected: vec![Write::Taint(control.name.clone())],
-            seen,
-        }
+        conclude(
+            "EC2: a node of another region",
+            vec![Write::Taint(control.name.clone())],
+            daemon,
+            &rec,
+            &nodes_of([&control, &elsewhere]),
+        )
+        .await
     })
 }
 
@@ -1146,15 +1144,16 @@ fn apiserver_killed_before_the_write() -> ScenarioFuture {
         wait_taint(&node, Duration::from_secs(120)).await;
         let taint = Write::Taint(node.name.clone());
         assert!(rec.when(&taint).unwrap() > restarted);
-        daemon.stop().await;
-        let seen = rec.writes();
-        node.delete().await;
+        let outcome = conclude(
+            "API server killed before the write, then restarted",
+            vec![taint],
+            daemon,
+            &rec,
+            &[&node],
+        )
+        .await;
         drop(cluster);
-        Outcome {
-            name: "API server killed before the write, then restarted",
-            expected: vec![taint],
-            seen,
-        }
+        outcome
     })
 }
 
@@ -1168,7 +1167,7 @@ async fn fault_matrix() {
         api_unreachable_longer_than_the_staleness_limit(),
         flapping_node_is_held(),
         config_broken_under_a_running_daemon(),
-        daemon_killed_mid_fence_and_restarted(),
+        daemon_killed_after_its_fence_and_restarted(),
         dead_nodes_behind_faulty_redfish_bmcs(),
         dead_nodes_behind_faulty_ipmi_bmcs(),
         ec2_node_of_another_region(),
