@@ -8,7 +8,8 @@
 //! The power sources' faults run here as whole daemons over dead nodes (a BMC that times out,
 //! answers 500 or 503, garbage, truncated or oversized JSON, a TLS mismatch, an expired
 //! certificate, wrong credentials, PoweringOff, Paused; an IPMI peer that never answers and a
-//! wrong password; an EC2 node of another region), each beside a control node that must be
+//! wrong password; an EC2 node of another region, DescribeInstances throttled, `stopping`,
+//! `shutting-down`, an instance missing from one answer), each beside a control node that must be
 //! fenced. How each reply is classified is tested read by read in that source's suite
 //! (`tests/redfish.rs`, `tests/ipmi.rs`, `tests/ec2.rs`).
 
@@ -28,6 +29,7 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 
 use oobfence::journal;
+use support::fake_ec2::{FakeEc2, FakeInstance};
 use support::gate::Gate;
 use support::k8s::{FakeNode, KubeletIdentity, RunningDaemon, TEST_LABEL, wait_for};
 use support::odd_bmc::{self, OddBmc};
@@ -1157,6 +1159,106 @@ fn apiserver_killed_before_the_write() -> ScenarioFuture {
     })
 }
 
+/// EC2 answers moto cannot hold still, from a fake endpoint: while DescribeInstances is
+/// throttled (503 RequestLimitExceeded) nothing is fenced, not even a stopped instance's node;
+/// once it answers, that node is fenced; `stopping` and `shutting-down` are never Off; an
+/// instance missing from one answer and running in the next is never deleted.
+fn ec2_throttling_intermediate_states_and_a_one_off_not_found() -> ScenarioFuture {
+    Box::pin(async {
+        let fake = FakeEc2::start().await;
+        let s = Scenario::without_machines("fm-ec2fake").await;
+        s.set_guards("max_unhealthy = \"100%\"\nfreeze_min_failing = 1000\n");
+        s.set_aws_endpoint(&fake.endpoint());
+        let mut nodes = Vec::new();
+        let mut ids = Vec::new();
+        for (k, suffix) in ["control", "stopping", "shutting", "flaky"]
+            .into_iter()
+            .enumerate()
+        {
+            let id = format!("i-0fa4e{k:012}");
+            let (ip, dns) = (
+                format!("10.1.0.{}", k + 1),
+                format!("ip-10-1-0-{}.ec2.internal", k + 1),
+            );
+            fake.set(
+                &id,
+                FakeInstance {
+                    state: "running".into(),
+                    private_ip: ip.clone(),
+                    private_dns: dns.clone(),
+                    absent_for: 0,
+                },
+            );
+            let n = s
+                .node_reporting(suffix, FIRST_BOOT, KubeletIdentity::instance(&ip, &dns))
+                .await;
+            n.set_provider_id(&format!("aws:///us-east-1a/{id}")).await;
+            nodes.push(n);
+            ids.push(id);
+        }
+        let rec = WriteRecorder::start(&s.client, &s.group).await;
+        let daemon = s.daemon().await;
+        for n in &nodes {
+            daemon
+                .wait_identity(&n.name, "match", Duration::from_secs(30))
+                .await;
+        }
+        fake.throttle(true);
+        fake.set_state(&ids[0], "stopped");
+        fake.set_state(&ids[1], "stopping");
+        fake.set_state(&ids[2], "shutting-down");
+        fake.hide(&ids[3], 1);
+        for n in &nodes {
+            n.die(FIRST_BOOT).await;
+        }
+        let r = daemon
+            .wait_rule(&nodes[0].name, "power-unknown", Duration::from_secs(45))
+            .await;
+        assert!(
+            r["reason"].to_string().contains("RequestLimitExceeded"),
+            "{r}"
+        );
+        stays_unfenced(&nodes[0], Duration::from_secs(3)).await;
+        let answered = Instant::now();
+        fake.throttle(false);
+        wait_taint(&nodes[0], Duration::from_secs(60)).await;
+        let taint = Write::Taint(nodes[0].name.clone());
+        assert!(rec.when(&taint).unwrap() > answered);
+        for n in &nodes[1..3] {
+            daemon
+                .wait_rule(&n.name, "power-transitional", Duration::from_secs(30))
+                .await;
+        }
+        let r = daemon
+            .wait_rule(&nodes[3].name, "power-on", Duration::from_secs(30))
+            .await;
+        let reads = r["reads"].to_string();
+        assert!(
+            reads.contains("not_found"),
+            "the one-off NotFound was never read: {r}"
+        );
+        for n in &nodes[1..] {
+            assert!(
+                !FakeNode::has_oos_taint(&n.get().await),
+                "{} fenced",
+                n.name
+            );
+        }
+        println!(
+            "fault matrix: fake EC2 answered {} requests",
+            fake.requests()
+        );
+        conclude(
+            "EC2: throttled, stopping, shutting-down, NotFound once",
+            vec![taint],
+            daemon,
+            &rec,
+            &nodes_of(&nodes),
+        )
+        .await
+    })
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fault_matrix() {
     let scenarios: Vec<ScenarioFuture> = vec![
@@ -1171,6 +1273,7 @@ async fn fault_matrix() {
         dead_nodes_behind_faulty_redfish_bmcs(),
         dead_nodes_behind_faulty_ipmi_bmcs(),
         ec2_node_of_another_region(),
+        ec2_throttling_intermediate_states_and_a_one_off_not_found(),
         conflicts_on_every_write_for_a_while(),
         apiserver_killed_before_the_write(),
     ];

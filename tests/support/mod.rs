@@ -6,6 +6,7 @@
 // Cargo names the `oobfence` binary to integration tests only (`cfg(test)`), not to examples.
 #[cfg(test)]
 pub mod cli;
+pub mod fake_ec2;
 pub mod gate;
 pub mod ipmi_sim;
 pub mod k8s;

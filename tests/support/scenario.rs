@@ -81,6 +81,8 @@ pub struct Scenario {
     guards: Mutex<String>,
     /// `[pause] configmap`.
     pause_configmap: Mutex<String>,
+    /// `[aws] endpoint_url` for a scenario without machines (a fake EC2).
+    aws_endpoint: Mutex<Option<String>>,
 }
 
 /// The scenario's `[guards]` unless a test sets its own.
@@ -122,7 +124,14 @@ impl Scenario {
             bmc_entries: Mutex::new(Vec::new()),
             guards: Mutex::new(OPEN_GUARDS.into()),
             pause_configmap: Mutex::new("oobfence/oobfence-pause".into()),
+            aws_endpoint: Mutex::new(None),
         }
+    }
+
+    /// An `[aws]` section covering every node of the group, read from `endpoint` (a
+    /// [`super::fake_ec2::FakeEc2`]), for a scenario without machines.
+    pub fn set_aws_endpoint(&self, endpoint: &str) {
+        *self.aws_endpoint.lock().unwrap() = Some(endpoint.to_string());
     }
 
     /// Replaces the `[guards]` section's lines.
@@ -376,12 +385,15 @@ configmap = "{}"
             self.pause_file().display(),
             self.pause_configmap.lock().unwrap(),
         );
-        if let Machines::Ec2 { moto, .. } = &self.machines {
+        let aws_endpoint = match &self.machines {
+            Machines::Ec2 { moto, .. } => Some(moto.endpoint()),
+            _ => self.aws_endpoint.lock().unwrap().clone(),
+        };
+        if let Some(endpoint) = aws_endpoint {
             text.push_str(&format!(
-                "[aws]\nregion = \"{}\"\nnodes = [\"{}-*\"]\nendpoint_url = \"{}\"\n",
+                "[aws]\nregion = \"{}\"\nnodes = [\"{}-*\"]\nendpoint_url = \"{endpoint}\"\n",
                 moto::REGION,
                 self.group,
-                moto.endpoint()
             ));
         }
         for entry in self.bmc_entries.lock().unwrap().iter() {
