@@ -58,7 +58,8 @@ pub fn instance_id_from_provider_id(provider_id: &str) -> Result<String, String>
     })?;
     let id = rest.rsplit('/').next().unwrap_or_default();
     let hex = id.strip_prefix("i-").unwrap_or_default();
-    if hex.len() < 8 || hex.len() > 17 || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
+    // EC2 instance ids are i- and 8 hex digits (before 2016) or 17; nothing in between.
+    if !matches!(hex.len(), 8 | 17) || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
         return Err(format!(
             "providerID {provider_id:?} does not end in an instance id (i- followed by 8 or 17 hex digits)"
         ));

@@ -367,3 +367,45 @@ fn region_mismatch_names_the_zone_and_both_regions() {
     let msg = zone_region_mismatch("gce://p/z/x", "us-east-1").unwrap();
     assert!(msg.contains("not an AWS one"), "{msg}");
 }
+
+proptest::proptest! {
+    #![proptest_config(crate::fuzz::config())]
+
+    /// The one EC2 text oobfence parses itself, the Node's providerID (the answers are the
+    /// SDK's): never a panic; an instance id only when it is one (i- and 8 or 17 hex digits,
+    /// at the end of an aws:// providerID); and no region mismatch only when the zone is in
+    /// the region.
+    #[test]
+    fn fuzz_provider_ids(p in crate::fuzz::text_like("aws:///us-east-1a/i-0123456789abcdef0")) {
+        if let Ok(id) = instance_id_from_provider_id(&p) {
+            let hex = id.strip_prefix("i-").unwrap_or_default();
+            proptest::prop_assert!(hex.len() == 8 || hex.len() == 17, "{p:?} -> {id:?}");
+            proptest::prop_assert!(hex.chars().all(|c| c.is_ascii_hexdigit()), "{p:?} -> {id:?}");
+            proptest::prop_assert!(p.starts_with("aws://") && p.ends_with(&id), "{p:?} -> {id:?}");
+        }
+        if zone_region_mismatch(&p, "us-east-1").is_none() {
+            let zone = zone_from_provider_id(&p);
+            proptest::prop_assert!(
+                matches!(zone, Ok(Some(z)) if region_of_zone(z) == Some("us-east-1")),
+                "{p:?}: {zone:?}"
+            );
+        }
+    }
+}
+
+/// Found by `fuzz_provider_ids`: an id of 9 to 16 hex digits is no EC2 instance id, and was
+/// taken for one.
+#[test]
+fn instance_ids_have_8_or_17_hex_digits() {
+    assert!(instance_id_from_provider_id("aws:///us-east-1a/i-12345678").is_ok());
+    assert!(instance_id_from_provider_id("aws:///us-east-1a/i-0123456789abcdef0").is_ok());
+    for bad in [
+        "i-123456789",
+        "i-0123456789abcdef",
+        "i-1234567",
+        "i-0123456789abcdef01",
+    ] {
+        let p = format!("aws:///us-east-1a/{bad}");
+        assert!(instance_id_from_provider_id(&p).is_err(), "{p}");
+    }
+}
