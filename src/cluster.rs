@@ -166,8 +166,16 @@ pub fn actor_name(datacenter: &str) -> String {
     format!("oobfence/{datacenter}@{host}")
 }
 
+/// The actor name the instances of one datacenter's `[ha]` group share: a fence any of them
+/// wrote (signed `oobfence/DC@ha/INSTANCE#TERM`) is the group's, so the one that takes over
+/// lifts it.
+pub fn ha_actor_name(datacenter: &str) -> String {
+    format!("oobfence/{datacenter}@ha")
+}
+
 /// An oobfence record on this node, if its annotations are there; `me` is this daemon's
-/// [`actor_name`].
+/// [`actor_name`], or with `[ha]` its group's ([`ha_actor_name`]): then a fence signed
+/// `GROUP/INSTANCE#TERM` by any instance of the group is ours.
 pub fn fence_record(node: &Node, me: &str) -> Option<FenceRecord> {
     let ann = node.metadata.annotations.as_ref()?;
     let at: Timestamp = ann.get(ANNOTATION_FENCED_AT)?.parse().ok()?;
@@ -176,7 +184,9 @@ pub fn fence_record(node: &Node, me: &str) -> Option<FenceRecord> {
         .cloned()
         .unwrap_or_default();
     let taint_present = taints(node).iter().any(is_out_of_service);
-    let ours = ann.get(ANNOTATION_FENCED_BY).map(String::as_str) == Some(me);
+    let ours = ann
+        .get(ANNOTATION_FENCED_BY)
+        .is_some_and(|by| by == me || by.starts_with(&format!("{me}/")));
     Some(FenceRecord {
         at,
         boot_id,
@@ -394,6 +404,8 @@ pub struct Cluster {
     /// This daemon's [`actor_name`], written to and checked in `oobfence.io/fenced-by`.
     actor: String,
     holds_now: HoldsNow,
+    /// `[ha]`: this instance's standing; writes are signed with its name and term.
+    leadership: Option<crate::leader::LeadershipHandle>,
 }
 
 impl Cluster {
@@ -408,7 +420,31 @@ impl Cluster {
             datacenter: datacenter.to_string(),
             actor: actor.to_string(),
             holds_now: Arc::new(|_| Holds::default()),
+            leadership: None,
         }
+    }
+
+    /// `[ha]`: the group's actor name, and writes signed with this instance and its term.
+    pub fn with_leadership(mut self, leadership: crate::leader::LeadershipHandle) -> Self {
+        self.actor = ha_actor_name(&self.datacenter);
+        self.leadership = Some(leadership);
+        self
+    }
+
+    /// What a write records in `oobfence.io/fenced-by`: the actor, and with `[ha]` the
+    /// instance and the Lease term it holds (`oobfence/DC@ha/INSTANCE#TERM`).
+    pub fn signature(&self) -> String {
+        match self.leadership.as_ref().and_then(|l| l.read().ok()) {
+            Some(l) => format!("{}/{}#{}", self.actor, l.identity, l.term),
+            None => self.actor.clone(),
+        }
+    }
+
+    /// `[ha]`: the Lease term this instance holds (None without `[ha]`).
+    pub fn term(&self) -> Option<i32> {
+        self.leadership
+            .as_ref()
+            .and_then(|l| l.read().ok().map(|l| l.term))
     }
 
     /// Every write re-checks these holds (pause, stale view, storm, freeze, budget) at the last
@@ -535,7 +571,7 @@ impl Cluster {
                         ANNOTATION_FENCED_AT: now.to_string(),
                         ANNOTATION_FENCED_BOOT_ID: boot,
                         ANNOTATION_ACTION: FenceAction::Taint.to_string(),
-                        ANNOTATION_FENCED_BY: self.actor,
+                        ANNOTATION_FENCED_BY: self.signature(),
                         ANNOTATION_REASON: reason,
                     }
                 },

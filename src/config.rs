@@ -75,8 +75,46 @@ pub struct Config {
     /// `[guards]`: storms, budgets, partitions.
     pub guards: GuardPolicy,
     pub pause: PauseConfig,
+    /// `[ha]`: two management hosts, one actor.
+    pub ha: Option<HaConfig>,
     /// SHA-256 of the config file text, recorded in every journal record.
     pub digest: String,
+}
+
+/// `[ha]`: leader election on a Lease, so that of two (or more) instances of one datacenter's
+/// config, exactly one writes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HaConfig {
+    /// Where the Lease lives; its name is `oobfence-<datacenter>`.
+    pub namespace: String,
+    /// This instance's name in the Lease (default: the host name).
+    pub identity: String,
+    pub lease_duration: Duration,
+    pub renew_interval: Duration,
+}
+
+impl HaConfig {
+    pub fn lease_name(&self, datacenter: &str) -> String {
+        format!(
+            "oobfence-{}",
+            datacenter.to_ascii_lowercase().replace(['_', '.'], "-")
+        )
+    }
+
+    /// How long one write may take once started: its call is cut off after this.
+    pub fn write_timeout(&self) -> Duration {
+        self.lease_duration / 3
+    }
+
+    /// How long before the Lease could be taken by another instance this one stops starting
+    /// writes. Another instance takes the Lease only after it has seen no renewal for
+    /// `lease_duration` by its own clock, and it cannot see a renewal before it happens: so
+    /// nobody else acts before (start of our last successful renewal) + `lease_duration`. A
+    /// write started before then must also land before then: it takes at most
+    /// `write_timeout`, and clocks may run apart by a little (1 s, plus 1 % of the lease).
+    pub fn safety_margin(&self) -> Duration {
+        self.write_timeout() + Duration::from_secs(1) + self.lease_duration / 100
+    }
 }
 
 /// `[pause]`: the two switches that stop every write without stopping the daemon.
@@ -301,6 +339,99 @@ struct RawConfig {
     guards: RawGuards,
     #[serde(default)]
     pause: RawPause,
+    ha: Option<RawHa>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHa {
+    #[serde(default)]
+    enabled: bool,
+    #[serde(default = "default_ha_namespace")]
+    namespace: String,
+    identity: Option<String>,
+    #[serde(default = "default_lease_duration", with = "humantime_serde")]
+    lease_duration: Duration,
+    #[serde(default = "default_renew_interval", with = "humantime_serde")]
+    renew_interval: Duration,
+}
+
+fn default_ha_namespace() -> String {
+    "oobfence".into()
+}
+
+fn default_lease_duration() -> Duration {
+    Duration::from_secs(30)
+}
+
+fn default_renew_interval() -> Duration {
+    Duration::from_secs(5)
+}
+
+impl RawHa {
+    fn validate(self, path: &Path) -> Result<Option<HaConfig>, ConfigError> {
+        if !self.enabled {
+            return Ok(None);
+        }
+        let err = |key: &str, problem: String| ConfigError {
+            file: path.to_owned(),
+            key: format!("ha.{key}"),
+            problem,
+        };
+        let dns = |s: &str| {
+            !s.is_empty()
+                && s.len() <= 63
+                && s.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        };
+        if !dns(&self.namespace) {
+            return Err(err(
+                "namespace",
+                format!("{:?} is not a namespace name", self.namespace),
+            ));
+        }
+        let identity = match self.identity {
+            Some(i) => i.trim().to_string(),
+            None => nix::unistd::gethostname()
+                .ok()
+                .and_then(|h| h.into_string().ok())
+                .unwrap_or_default(),
+        };
+        if identity.is_empty()
+            || identity.len() > 128
+            || identity.contains(|c: char| c.is_whitespace() || c == '#' || c == '/')
+        {
+            return Err(err(
+                "identity",
+                format!(
+                    "{identity:?} must be a short name without spaces, '/' or '#' (default: the host name)"
+                ),
+            ));
+        }
+        let ha = HaConfig {
+            namespace: self.namespace,
+            identity,
+            lease_duration: self.lease_duration,
+            renew_interval: self.renew_interval,
+        };
+        if ha.renew_interval.is_zero() {
+            return Err(err("renew_interval", "must be longer than 0s".into()));
+        }
+        // The leader must be able to renew at least twice within the time it may write.
+        let writable = ha.lease_duration.saturating_sub(ha.safety_margin());
+        if writable < ha.renew_interval * 2 {
+            return Err(err(
+                "lease_duration",
+                format!(
+                    "{} leaves the leader {} to write after a renewal (a third of it bounds a write, plus clock allowance), less than two renew_interval of {}: use a longer lease or renew more often",
+                    humantime::format_duration(ha.lease_duration),
+                    humantime::format_duration(writable),
+                    humantime::format_duration(ha.renew_interval)
+                ),
+            ));
+        }
+        Ok(Some(ha))
+    }
 }
 
 #[derive(Deserialize, Default)]
@@ -766,6 +897,10 @@ impl RawConfig {
 
         let guards = self.guards.validate(path)?;
         let pause = self.pause.validate(path, dc)?;
+        let ha = match self.ha {
+            Some(h) => h.validate(path)?,
+            None => None,
+        };
 
         Ok(Config {
             source: path.to_owned(),
@@ -783,6 +918,7 @@ impl RawConfig {
             journal: JournalConfig { path: journal_path },
             guards,
             pause,
+            ha,
             digest: String::new(),
         })
     }

@@ -96,6 +96,8 @@ pub struct Daemon {
     conflicts: HashMap<String, MappingConflict>,
     /// The guards' memory: storms, freezes, the fence budget.
     calm: Calm,
+    /// `[ha]`: whether this instance may write.
+    leadership: Option<crate::leader::LeadershipHandle>,
 }
 
 /// Runs the daemon until `shutdown` completes.
@@ -154,12 +156,24 @@ pub async fn run(
     tracing::info!(path = %cfg.journal.path.display(), "decision journal");
     let volumes = VolumeWatch::start(client.clone());
     crate::pause::spawn_watch(cfg.pause.clone(), client.clone(), shared.clone());
+    let leadership = cfg
+        .ha
+        .as_ref()
+        .map(|ha| crate::leader::spawn(client.clone(), ha, &cfg.datacenter));
+    let mut cluster_writer = Cluster::new(client, &cfg.datacenter).with_holds(holds_now(
+        &cfg,
+        &shared,
+        leadership.clone(),
+    ));
+    if let Some(l) = &leadership {
+        cluster_writer = cluster_writer.with_leadership(l.clone());
+    }
     let mut daemon = Daemon {
         journal,
         volumes,
         sources,
         read_slots: ReadSlots::new(cfg.max_concurrent_reads),
-        cluster: Cluster::new(client, &cfg.datacenter).with_holds(holds_now(&cfg, &shared)),
+        cluster: cluster_writer,
         cfg,
         shared: shared.clone(),
         nodes: nodes.clone(),
@@ -169,6 +183,7 @@ pub async fn run(
         actions_tx,
         conflicts: HashMap::new(),
         calm: Calm::default(),
+        leadership,
     };
 
     tokio::pin!(shutdown);
@@ -233,7 +248,11 @@ pub async fn run(
 
 /// The holds on a node right before a write: the last pass's, and the pause file read now
 /// (a pause placed a moment ago still stops the write).
-fn holds_now(cfg: &Config, shared: &Arc<Shared>) -> cluster::HoldsNow {
+fn holds_now(
+    cfg: &Config,
+    shared: &Arc<Shared>,
+    leadership: Option<crate::leader::LeadershipHandle>,
+) -> cluster::HoldsNow {
     let shared = shared.clone();
     let file = cfg.pause.file.clone();
     Arc::new(move |uid: &str| {
@@ -249,6 +268,17 @@ fn holds_now(cfg: &Config, shared: &Arc<Shared>) -> cluster::HoldsNow {
             holds.write = Some(Hold {
                 kind: HoldKind::Paused,
                 reason: format!("writes are paused by an operator ({reason})"),
+            });
+        }
+        // [ha]: leadership is a deadline, checked at the last moment.
+        if holds.write.is_none()
+            && let Some(why) = leadership
+                .as_ref()
+                .and_then(|l| l.read().ok().and_then(|l| l.standby_reason()))
+        {
+            holds.write = Some(Hold {
+                kind: HoldKind::Standby,
+                reason: why,
             });
         }
         holds
@@ -414,6 +444,12 @@ impl Daemon {
             .unwrap_or_default();
         let before = self.calm.clone();
         self.calm.update(&census, &view, pause, g, now);
+        let leadership = self
+            .leadership
+            .as_ref()
+            .and_then(|l| l.read().ok().map(|l| l.clone()));
+        self.calm.standby = leadership.as_ref().and_then(|l| l.standby_reason());
+        self.shared.metrics.set_leadership(leadership.as_ref());
         self.log_guard_changes(&before);
         self.shared.metrics.set_guards(&self.calm, g, now);
         if let Ok(mut c) = self.shared.calm.write() {
@@ -507,6 +543,16 @@ impl Daemon {
         );
         if !self.shared.api_ok.load(Ordering::Relaxed) {
             status.push_str("; Kubernetes API unreachable, retrying");
+        }
+        if let Some(l) = self.leadership.as_ref().and_then(|l| l.read().ok()) {
+            if l.may_write() {
+                status.push_str(&format!("; role leader (term {})", l.term));
+            } else {
+                status.push_str(&format!(
+                    "; role standby (Lease held by {})",
+                    l.holder.as_deref().unwrap_or("nobody")
+                ));
+            }
         }
         notify_systemd(&[sd_notify::NotifyState::Status(&status)]);
     }

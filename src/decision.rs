@@ -136,6 +136,7 @@ pub enum Rule {
     Storm,
     StormCooldown,
     FenceBudget,
+    Standby,
 }
 
 impl Rule {
@@ -178,6 +179,7 @@ impl Rule {
             Rule::Storm => "storm",
             Rule::StormCooldown => "storm-cooldown",
             Rule::FenceBudget => "fence-budget",
+            Rule::Standby => "standby",
         }
     }
 }
@@ -271,6 +273,7 @@ fn hold_rule(kind: HoldKind) -> Rule {
         HoldKind::Storm => Rule::Storm,
         HoldKind::StormCooldown => Rule::StormCooldown,
         HoldKind::FenceBudget => Rule::FenceBudget,
+        HoldKind::Standby => Rule::Standby,
     }
 }
 

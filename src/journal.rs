@@ -95,6 +95,9 @@ pub struct Record {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     pub inputs: Inputs,
+    /// `[ha]`: the Lease term (leaseTransitions) this instance held when it wrote.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_term: Option<i32>,
     /// SHA-256 of the config file text the daemon was started with.
     pub config_digest: String,
     /// oobfence version that wrote the record.
@@ -346,6 +349,7 @@ impl Journal {
             message: String::new(),
             error: None,
             inputs,
+            lease_term: None,
             config_digest: self.config_digest.clone(),
             version: env!("CARGO_PKG_VERSION").to_string(),
         }

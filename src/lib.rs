@@ -12,7 +12,8 @@
 //! - [`cluster`]: every Kubernetes read and write.
 //! - [`daemon`]: the loop that ties them together; it publishes [`status`], which [`http`]
 //!   serves; [`cli`] faces the operator.
-//! - [`pause`]: the operator's switch that holds every write.
+//! - [`pause`]: the operator's switch that holds every write; [`leader`]: which of two hosts
+//!   writes.
 //! - [`metrics`], [`journal`], [`volumes`]: what oobfence reports about what it did and what
 //!   followed (Prometheus metrics, the decision journal, VolumeAttachment release).
 
@@ -27,6 +28,7 @@ pub mod http;
 pub mod identity;
 pub mod journal;
 pub mod kubeconfig;
+pub mod leader;
 pub mod metrics;
 pub mod pause;
 pub mod power;

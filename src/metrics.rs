@@ -107,6 +107,11 @@ pub struct VerdictLabels {
     pub verdict: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DatacenterLabels {
+    pub datacenter: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
 pub struct ScopeHoldLabels {
     /// `datacenter` or `domain=VALUE`.
@@ -223,6 +228,9 @@ pub struct Metrics {
     pub scope_nodes: Family<ScopeCountLabels, Gauge>,
     pub fence_budget_used: Gauge,
     pub fence_budget_limit: Gauge,
+    pub leader: Family<DatacenterLabels, Gauge>,
+    pub lease_term: Family<DatacenterLabels, Gauge>,
+    datacenter: String,
     /// Scope series set so far, so that those of a domain gone are removed.
     scopes_seen: Mutex<BTreeSet<String>>,
     /// `power_sources_failing` label sets set so far, so the ones that recover go to 0.
@@ -444,6 +452,18 @@ impl Metrics {
             "Fences allowed in any fence_budget_window (fence_budget, a share taken of the nodes watched now)",
             fence_budget_limit.clone(),
         );
+        let leader = Family::<DatacenterLabels, Gauge>::default();
+        registry.register(
+            "leader",
+            "1 while this instance may write to the cluster: always without [ha]; with [ha] while it holds the datacenter's Lease with time left before anyone else could take it. The instances of one datacenter sum to 1 when all is well, 0 when none writes",
+            Listed(leader.clone()),
+        );
+        let lease_term = Family::<DatacenterLabels, Gauge>::default();
+        registry.register(
+            "lease_term",
+            "[ha]: leaseTransitions of the datacenter's Lease as this instance last saw it; it grows by one each time another instance takes over",
+            Listed(lease_term.clone()),
+        );
         let build_info = Family::<BuildLabels, Gauge>::default();
         build_info
             .get_or_create(&BuildLabels {
@@ -500,6 +520,9 @@ impl Metrics {
             scope_nodes,
             fence_budget_used,
             fence_budget_limit,
+            leader,
+            lease_term,
+            datacenter: String::new(),
             scopes_seen: Mutex::new(BTreeSet::new()),
             identity_problems_seen: Mutex::new(BTreeSet::new()),
             failing_seen: Mutex::new(BTreeSet::new()),
@@ -722,6 +745,25 @@ impl Metrics {
                 .set(verdicts.get(v).copied().unwrap_or(0));
         }
         self.identity_unchecked.set(unchecked);
+    }
+
+    /// The datacenter named in the labels of `leader` and `lease_term`.
+    pub fn for_datacenter(mut self, datacenter: &str) -> Metrics {
+        self.datacenter = datacenter.to_string();
+        self
+    }
+
+    /// Whether this instance writes (`None`: no `[ha]`, it always does), and the Lease term.
+    pub fn set_leadership(&self, l: Option<&crate::leader::Leadership>) {
+        let labels = DatacenterLabels {
+            datacenter: self.datacenter.clone(),
+        };
+        self.leader
+            .get_or_create(&labels)
+            .set(l.is_none_or(|l| l.may_write()) as i64);
+        if let Some(l) = l {
+            self.lease_term.get_or_create(&labels).set(l.term as i64);
+        }
     }
 
     /// The guards as of this pass: pause, view, each scope's holds and counts, the budget.

@@ -39,7 +39,7 @@ impl Shared {
     pub fn new(datacenter: &str) -> Arc<Shared> {
         Arc::new(Shared {
             datacenter: datacenter.to_string(),
-            metrics: Metrics::new(),
+            metrics: Metrics::new().for_datacenter(datacenter),
             reports: RwLock::new(BTreeMap::new()),
             synced: AtomicBool::new(false),
             api_ok: AtomicBool::new(false),

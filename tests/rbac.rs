@@ -340,6 +340,45 @@ async fn the_token_may_do_the_daemons_work_and_nothing_more() {
             .get("anything-else")
             .await,
     );
+    // [ha]: the election Lease in oobfence's namespace: read, create, renew; nothing more.
+    let ha_leases = Api::<Lease>::namespaced(sa.clone(), "oobfence");
+    let lease_name = format!("{group}-ha");
+    let lease: Lease = serde_json::from_value(json!({
+        "metadata": {"name": lease_name, "namespace": "oobfence"},
+        "spec": {"holderIdentity": "rbac-test", "leaseDurationSeconds": 30}
+    }))
+    .unwrap();
+    let mut created = assert_allowed(
+        "create the election Lease",
+        ha_leases.create(&PostParams::default(), &lease).await,
+    );
+    created.spec.as_mut().unwrap().lease_transitions = Some(1);
+    assert_allowed(
+        "renew the election Lease",
+        ha_leases
+            .replace(&lease_name, &PostParams::default(), &created)
+            .await,
+    );
+    assert_allowed("read the election Lease", ha_leases.get(&lease_name).await);
+    assert_forbidden(
+        "delete the election Lease",
+        ha_leases
+            .delete(&lease_name, &DeleteParams::default())
+            .await,
+    );
+    assert_forbidden(
+        "update a node's Lease in kube-node-lease",
+        Api::<Lease>::namespaced(sa.clone(), "kube-node-lease")
+            .patch(
+                "anything",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"holderIdentity": "x"}})),
+            )
+            .await,
+    );
+    let _ = Api::<Lease>::namespaced(admin.clone(), "oobfence")
+        .delete(&lease_name, &DeleteParams::default())
+        .await;
     assert_forbidden(
         "list configmaps",
         Api::<ConfigMap>::all(sa.clone())

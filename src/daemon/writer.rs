@@ -153,6 +153,7 @@ impl Daemon {
                 inputs,
             );
             record.action = label.to_string();
+            record.lease_term = cluster.term();
             let outcome = match result {
                 Ok(message) => {
                     if let Some(w) = volume_watch {

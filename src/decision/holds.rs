@@ -146,6 +146,8 @@ pub enum HoldKind {
     StormCooldown,
     /// `fence_budget` fences already made in the window.
     FenceBudget,
+    /// `[ha]`: another instance holds the Lease (or this one could not renew it in time).
+    Standby,
 }
 
 impl HoldKind {
@@ -158,6 +160,7 @@ impl HoldKind {
             HoldKind::Storm => "storm",
             HoldKind::StormCooldown => "storm-cooldown",
             HoldKind::FenceBudget => "fence-budget",
+            HoldKind::Standby => "standby",
         }
     }
 }
@@ -275,6 +278,8 @@ pub struct Calm {
     pub pause: Pause,
     /// Why the view is stale now, if it is.
     pub stale: Option<String>,
+    /// `[ha]`: why this instance may not write now, if it may not.
+    pub standby: Option<String>,
     /// The view was stale, and recovered then.
     pub view_recovered: Option<Timestamp>,
     /// Fences in the budget window (started or done), by node uid, oldest first.
@@ -379,12 +384,17 @@ impl Calm {
                     self.pause.by.join("; ")
                 ),
             })
-        } else {
-            self.stale.as_ref().map(|why| Hold {
+        } else if let Some(why) = &self.stale {
+            Some(Hold {
                 kind: HoldKind::StaleView,
                 reason: format!(
                     "oobfence's view of the cluster is stale ({why}): nothing is decided on it until the API answers again"
                 ),
+            })
+        } else {
+            self.standby.as_ref().map(|why| Hold {
+                kind: HoldKind::Standby,
+                reason: format!("{why} ([ha]: one instance of a datacenter writes)"),
             })
         };
 
