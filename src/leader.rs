@@ -118,9 +118,13 @@ pub struct Elector {
     name: String,
     ha: HaConfig,
     out: LeadershipHandle,
-    /// The Lease's (holder, renewTime, transitions) as last observed, and when (our clock).
-    observed: Option<((Option<String>, Option<Timestamp>, i32), Instant)>,
+    /// The Lease's record as last observed, and when (our clock).
+    observed: Option<(LeaseRecord, Instant)>,
 }
+
+/// The Lease's holder, renewTime and transitions: what changes whenever anyone renews it or
+/// takes it over.
+type LeaseRecord = (Option<String>, Option<Timestamp>, i32);
 
 impl Elector {
     pub fn new(client: Client, ha: &HaConfig, datacenter: &str, out: LeadershipHandle) -> Elector {
