@@ -464,6 +464,15 @@ impl Daemon {
         {
             tracing::error!(why = %why, "view of the cluster is STALE: no writes until it is fresh again");
         }
+        // [ha]: a leader whose renewals do not come back in time stops by its own clock,
+        // without any answer to say so: say it here.
+        match (&before.standby, &self.calm.standby) {
+            (None, Some(why)) if self.leadership.is_some() => {
+                tracing::warn!(why = %why, "standby: this instance writes nothing")
+            }
+            (Some(_), None) => tracing::warn!("this instance writes again: it holds the Lease"),
+            _ => {}
+        }
         if before.stale.is_some() && self.calm.stale.is_none() {
             tracing::warn!(
                 "view of the cluster is fresh again; reads from before now do not count"

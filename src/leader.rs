@@ -138,10 +138,11 @@ impl Elector {
     }
 
     /// One round: read the Lease; renew it if ours, take it if free or expired (by our own
-    /// observation), else follow. Bounded by the renew interval.
+    /// observation), else follow. Bounded like a write: a round that takes longer cannot
+    /// extend anything anyway, since the deadline counts from its start.
     pub async fn attempt(&mut self) {
         let started = Instant::now();
-        let bound = self.ha.renew_interval.max(Duration::from_secs(1));
+        let bound = self.ha.write_timeout().max(Duration::from_secs(1));
         let result = tokio::time::timeout(bound, self.round(started)).await;
         let mut out = self.out.write().expect("leadership lock");
         let was_writing = out.may_write();
@@ -170,10 +171,10 @@ impl Elector {
         let writing = out.may_write();
         if writing != was_writing {
             out.changes += 1;
+            // Losing it is logged by the daemon, which also sees a deadline run out with no
+            // round to say so.
             if writing {
                 tracing::warn!(identity = %out.identity, term = out.term, lease = %self.name, "LEADER: this instance holds the Lease and writes");
-            } else {
-                tracing::warn!(identity = %out.identity, holder = ?out.holder, error = ?out.error, lease = %self.name, "standby: this instance writes nothing");
             }
         }
     }

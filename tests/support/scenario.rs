@@ -85,6 +85,14 @@ pub struct Scenario {
     aws_endpoint: Mutex<Option<String>>,
 }
 
+/// The config text of a scenario, for a daemon the test runs itself (`oobfence run`): `extra`
+/// is appended (sections such as `[ha]`).
+impl Scenario {
+    pub fn config_text(&self, kubeconfig: &Path, listen: &str, extra: &str) -> String {
+        format!("{}\n{extra}", self.config(kubeconfig, listen, ""))
+    }
+}
+
 /// The scenario's `[guards]` unless a test sets its own.
 const OPEN_GUARDS: &str = "max_unhealthy = \"100%\"\n";
 
