@@ -140,9 +140,16 @@ pub async fn connect(cfg: &KubernetesConfig) -> Result<Client, ClusterError> {
 }
 
 async fn bounded<T>(fut: impl Future<Output = Result<T, kube::Error>>) -> Result<T, ClusterError> {
-    match tokio::time::timeout(CALL_TIMEOUT, fut).await {
+    bounded_by(CALL_TIMEOUT, fut).await
+}
+
+async fn bounded_by<T>(
+    limit: Duration,
+    fut: impl Future<Output = Result<T, kube::Error>>,
+) -> Result<T, ClusterError> {
+    match tokio::time::timeout(limit, fut).await {
         Ok(r) => r.map_err(ClusterError::Api),
-        Err(_) => Err(ClusterError::Timeout(CALL_TIMEOUT)),
+        Err(_) => Err(ClusterError::Timeout(limit)),
     }
 }
 
@@ -406,6 +413,9 @@ pub struct Cluster {
     holds_now: HoldsNow,
     /// `[ha]`: this instance's standing; writes are signed with its name and term.
     leadership: Option<crate::leader::LeadershipHandle>,
+    /// How long the write itself (the PATCH or DELETE after the last re-check) may take:
+    /// with `[ha]` it is part of the leader's safety margin.
+    write_timeout: Duration,
 }
 
 impl Cluster {
@@ -421,14 +431,30 @@ impl Cluster {
             actor: actor.to_string(),
             holds_now: Arc::new(|_| Holds::default()),
             leadership: None,
+            write_timeout: CALL_TIMEOUT,
         }
     }
 
-    /// `[ha]`: the group's actor name, and writes signed with this instance and its term.
-    pub fn with_leadership(mut self, leadership: crate::leader::LeadershipHandle) -> Self {
+    /// `[ha]`: the group's actor name, writes signed with this instance and its term, and
+    /// each write cut off after `write_timeout` ([`crate::config::HaConfig::safety_margin`]).
+    pub fn with_leadership(
+        mut self,
+        leadership: crate::leader::LeadershipHandle,
+        write_timeout: Duration,
+    ) -> Self {
         self.actor = ha_actor_name(&self.datacenter);
         self.leadership = Some(leadership);
+        self.write_timeout = write_timeout.min(CALL_TIMEOUT);
         self
+    }
+
+    /// The last check before a write that came after other calls: the write holds (pause,
+    /// stale view, standby) as they stand now.
+    fn may_still_write(&self, uid: &str) -> Result<(), ClusterError> {
+        match (self.holds_now)(uid).write {
+            Some(h) => Err(ClusterError::Abandoned(h.reason)),
+            None => Ok(()),
+        }
     }
 
     /// What a write records in `oobfence.io/fenced-by`: the actor, and with `[ha]` the
@@ -577,7 +603,8 @@ impl Cluster {
                 },
                 "spec": { "taints": list }
             });
-            bounded(
+            bounded_by(
+                self.write_timeout,
                 self.nodes()
                     .patch(name, &PatchParams::default(), &Patch::Merge(&patch)),
             )
@@ -665,7 +692,8 @@ impl Cluster {
                     .collect();
                 patch["spec"] = json!({ "taints": list });
             }
-            bounded(
+            bounded_by(
+                self.write_timeout,
                 self.nodes()
                     .patch(name, &PatchParams::default(), &Patch::Merge(&patch)),
             )
@@ -710,7 +738,9 @@ impl Cluster {
                 }),
                 ..Default::default()
             };
-            bounded(self.nodes().delete(name, &dp)).await?;
+            // The backup Event took a call: check once more, then the write alone.
+            self.may_still_write(uid)?;
+            bounded_by(self.write_timeout, self.nodes().delete(name, &dp)).await?;
             Ok(FenceWrite {
                 boot_id: boot_id(&node),
                 at: Timestamp::now(),

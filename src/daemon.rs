@@ -165,8 +165,8 @@ pub async fn run(
         &shared,
         leadership.clone(),
     ));
-    if let Some(l) = &leadership {
-        cluster_writer = cluster_writer.with_leadership(l.clone());
+    if let (Some(l), Some(ha)) = (&leadership, &cfg.ha) {
+        cluster_writer = cluster_writer.with_leadership(l.clone(), ha.write_timeout());
     }
     let mut daemon = Daemon {
         journal,

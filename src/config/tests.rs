@@ -499,3 +499,50 @@ fn guards_take_counts_and_shares_and_name_a_bad_one() {
         assert!(e.problem.contains(says), "{body}: {e}");
     }
 }
+
+#[test]
+fn ha_is_off_by_default_and_checks_its_timings() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = minimal(&write_pw(dir.path()));
+    assert_eq!(parse(&base).unwrap().ha, None);
+    assert_eq!(
+        parse(&format!("{base}\n[ha]\nenabled = false\n"))
+            .unwrap()
+            .ha,
+        None
+    );
+    let ha = parse(&format!(
+        "{base}\n[ha]\nenabled = true\nidentity = \"mgmt-a\"\n"
+    ))
+    .unwrap()
+    .ha
+    .unwrap();
+    assert_eq!(ha.namespace, "oobfence");
+    assert_eq!(ha.identity, "mgmt-a");
+    assert_eq!(ha.lease_name("DC_1.x"), "oobfence-dc-1-x");
+    assert_eq!(ha.lease_duration, Duration::from_secs(30));
+    // A write is cut off after a third of the lease; the leader stops writing that long
+    // (plus clock allowance) before the lease could be taken.
+    assert_eq!(ha.write_timeout(), Duration::from_secs(10));
+    assert!(ha.safety_margin() > ha.write_timeout());
+    assert!(ha.lease_duration - ha.safety_margin() >= ha.renew_interval * 2);
+    for (body, key, says) in [
+        (
+            "lease_duration = \"5s\"",
+            "ha.lease_duration",
+            "two renew_interval",
+        ),
+        (
+            "renew_interval = \"0s\"",
+            "ha.renew_interval",
+            "longer than 0s",
+        ),
+        ("namespace = \"Oobfence\"", "ha.namespace", "namespace name"),
+        ("identity = \"a b\"", "ha.identity", "without spaces"),
+        ("leader = true", "ha", "unknown field"),
+    ] {
+        let e = parse(&format!("{base}\n[ha]\nenabled = true\n{body}\n")).unwrap_err();
+        assert!(e.key.starts_with(key), "{body}: {e}");
+        assert!(e.problem.contains(says), "{body}: {e}");
+    }
+}
