@@ -805,6 +805,13 @@ impl Cluster {
     /// Emits a core/v1 Event about a node. Failures are logged, never fatal: an Event is a
     /// report, not part of the fence.
     pub async fn event(&self, node: &Node, kind: EventType, reason: &str, message: &str) {
+        // [ha]: Events are writes too; the standby's would double the leader's.
+        if let Some(l) = &self.leadership
+            && !l.read().map(|l| l.may_write()).unwrap_or(false)
+        {
+            tracing::debug!(node = %node.name_any(), reason, "standby: Event not emitted");
+            return;
+        }
         if let Err(e) = self.try_event(node, kind, reason, message).await {
             tracing::warn!(node = %node.name_any(), reason, error = %e, "could not emit Event");
         }

@@ -129,6 +129,7 @@ async fn guards(State(s): State<Arc<Shared>>) -> Response {
         .collect();
     axum::Json(serde_json::json!({
         "datacenter": s.datacenter,
+        "standby": calm.standby,
         "paused_by": calm.pause.by,
         "view_stale": calm.stale,
         "view_recovered": calm.view_recovered,
