@@ -160,6 +160,9 @@ pub async fn run(
         .ha
         .as_ref()
         .map(|ha| crate::leader::spawn(client.clone(), ha, &cfg.datacenter));
+    if let Ok(mut l) = shared.leadership.write() {
+        l.clone_from(&leadership);
+    }
     let mut cluster_writer = Cluster::new(client, &cfg.datacenter).with_holds(holds_now(
         &cfg,
         &shared,
@@ -444,6 +447,16 @@ impl Daemon {
             .unwrap_or_default();
         let before = self.calm.clone();
         self.calm.update(&census, &view, pause, g, now);
+        // Fences on the Nodes count against the budget whoever of this daemon (or its [ha]
+        // group) wrote them: after a restart, or for a standby that took over.
+        for n in nodes {
+            if let Some(f) = cluster::fence_record(n, self.cluster.actor())
+                && f.ours
+                && decision_elapsed(f.at, now) < g.fence_budget_window
+            {
+                self.calm.record_fence(&n.uid().unwrap_or_default(), f.at);
+            }
+        }
         let leadership = self
             .leadership
             .as_ref()
@@ -504,8 +517,9 @@ impl Daemon {
         }
     }
 
-    /// After a restart, the fences of the budget window still count: from the journal, and
-    /// from the fence records on the Nodes (whichever knows more).
+    /// After a restart, the fences of the budget window still count: from the journal here
+    /// (a Node deleted by a fence leaves no record on the cluster), and every pass from the
+    /// fence records on the Nodes ([`Daemon::update_guards`]).
     fn restore_fence_budget(&mut self, now: Timestamp) {
         let window = self.cfg.guards.fence_budget_window;
         let since = now
@@ -522,14 +536,6 @@ impl Daemon {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => {
                 tracing::warn!(path = %self.cfg.journal.path.display(), error = %e, "cannot read the journal's recent fences; the fence budget counts the Nodes' fence records only")
-            }
-        }
-        for n in self.nodes.state() {
-            if let Some(f) = cluster::fence_record(&n, self.cluster.actor())
-                && f.ours
-                && f.at >= since
-            {
-                self.calm.record_fence(&n.uid().unwrap_or_default(), f.at);
             }
         }
         if !self.calm.fences.is_empty() {

@@ -40,6 +40,13 @@ pub async fn serve(
 }
 
 async fn metrics(State(s): State<Arc<Shared>>) -> Response {
+    // Whether this instance may write is a deadline: read it now, not as of the last pass.
+    let leadership = s
+        .leadership
+        .read()
+        .ok()
+        .and_then(|l| l.as_ref().and_then(|l| l.read().ok().map(|l| l.clone())));
+    s.metrics.set_leadership(leadership.as_ref());
     (
         [(
             header::CONTENT_TYPE,

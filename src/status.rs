@@ -33,6 +33,8 @@ pub struct Shared {
     pub holds: RwLock<HashMap<String, Holds>>,
     /// The guards' state as of the last pass, served on `/guards`.
     pub calm: RwLock<Calm>,
+    /// `[ha]`: this instance's standing, read live for `oobfence_leader` at every scrape.
+    pub leadership: RwLock<Option<crate::leader::LeadershipHandle>>,
 }
 
 impl Shared {
@@ -48,6 +50,7 @@ impl Shared {
             last_round_trip: Mutex::new(None),
             holds: RwLock::new(HashMap::new()),
             calm: RwLock::new(Calm::default()),
+            leadership: RwLock::new(None),
         })
     }
 

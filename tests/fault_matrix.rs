@@ -973,7 +973,21 @@ fn conflicts_on_every_write_for_a_while() -> ScenarioFuture {
             })
         };
         power_cut(&s, &node, 0).await;
-        tokio::time::sleep(Duration::from_secs(12)).await;
+        // The churn goes on until a fence write has given up on it (5 conflicts in a row),
+        // at most 30 s; then the fence lands.
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(30) {
+            let m = daemon.metrics().await;
+            if metric(
+                &m,
+                "oobfence_actions_total{action=\"taint\",result=\"failure\"}",
+            )
+            .is_some()
+            {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         let churn = hammer.await.unwrap();
         wait_taint(&node, Duration::from_secs(60)).await;
@@ -1333,12 +1347,21 @@ impl HaInstance {
     }
 
     async fn leader(&self) -> Option<f64> {
-        let m = reqwest::get(format!("http://{}/metrics", self.listen))
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(2))
+            .build()
+            .unwrap();
+        let m = match client
+            .get(format!("http://{}/metrics", self.listen))
+            .send()
             .await
-            .ok()?
-            .text()
-            .await
-            .ok()?;
+        {
+            Ok(r) => r.text().await.ok()?,
+            Err(e) => {
+                println!("fault matrix: [ha] {} /metrics: {e}", self.identity);
+                return None;
+            }
+        };
         metric(&m, "oobfence_leader{datacenter=\"test\"}")
     }
 
@@ -1455,11 +1478,28 @@ fn two_hosts_one_actor() -> ScenarioFuture {
         );
         let killed = Instant::now();
         host_a.kill().await;
-        let took_over = host_b.wait_leader(1.0, Duration::from_secs(30)).await;
+        // Lease duration (9 s) plus the time to observe it: ~10 s on an idle machine; the
+        // bound leaves room for a loaded one.
+        let took_over = host_b.wait_leader(1.0, Duration::from_secs(60)).await;
         let takeover = took_over - killed;
         for n in &nodes[..3] {
             wait_taint(n, Duration::from_secs(60)).await;
         }
+        // The new leader's fence budget counts its predecessor's fences too.
+        wait_for(
+            "b's budget counts all three fences",
+            Duration::from_secs(15),
+            || async {
+                let m = reqwest::get(format!("http://{}/metrics", host_b.listen))
+                    .await
+                    .ok()?
+                    .text()
+                    .await
+                    .ok()?;
+                (metric(&m, "oobfence_fence_budget_used") == Some(3.0)).then_some(())
+            },
+        )
+        .await;
 
         // a comes back as standby; b is cut off from the API server.
         host_a.start().await;
