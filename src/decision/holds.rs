@@ -272,7 +272,8 @@ impl Pause {
 /// What the guards remember between passes. The daemon calls [`Calm::update`] at the start of
 /// every pass, asks [`Calm::holds`] for each node, and [`Calm::record_fence`] for each fence it
 /// starts (so that a fence decided earlier in the same pass counts against the budget).
-#[derive(Clone, Debug, Default, Serialize)]
+/// `/guards` renders it (scopes as a list: a map keyed by [`Scope`] is no JSON object).
+#[derive(Clone, Debug, Default)]
 pub struct Calm {
     pub scopes: BTreeMap<Scope, ScopeState>,
     pub pause: Pause,
