@@ -1087,13 +1087,14 @@ fn hold(kind: HoldKind) -> Hold {
     }
 }
 
-const ALL_HOLDS: [HoldKind; 6] = [
+const ALL_HOLDS: [HoldKind; 7] = [
     HoldKind::Paused,
     HoldKind::StaleView,
     HoldKind::SelfPartition,
     HoldKind::Storm,
     HoldKind::StormCooldown,
     HoldKind::FenceBudget,
+    HoldKind::Standby,
 ];
 
 /// Each hold turns a fence that the node's own rules allow into a refusal named after it,
