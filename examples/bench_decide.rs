@@ -44,6 +44,9 @@ fn main() {
             readiness,
             lease_renewal_seen: Some(ago(300)),
             lease_renew_time: Some(ago(300)),
+            lease_duration: None,
+            ready_heartbeat: None,
+            heartbeat_seen: None,
             boot_id: "b".into(),
             being_deleted: false,
             fence,
@@ -113,6 +116,7 @@ fn main() {
             domain: Some(format!("rack{}", i % 50)),
             unhealthy: i % 50 == 0 || i % 97 == 0,
             source_failing: (i % 7 == 0).then_some(i % 91 == 0),
+            lease_stale: Some(i % 50 == 0),
         })
         .collect();
     let view = View {

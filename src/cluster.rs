@@ -274,6 +274,29 @@ pub fn lease_renewed(lease: &Lease) -> Option<Timestamp> {
         .map(|t: &MicroTime| t.0)
 }
 
+/// The Lease's `leaseDurationSeconds`; `None` when unset or not positive (the kubelet's
+/// default then applies).
+pub fn lease_duration(lease: &Lease) -> Option<std::time::Duration> {
+    let s = lease.spec.as_ref()?.lease_duration_seconds?;
+    u64::try_from(s)
+        .ok()
+        .filter(|s| *s > 0)
+        .map(std::time::Duration::from_secs)
+}
+
+/// The Ready condition's `lastHeartbeatTime`.
+pub fn ready_heartbeat(node: &Node) -> Option<Timestamp> {
+    node.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "Ready")?
+        .last_heartbeat_time
+        .as_ref()
+        .map(time_of)
+}
+
 /// The core's view of what the Node object says. What comes from elsewhere is left for the
 /// caller to fill in: the power source (from the config, never the node), when the Lease was
 /// seen renewed (oobfence's own observation), the mapping's conflicts and the identity binding.
@@ -287,6 +310,9 @@ pub fn node_facts(node: &Node, lease: Option<&Lease>, me: &str) -> NodeFacts {
         readiness: readiness(node),
         lease_renewal_seen: None,
         lease_renew_time: lease.and_then(lease_renewed),
+        lease_duration: lease.and_then(lease_duration),
+        ready_heartbeat: ready_heartbeat(node),
+        heartbeat_seen: None,
         boot_id: boot_id(node),
         being_deleted: node.metadata.deletion_timestamp.is_some(),
         fence,

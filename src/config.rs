@@ -13,7 +13,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::decision::holds::{GuardPolicy, Limit};
-use crate::decision::{FenceAction, Policy};
+use crate::decision::{FenceAction, Policy, Renewals};
 mod bmc;
 pub mod ipmi;
 #[cfg(test)]
@@ -487,6 +487,7 @@ struct RawGuards {
     max_view_age: Duration,
     freeze_failing_share: RawLimit,
     freeze_min_failing: u32,
+    max_stale_leases: RawLimit,
 }
 
 impl Default for RawGuards {
@@ -503,6 +504,7 @@ impl Default for RawGuards {
             max_view_age: g.max_view_age,
             freeze_failing_share: raw(Limit::Percent(g.freeze_failing_share)),
             freeze_min_failing: g.freeze_min_failing,
+            max_stale_leases: raw(g.max_stale_leases),
         }
     }
 }
@@ -518,6 +520,7 @@ impl RawGuards {
         let max_unhealthy = limit("max_unhealthy", &self.max_unhealthy)?;
         let domain_max_unhealthy = limit("domain_max_unhealthy", &self.domain_max_unhealthy)?;
         let fence_budget = limit("fence_budget", &self.fence_budget)?;
+        let max_stale_leases = limit("max_stale_leases", &self.max_stale_leases)?;
         let freeze_failing_share = match limit("freeze_failing_share", &self.freeze_failing_share)?
         {
             Limit::Percent(p) => p,
@@ -553,6 +556,7 @@ impl RawGuards {
             max_view_age: self.max_view_age,
             freeze_failing_share,
             freeze_min_failing: self.freeze_min_failing.max(1),
+            max_stale_leases,
         })
     }
 }
@@ -733,6 +737,8 @@ struct RawPolicy {
     flap_limit: u32,
     #[serde(with = "humantime_serde")]
     flap_window: Duration,
+    pre_attest: bool,
+    lease_stale_after: f64,
 }
 
 impl Default for RawPolicy {
@@ -751,6 +757,8 @@ impl Default for RawPolicy {
             max_concurrent_reads: 16,
             flap_limit: p.flap_limit,
             flap_window: p.flap_window,
+            pre_attest: p.pre_attest_after.is_some(),
+            lease_stale_after: p.pre_attest_after.map_or(2.5, f64::from),
         }
     }
 }
@@ -816,6 +824,15 @@ impl RawConfig {
                 "must be at least 1".into(),
             ));
         }
+        let lease_stale_after = Renewals::new(p.lease_stale_after).ok_or_else(|| {
+            err(
+                "policy.lease_stale_after",
+                format!(
+                    "{} is not a number of kubelet renewal intervals between 1.5 and 100 (2.5 rides out one missed renewal)",
+                    p.lease_stale_after
+                ),
+            )
+        })?;
         let policy = Policy {
             not_ready_grace: p.not_ready_grace,
             confirm_reads: p.confirm_reads,
@@ -828,6 +845,7 @@ impl RawConfig {
             dry_run: p.dry_run,
             flap_limit: p.flap_limit,
             flap_window: p.flap_window,
+            pre_attest_after: p.pre_attest.then_some(lease_stale_after),
         };
 
         let listen: SocketAddr = self.server.listen.parse().map_err(|_| {

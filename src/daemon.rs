@@ -128,17 +128,22 @@ pub async fn run(
     if let Some(sel) = &cfg.kubernetes.node_selector {
         node_watch = node_watch.labels(sel);
     }
+    // A Node that changes is decided at once, not at the next tick: a pre-attested node is
+    // fenced the moment it turns NotReady.
+    let (changed_tx, mut changed_rx) = mpsc::channel::<String>(4096);
     let nodes = spawn_reflector(
         Api::<Node>::all(client.clone()),
         node_watch,
         shared.clone(),
         "nodes",
+        Some(changed_tx),
     );
     let leases = spawn_reflector(
         Api::<Lease>::namespaced(client.clone(), cluster::NODE_LEASE_NAMESPACE),
         watcher::Config::default(),
         shared.clone(),
         "leases",
+        None,
     );
 
     let (reads_tx, mut reads_rx) = mpsc::channel(1024);
@@ -234,6 +239,7 @@ pub async fn run(
                 notify_systemd(&[sd_notify::NotifyState::Watchdog]);
             }
             Some(done) = reads_rx.recv() => daemon.read_done(done),
+            Some(name) = changed_rx.recv() => daemon.node_changed(&name),
             Some(done) = actions_rx.recv() => daemon.action_done(done),
         }
     }
@@ -339,6 +345,7 @@ fn spawn_reflector<K>(
     config: watcher::Config,
     shared: Arc<Shared>,
     what: &'static str,
+    changed: Option<mpsc::Sender<String>>,
 ) -> Store<K>
 where
     K: kube::Resource<DynamicType = ()>
@@ -355,7 +362,13 @@ where
         futures::pin_mut!(stream);
         while let Some(ev) = stream.next().await {
             match ev {
-                Ok(_) => shared.api_ok.store(true, Ordering::Relaxed),
+                Ok(ev) => {
+                    shared.api_ok.store(true, Ordering::Relaxed);
+                    if let (Some(tx), watcher::Event::Apply(obj)) = (&changed, &ev) {
+                        // Full: the next tick decides it anyway.
+                        let _ = tx.try_send(obj.name_any());
+                    }
+                }
                 Err(e) => {
                     shared.api_ok.store(false, Ordering::Relaxed);
                     tracing::warn!(watch = what, error = %e, "watch failed; retrying with backoff");
@@ -427,7 +440,22 @@ impl Daemon {
                         .filter(|(at, _)| decision_elapsed(*at, now) <= FAILING_WINDOW)
                         .map(|(_, failing)| failing)
                 });
+                let lease = self
+                    .leases
+                    .get(&ObjectRef::new(&n.name_any()).within(cluster::NODE_LEASE_NAMESPACE));
+                let lease_stale = lease.as_deref().map(|l| {
+                    decision::lease_silence(
+                        self.trackers
+                            .get(&n.name_any())
+                            .and_then(Tracker::last_alive),
+                        cluster::lease_duration(l),
+                        &self.cfg.policy,
+                        now,
+                    )
+                    .is_some()
+                });
                 CensusNode {
+                    lease_stale,
                     domain: failure_domain(n, g.failure_domain_label.as_deref()),
                     unhealthy: matches!(cluster::readiness(n), Readiness::NotReady { .. }),
                     source_failing: failing,
@@ -490,6 +518,20 @@ impl Daemon {
             tracing::warn!(
                 "view of the cluster is fresh again; reads from before now do not count"
             );
+        }
+        match (before.lease_storm_since, self.calm.lease_storm_since) {
+            (None, Some(_)) => {
+                tracing::error!(
+                    leases = self.calm.leases.0,
+                    stale = self.calm.leases.1,
+                    "LEASE STORM: most Leases went stale at once; that is the control plane (or oobfence's view of it) not hearing the kubelets, not the machines: no power is read ahead of NotReady until it passes"
+                )
+            }
+            (Some(_), None) => tracing::warn!(
+                stale = self.calm.leases.1,
+                "lease storm over: power is read ahead of NotReady again"
+            ),
+            _ => {}
         }
         for (scope, st) in &self.calm.scopes {
             let old = before.scopes.get(scope);
@@ -734,11 +776,27 @@ impl Daemon {
             dry_run: self.cfg.policy.dry_run,
             read_in_flight: tracker.read_in_flight,
             last_action_error: tracker.last_action_error.clone(),
+            lease_stale_after: self.cfg.policy.pre_attest_after.map(|r| {
+                r.of(facts
+                    .lease_duration
+                    .unwrap_or(decision::DEFAULT_LEASE_DURATION))
+            }),
         });
         if let Ok(mut r) = self.shared.reports.write() {
             r.insert(name, report);
         }
         decision
+    }
+
+    /// A Node changed in the cache: decide it now. Only a node the last pass saw (its guards
+    /// and census are counted per pass); a new one waits for the next tick.
+    fn node_changed(&mut self, name: &str) {
+        if !self.trackers.contains_key(name) {
+            return;
+        }
+        if let Some(node) = self.nodes.get(&ObjectRef::new(name)) {
+            self.evaluate(&node, Timestamp::now());
+        }
     }
 
     fn read_done(&mut self, done: ReadDone) {

@@ -41,7 +41,8 @@ use serde::Serialize;
 use crate::identity::{self, IdentityCheck, Verdict};
 
 pub use facts::{
-    FenceAction, FenceRecord, IdentityBinding, MappingConflict, NodeFacts, Policy, Readiness,
+    DEFAULT_LEASE_DURATION, FenceAction, FenceRecord, IdentityBinding, MappingConflict, NodeFacts,
+    Policy, Readiness, Renewals,
 };
 pub use guard::{FreshNode, GuardPurpose, WriteGuard, recheck};
 pub use holds::{Hold, HoldKind, Holds};
@@ -52,7 +53,8 @@ pub use reading::{PowerReading, PowerState, ReadDetail, ReadErrorKind};
 #[serde(rename_all = "snake_case")]
 pub enum NodeState {
     Healthy,
-    /// NotReady, still within the grace period.
+    /// NotReady, still within the grace period; or Ready with a stale Lease, its power read
+    /// ahead of NotReady (pre-attestation).
     Suspect,
     /// Reading power and collecting Off confirmations.
     Confirming,
@@ -113,6 +115,7 @@ pub enum Rule {
     IdentityMismatch,
     IdentityUnverified,
     LeaseRenewedRecently,
+    PreAttested,
     AwaitingPowerRead,
     StalePowerRead,
     PowerOn,
@@ -156,6 +159,7 @@ impl Rule {
             Rule::IdentityMismatch => "identity-mismatch",
             Rule::IdentityUnverified => "identity-unverified",
             Rule::LeaseRenewedRecently => "lease-renewed-recently",
+            Rule::PreAttested => "pre-attested",
             Rule::AwaitingPowerRead => "awaiting-power-read",
             Rule::StalePowerRead => "stale-power-read",
             Rule::PowerOn => "power-on",
@@ -327,10 +331,27 @@ fn decide_node(
         return decide_fenced(facts, record, reads, policy, now);
     }
 
-    let since = match facts.readiness {
-        Readiness::Ready => {
-            return Decision::new(S::Healthy, Step::Idle, Rule::NodeReady, "node is Ready");
-        }
+    let silence = lease_silence(last_sign_of_life(facts), facts.lease_duration, policy, now);
+    let ahead = silence.filter(|_| facts.holds.pre_attest.is_none());
+    let held_ahead = match (&silence, &facts.holds.pre_attest) {
+        (Some(s), Some(why)) => format!(
+            "; {}, but power is not read ahead of NotReady: {why}",
+            s.describe()
+        ),
+        _ => String::new(),
+    };
+    let phase = match facts.readiness {
+        Readiness::Ready => match ahead {
+            Some(silence) => Phase::Ahead(silence),
+            None => {
+                return Decision::new(
+                    S::Healthy,
+                    Step::Idle,
+                    Rule::NodeReady,
+                    format!("node is Ready{held_ahead}"),
+                );
+            }
+        },
         Readiness::NoCondition => {
             return Decision::new(
                 S::Suspect,
@@ -339,8 +360,129 @@ fn decide_node(
                 "node has no Ready condition yet; nothing is decided about a node that never reported",
             );
         }
-        Readiness::NotReady { since } => since,
+        Readiness::NotReady { since } => Phase::NotReady {
+            not_ready_for: elapsed(since, now),
+            pre_attested: ahead,
+            held_ahead,
+        },
     };
+    let d = attest(facts, reads, policy, now, &phase);
+    match phase {
+        Phase::Ahead(silence) => ahead_of_not_ready(d, &silence),
+        Phase::NotReady { .. } => d,
+    }
+}
+
+/// How long oobfence has heard nothing from a node's kubelet, once that makes its Lease stale.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeaseSilence {
+    /// The last sign of life oobfence saw (its own clock).
+    pub since: Timestamp,
+    pub silent_for: Duration,
+    /// `pre_attest_after` renewal intervals of this Lease.
+    pub stale_after: Duration,
+}
+
+impl LeaseSilence {
+    fn describe(&self) -> String {
+        format!(
+            "no sign of life from its kubelet for {} (its Lease is stale after {})",
+            secs(self.silent_for),
+            humantime::format_duration(Duration::from_millis(self.stale_after.as_millis() as u64))
+        )
+    }
+}
+
+/// The Lease is stale: oobfence last saw the kubelet alive at `last_alive` (its own clock), at
+/// least `pre_attest_after` renewal intervals of a Lease of `lease_duration` ago. `None`: not
+/// stale, no Lease (`last_alive` is `None`), or pre-attestation is off.
+pub fn lease_silence(
+    last_alive: Option<Timestamp>,
+    lease_duration: Option<Duration>,
+    policy: &Policy,
+    now: Timestamp,
+) -> Option<LeaseSilence> {
+    let renewals = policy.pre_attest_after?;
+    let since = last_alive?;
+    let stale_after = renewals.of(lease_duration.unwrap_or(DEFAULT_LEASE_DURATION));
+    let silent_for = elapsed(since, now);
+    (silent_for >= stale_after).then_some(LeaseSilence {
+        since,
+        silent_for,
+        stale_after,
+    })
+}
+
+/// The last time oobfence saw the node's kubelet alive, by its own clock: a Lease renewal, or
+/// a new Ready heartbeat. `None` for a node without a Lease: silence means nothing there.
+pub fn last_sign_of_life(facts: &NodeFacts) -> Option<Timestamp> {
+    let lease = facts.lease_renewal_seen?;
+    Some(facts.heartbeat_seen.map_or(lease, |h| h.max(lease)))
+}
+
+/// Which question the power reads answer.
+enum Phase {
+    /// Ready, but the Lease is stale: read ahead of NotReady, never write.
+    Ahead(LeaseSilence),
+    NotReady {
+        not_ready_for: Duration,
+        /// The Lease was stale (and reading ahead allowed): `not_ready_grace` does not apply.
+        pre_attested: Option<LeaseSilence>,
+        /// Why the Lease's silence was not used, as a clause for the reason (may be empty).
+        held_ahead: String,
+    },
+}
+
+impl Phase {
+    fn describe(&self) -> String {
+        match self {
+            Phase::Ahead(s) => format!("Ready, {}", s.describe()),
+            Phase::NotReady {
+                not_ready_for,
+                pre_attested: Some(s),
+                ..
+            } => format!(
+                "NotReady for {} (pre-attested: {}; not_ready_grace does not apply)",
+                secs(*not_ready_for),
+                s.describe()
+            ),
+            Phase::NotReady { not_ready_for, .. } => {
+                format!("NotReady for {}", secs(*not_ready_for))
+            }
+        }
+    }
+}
+
+/// A Ready node is never written: what the reads ahead of NotReady found, as a suspect's
+/// decision.
+fn ahead_of_not_ready(d: Decision, silence: &LeaseSilence) -> Decision {
+    Decision {
+        state: NodeState::Suspect,
+        step: Step::Idle,
+        guard: None,
+        reason: if d.rule == Rule::PreAttested {
+            d.reason
+        } else {
+            format!(
+                "Ready, but {}: reading power ahead of NotReady, writing nothing; {}",
+                silence.describe(),
+                d.reason
+            )
+        },
+        ..d
+    }
+}
+
+/// The rules that read power and judge the reads, for a NotReady node or, ahead of NotReady,
+/// a Ready one whose Lease is stale.
+fn attest(
+    facts: &NodeFacts,
+    reads: &[PowerReading],
+    policy: &Policy,
+    now: Timestamp,
+    phase: &Phase,
+) -> Decision {
+    use NodeState as S;
 
     if facts.foreign_out_of_service {
         return Decision::new(
@@ -389,15 +531,22 @@ fn decide_node(
         );
     }
 
-    let not_ready_for = elapsed(since, now);
-    if not_ready_for < policy.not_ready_grace {
+    // The grace period is for a node whose power nobody read ahead: without a stale Lease,
+    // NotReady alone is a weak sign.
+    if let Phase::NotReady {
+        not_ready_for,
+        pre_attested: None,
+        held_ahead,
+    } = phase
+        && *not_ready_for < policy.not_ready_grace
+    {
         return Decision::new(
             S::Suspect,
             Step::Idle,
             Rule::NotReadyGrace,
             format!(
-                "NotReady for {} of the {} grace period; no power read yet",
-                secs(not_ready_for),
+                "NotReady for {} of the {} grace period; no power read yet{held_ahead}",
+                secs(*not_ready_for),
                 secs(policy.not_ready_grace)
             ),
         );
@@ -451,7 +600,13 @@ fn decide_node(
         .read_at(plus(b.at, policy.recheck_interval));
     }
 
-    if let Some(seen) = facts.lease_renewal_seen {
+    // A pre-attested node's Lease is stale by definition; otherwise a renewal within the grace
+    // period says something on the machine is alive.
+    if let Phase::NotReady {
+        pre_attested: None, ..
+    } = phase
+        && let Some(seen) = facts.lease_renewal_seen
+    {
         let age = elapsed(seen, now);
         if age < policy.not_ready_grace {
             return Decision::new(
@@ -467,14 +622,19 @@ fn decide_node(
         }
     }
 
-    // The daemon drops a node's reads whenever it sees it Ready, so every read here was taken
-    // during this NotReady period (by oobfence's clock, never compared with the node's).
+    // The daemon drops a node's reads whenever it sees it come back Ready or its kubelet alive,
+    // so every read here was taken during this period (by oobfence's clock, never compared with
+    // the node's); and a read from before the last sign of life never counts, whoever forgot it.
+    let reads = match last_sign_of_life(facts) {
+        Some(alive) => &reads[reads.partition_point(|r| r.at < alive)..],
+        None => reads,
+    };
     let Some(last) = reads.last() else {
         return Decision::new(
             S::Confirming,
             Step::Idle,
             Rule::AwaitingPowerRead,
-            format!("NotReady for {}; reading power", secs(not_ready_for)),
+            format!("{}; reading power", phase.describe()),
         )
         .read_at(now);
     };
@@ -520,7 +680,7 @@ fn decide_node(
             S::Blocked,
             Step::Idle,
             Rule::PowerOn,
-            "NotReady but the power source says On: likely a partition or a hung OS, not a dead machine; never fenced",
+            "the power source says On: likely a partition or a hung OS, not a dead machine; never fenced",
         )
         .read_at(plus(last.at, policy.recheck_interval)),
         PowerState::Transitional { detail } => Decision::new(
@@ -592,13 +752,26 @@ fn decide_node(
                 (policy.action, Rule::ConfirmedOff)
             };
             let evidence = format!(
-                "NotReady for {}, {confirmed} consecutive {what} reads spaced at least {} apart from the node's machine ({}), newest {} old ({})",
-                secs(not_ready_for),
+                "{}, {confirmed} consecutive {what} reads spaced at least {} apart from the node's machine ({}), newest {} old ({})",
+                phase.describe(),
                 secs(policy.confirm_interval),
                 identity_summary(facts, last),
                 secs(age),
                 last.state
             );
+            if let Phase::Ahead(_) = phase {
+                // Kept fresh, so that it still counts the moment the node turns NotReady.
+                let refresh = policy.confirm_interval.max(policy.read_max_age / 2);
+                return Decision::new(
+                    S::Suspect,
+                    Step::Idle,
+                    Rule::PreAttested,
+                    format!(
+                        "{evidence}: power attested ahead of NotReady; {action} the moment the node turns NotReady, without not_ready_grace"
+                    ),
+                )
+                .read_at(plus(last.at, refresh));
+            }
             if policy.dry_run {
                 Decision::new(
                     S::Confirming,

@@ -140,6 +140,9 @@ async fn guards(State(s): State<Arc<Shared>>) -> Response {
         "paused_by": calm.pause.by,
         "view_stale": calm.stale,
         "view_recovered": calm.view_recovered,
+        "leases": calm.leases.0,
+        "leases_stale": calm.leases.1,
+        "lease_storm_since": calm.lease_storm_since,
         "scopes": scopes,
         "fences_in_budget_window": calm.fences.iter().map(|(at, uid)| serde_json::json!({"at": at, "uid": uid})).collect::<Vec<_>>(),
     }))

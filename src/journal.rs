@@ -117,6 +117,9 @@ pub struct Inputs {
     /// The Lease's renewTime as the kubelet wrote it (the kubelet's clock).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease_renew_time: Option<Timestamp>,
+    /// When oobfence (by its own clock) last saw the kubelet post a new Ready heartbeat.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heartbeat_seen: Option<Timestamp>,
     /// The node's identity and the last verification of its machine.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub identity: Option<IdentityInput>,
@@ -211,6 +214,7 @@ impl Inputs {
             not_ready_since,
             lease_renewed: facts.lease_renewal_seen,
             lease_renew_time: facts.lease_renew_time,
+            heartbeat_seen: facts.heartbeat_seen,
             identity: Some(IdentityInput {
                 system_uuid: facts.identity.system_uuid.clone(),
                 addresses: facts.identity.addresses.clone(),

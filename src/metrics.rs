@@ -203,6 +203,7 @@ pub struct Metrics {
     pub node_blocked: Family<NodeReasonLabels, Gauge>,
     pub power_sources_failing: Family<FailingLabels, Gauge>,
     pub notready_to_fence: Histogram,
+    pub power_cut_to_fence: Histogram,
     pub fence_to_volumes_released: Histogram,
     /// EC2 only: from a fence to the instance's EBS data volumes being detached from it.
     pub fence_to_ebs_detached: Histogram,
@@ -224,6 +225,8 @@ pub struct Metrics {
     identity_problems_seen: Mutex<BTreeSet<(String, &'static str)>>,
     pub paused: Gauge,
     pub view_stale: Gauge,
+    pub leases_stale: Gauge,
+    pub lease_storm: Gauge,
     pub scope_hold: Family<ScopeHoldLabels, Gauge>,
     pub scope_nodes: Family<ScopeCountLabels, Gauge>,
     pub fence_budget_used: Gauge,
@@ -300,6 +303,14 @@ impl Metrics {
             "notready_to_fence_seconds",
             "Time from a node's Ready condition turning False/Unknown to oobfence's fence landing (grace period, power reads and the write); how long pods with ReadWriteOnce volumes waited on oobfence",
             Listed(notready_to_fence.clone()),
+        );
+        let power_cut_to_fence = Histogram::new([
+            5.0, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0, 300.0, 600.0,
+        ]);
+        registry.register(
+            "power_cut_to_fence_seconds",
+            "Time from the last sign of life oobfence saw from a node's kubelet (a Lease renewal or a Ready heartbeat, by oobfence's clock; the power cut came at most one renewal interval later) to oobfence's fence landing: the whole wait a fence adds to a dead machine's volumes, with pre-attestation about the controller-manager's node-monitor grace",
+            Listed(power_cut_to_fence.clone()),
         );
         let fence_to_volumes_released = Histogram::new([
             1.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0,
@@ -428,6 +439,18 @@ impl Metrics {
             "1 while oobfence's view of the cluster is stale (a watch broken, or no successful API call within max_view_age): no write is made on it",
             view_stale.clone(),
         );
+        let leases_stale = Gauge::default();
+        registry.register(
+            "leases_stale",
+            "Watched nodes whose kubelet oobfence has not seen alive (a Lease renewal or a Ready heartbeat) for lease_stale_after renewal intervals: their power is read ahead of NotReady",
+            leases_stale.clone(),
+        );
+        let lease_storm = Gauge::default();
+        registry.register(
+            "lease_storm",
+            "1 while more Leases are stale at once than max_stale_leases allows (and at least 3): the control plane or oobfence's view of it stopped hearing the kubelets, not the machines; nothing is read ahead of NotReady meanwhile",
+            lease_storm.clone(),
+        );
         let scope_hold = Family::<ScopeHoldLabels, Gauge>::default();
         registry.register(
             "scope_hold",
@@ -500,6 +523,7 @@ impl Metrics {
             node_blocked,
             power_sources_failing,
             notready_to_fence,
+            power_cut_to_fence,
             fence_to_volumes_released,
             fence_to_ebs_detached,
             fence_to_recovery,
@@ -516,6 +540,8 @@ impl Metrics {
             node_identity_problem,
             paused,
             view_stale,
+            leases_stale,
+            lease_storm,
             scope_hold,
             scope_nodes,
             fence_budget_used,
@@ -770,6 +796,9 @@ impl Metrics {
     pub fn set_guards(&self, calm: &Calm, policy: &GuardPolicy, now: Timestamp) {
         self.paused.set(calm.pause.is_paused() as i64);
         self.view_stale.set(calm.stale.is_some() as i64);
+        self.leases_stale.set(calm.leases.1 as i64);
+        self.lease_storm
+            .set(calm.lease_storm_since.is_some() as i64);
         let Ok(mut seen) = self.scopes_seen.lock() else {
             return;
         };

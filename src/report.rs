@@ -28,6 +28,13 @@ pub struct NodeReport {
     pub not_ready_since: Option<Timestamp>,
     /// When oobfence (by its own clock) last saw the node's Lease renewed.
     pub lease_renewed: Option<Timestamp>,
+    /// When oobfence (by its own clock) last saw a new Ready heartbeat.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heartbeat_seen: Option<Timestamp>,
+    /// After how long without a sign of life the Lease is stale and power is read ahead of
+    /// NotReady (none: no Lease, or pre-attestation off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_stale_after_seconds: Option<f64>,
     pub boot_id: String,
     pub power_source: Option<PowerSourceReport>,
     /// Whether the power source's machine is proven to be this node's.
@@ -121,6 +128,8 @@ pub struct ReportInputs<'a> {
     pub dry_run: bool,
     pub read_in_flight: bool,
     pub last_action_error: Option<String>,
+    /// `lease_stale_after` renewal intervals of the node's Lease (none: pre-attestation off).
+    pub lease_stale_after: Option<std::time::Duration>,
 }
 
 impl NodeReport {
@@ -147,6 +156,11 @@ impl NodeReport {
             ready: ready.to_string(),
             not_ready_since: since,
             lease_renewed: i.facts.lease_renewal_seen,
+            heartbeat_seen: i.facts.heartbeat_seen,
+            lease_stale_after_seconds: i
+                .lease_stale_after
+                .filter(|_| i.facts.lease_renewal_seen.is_some())
+                .map(|d| d.as_secs_f64()),
             boot_id: i.facts.boot_id.clone(),
             power_source: i.power_source,
             identity: IdentityReport {
@@ -226,6 +240,19 @@ impl NodeReport {
                 .map(|t| format!("renewal last seen by oobfence {}", ago(t)))
                 .unwrap_or_else(|| "none in kube-node-lease".into())
         );
+        if let Some(t) = self.heartbeat_seen {
+            let _ = writeln!(
+                s,
+                "  heartbeat:    new Ready heartbeat last seen {}",
+                ago(t)
+            );
+        }
+        if let Some(after) = self.lease_stale_after_seconds {
+            let _ = writeln!(
+                s,
+                "  pre-attest:   power is read ahead of NotReady after {after}s without a sign of life (lease_stale_after)"
+            );
+        }
         let _ = writeln!(
             s,
             "  boot id:      {}",

@@ -40,6 +40,11 @@ pub(super) fn observe_fence(
     if let Some(since) = inputs.not_ready_since {
         m.notready_to_fence.observe(seconds_between(since, at));
     }
+    // The last sign of life, as the decision core dates it.
+    if let Some(lease) = inputs.lease_renewed {
+        let alive = inputs.heartbeat_seen.map_or(lease, |h| h.max(lease));
+        m.power_cut_to_fence.observe(seconds_between(alive, at));
+    }
     if action == FenceAction::DeleteNode {
         m.node_deleted_by_fence(node, uid, unix_seconds(at));
     }
@@ -163,7 +168,14 @@ impl Daemon {
             return;
         };
         let previous = tracker.refusal;
-        let current = journal::refusal(decision.rule, previous);
+        // Reading ahead of NotReady refuses nothing yet: a Ready node's refusal starts, with
+        // its Event, if it turns NotReady.
+        let ahead = facts.readiness == decision::Readiness::Ready && facts.fence.is_none();
+        let current = if ahead {
+            None
+        } else {
+            journal::refusal(decision.rule, previous)
+        };
         tracker.refusal = current;
         m.set_node_blocked(&name, current.and_then(metrics::blocked_reason));
         let started = current.is_some() && current != previous;

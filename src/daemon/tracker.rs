@@ -31,6 +31,8 @@ pub(super) struct Tracker {
     pub(super) source: Option<(Option<String>, Option<MappedSource>)>,
     /// The Lease renewTime last seen, and when (oobfence's clock) it was first seen.
     pub(super) lease_seen: Option<(Option<Timestamp>, Timestamp)>,
+    /// The Ready heartbeat last seen while Ready, and when (oobfence's clock) it changed.
+    pub(super) heartbeat: Option<(Timestamp, Timestamp)>,
     /// The last identity verdict a read of the node's machine gave.
     pub(super) binding: Option<IdentityBinding>,
     /// When a healthy node's next identity read is due.
@@ -46,12 +48,29 @@ pub(super) struct Tracker {
 
 impl Tracker {
     /// Brings what the tracker knows into the node's facts, and what the facts show into the
-    /// tracker: when the Lease was seen renewed (oobfence's clock), the identity binding, and
-    /// the reads — evidence about one NotReady period only, so a node seen Ready starts afresh
-    /// (a fenced one keeps them: they are what lifts its fence).
+    /// tracker: when the kubelet was last seen alive (oobfence's clock), the identity binding,
+    /// and the reads — evidence about one silence of the kubelet only, so a node seen coming
+    /// back Ready, renewing its Lease or posting a new Ready heartbeat starts afresh (a fenced
+    /// one keeps them: they are what lifts its fence).
     pub(super) fn observe(&mut self, facts: &mut decision::NodeFacts, now: Timestamp) {
+        let lease_before = self.lease_seen.map(|(_, at)| at);
         facts.lease_renewal_seen = observe_lease(&mut self.lease_seen, facts.lease_renew_time, now);
-        if facts.readiness == Readiness::Ready && facts.fence.is_none() {
+        let renewed =
+            facts.lease_renewal_seen.is_some() && facts.lease_renewal_seen != lease_before;
+        let ready = facts.readiness == Readiness::Ready;
+        let mut beat = false;
+        if ready && let Some(hb) = facts.ready_heartbeat {
+            match self.heartbeat {
+                Some((value, _)) if value == hb => {}
+                _ => {
+                    self.heartbeat = Some((hb, now));
+                    beat = true;
+                }
+            }
+        }
+        facts.heartbeat_seen = self.heartbeat.map(|(_, at)| at);
+        let came_back = ready && self.was_ready == Some(false);
+        if facts.fence.is_none() && (renewed || beat || came_back) {
             self.reads.clear();
         }
         // Off reads taken before the machine booted again say nothing about this boot: the
@@ -72,6 +91,16 @@ impl Tracker {
         self.was_ready = Some(ready);
         facts.not_ready_seen = self.not_ready_seen.clone();
         facts.identity_binding = self.binding.clone();
+    }
+}
+
+impl Tracker {
+    /// The last sign of life seen from the kubelet (oobfence's clock), as
+    /// [`decision::last_sign_of_life`] computes it from the facts; `None` without a Lease.
+    pub(super) fn last_alive(&self) -> Option<Timestamp> {
+        let (value, lease) = self.lease_seen?;
+        value?;
+        Some(self.heartbeat.map_or(lease, |(_, h)| h.max(lease)))
     }
 }
 
@@ -237,6 +266,51 @@ mod tests {
         });
         tracker.observe(&mut facts, t(31));
         assert_eq!(tracker.reads.len(), 1);
+    }
+
+    /// Reads taken ahead of NotReady are kept while the node shows Ready with a silent
+    /// kubelet, and dropped at its first sign of life: a Lease renewal, or a new Ready
+    /// heartbeat.
+    #[test]
+    fn reads_ahead_of_not_ready_last_until_a_sign_of_life() {
+        use crate::identity::MachineIdentity;
+        let off = |at: i64| PowerReading {
+            at: t(at),
+            latency: Duration::from_millis(5),
+            state: PowerState::Off,
+            details: Vec::new(),
+            identity: MachineIdentity::unreported("test"),
+        };
+        let mut tracker = Tracker::default();
+        let mut facts = crate::cluster::node_facts(&Node::default(), None, "me");
+        facts.readiness = Readiness::Ready;
+        facts.lease_renew_time = Some(t(-100));
+        facts.ready_heartbeat = Some(t(-200));
+        tracker.observe(&mut facts, t(0));
+        assert_eq!(tracker.last_alive(), Some(t(0)), "first sighting");
+        tracker.reads = vec![off(13), off(18)];
+        tracker.observe(&mut facts, t(19));
+        assert_eq!(tracker.reads.len(), 2, "Ready, silent: kept");
+        assert_eq!(facts.lease_renewal_seen, Some(t(0)));
+        // A new heartbeat while Ready: alive.
+        facts.ready_heartbeat = Some(t(-150));
+        tracker.observe(&mut facts, t(20));
+        assert!(tracker.reads.is_empty());
+        assert_eq!(facts.heartbeat_seen, Some(t(20)));
+        assert_eq!(tracker.last_alive(), Some(t(20)));
+        // A renewal: alive.
+        tracker.reads = vec![off(40)];
+        facts.lease_renew_time = Some(t(-90));
+        tracker.observe(&mut facts, t(41));
+        assert!(tracker.reads.is_empty());
+        assert_eq!(tracker.last_alive(), Some(t(41)));
+        // NotReady: a heartbeat field moving then (the controller's write) is no sign of life.
+        tracker.reads = vec![off(50)];
+        facts.readiness = Readiness::NotReady { since: t(49) };
+        facts.ready_heartbeat = Some(t(-140));
+        tracker.observe(&mut facts, t(51));
+        assert_eq!(tracker.reads.len(), 1);
+        assert_eq!(facts.heartbeat_seen, Some(t(20)));
     }
 
     fn config(dir: &std::path::Path, body: &str) -> Config {

@@ -46,6 +46,55 @@ pub struct Policy {
     /// fenced (0: no limit).
     pub flap_limit: u32,
     pub flap_window: Duration,
+    /// Pre-attestation: once oobfence has seen no sign of life from a node's kubelet for this
+    /// many of its renewal intervals, it reads power while the node still shows Ready, and a
+    /// node confirmed Off that way is fenced the moment it turns NotReady, without
+    /// `not_ready_grace`. `None`: off.
+    pub pre_attest_after: Option<Renewals>,
+}
+
+/// A kubelet renews its Lease every quarter of `leaseDurationSeconds` (its
+/// `renewIntervalFraction`, 0.25).
+pub const RENEWALS_PER_LEASE: u32 = 4;
+/// `leaseDurationSeconds` when a Lease does not say (the kubelet's default).
+pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(40);
+
+/// A number of kubelet renewal intervals, in tenths (2.5 is 25): a Lease is stale after this
+/// many intervals without a renewal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(into = "f64")]
+pub struct Renewals {
+    tenths: u32,
+}
+
+impl Renewals {
+    /// `None` unless `n` is finite and within 1.5..=100 renewals (rounded to a tenth): below
+    /// 1.5 every late renewal would start reads.
+    pub fn new(n: f64) -> Option<Renewals> {
+        if !n.is_finite() || !(1.5..=100.0).contains(&n) {
+            return None;
+        }
+        Some(Renewals {
+            tenths: (n * 10.0).round() as u32,
+        })
+    }
+
+    /// How long that is for a Lease of `lease_duration`.
+    pub fn of(self, lease_duration: Duration) -> Duration {
+        lease_duration / RENEWALS_PER_LEASE * self.tenths / 10
+    }
+}
+
+impl From<Renewals> for f64 {
+    fn from(r: Renewals) -> f64 {
+        f64::from(r.tenths) / 10.0
+    }
+}
+
+impl fmt::Display for Renewals {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", f64::from(*self))
+    }
 }
 
 impl Default for Policy {
@@ -62,6 +111,11 @@ impl Default for Policy {
             dry_run: false,
             flap_limit: 3,
             flap_window: Duration::from_secs(600),
+            // One missed renewal is a gap of two intervals; half an interval more rides out
+            // the kubelet's jitter and oobfence's watch delay. With the defaults (40 s Lease,
+            // 40 s controller grace) reads start 25 s after the last renewal seen and two Off
+            // reads 5 s apart are done well before the node turns NotReady.
+            pre_attest_after: Renewals::new(2.5),
         }
     }
 }
@@ -131,6 +185,14 @@ pub struct NodeFacts {
     /// The Lease's renewTime as the kubelet wrote it (the kubelet's clock): only ever compared
     /// for equality, at write time.
     pub lease_renew_time: Option<Timestamp>,
+    /// The Lease's `leaseDurationSeconds` (None: not set; the kubelet's default applies).
+    pub lease_duration: Option<Duration>,
+    /// The Ready condition's `lastHeartbeatTime` (the kubelet's clock): only ever compared for
+    /// equality, to see the kubelet post its status.
+    pub ready_heartbeat: Option<Timestamp>,
+    /// When oobfence (by its own clock) last saw that heartbeat change while the node was
+    /// Ready: the kubelet posting Ready is alive, whatever its Lease says.
+    pub heartbeat_seen: Option<Timestamp>,
     pub boot_id: String,
     pub being_deleted: bool,
     /// oobfence's fence record, if an oobfence fenced this node.

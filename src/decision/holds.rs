@@ -26,6 +26,10 @@
 //! - `cooldown = "5m"`: after a storm ends, the nodes that stayed down are fenced only once the
 //!   rest has had time to settle.
 //! - a freeze when more than half of the power sources read in a scope fail, and at least 3.
+//! - `max_stale_leases = "50%"`: when more than half of the datacenter's Leases go stale at
+//!   once (and at least 3), it is the control plane, or oobfence's view of it, that stopped
+//!   hearing the kubelets, not the machines that died: no power is read ahead of NotReady then,
+//!   so an API blip never becomes a read storm against every BMC.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -83,7 +87,14 @@ pub struct GuardPolicy {
     pub freeze_failing_share: u32,
     /// ...and at least this many do.
     pub freeze_min_failing: u32,
+    /// Stale Leases allowed in the datacenter (a share of the nodes with a Lease) before
+    /// pre-attestation stops everywhere.
+    pub max_stale_leases: Limit,
 }
+
+/// A lease storm needs at least this many stale Leases: in a small cluster two nodes dying at
+/// once is no sign of a control plane problem.
+pub const LEASE_STORM_MIN: usize = 3;
 
 impl Default for GuardPolicy {
     fn default() -> Self {
@@ -97,6 +108,7 @@ impl Default for GuardPolicy {
             max_view_age: Duration::from_secs(30),
             freeze_failing_share: 50,
             freeze_min_failing: 3,
+            max_stale_leases: Limit::Percent(50),
         }
     }
 }
@@ -181,6 +193,9 @@ pub struct Holds {
     /// Reads taken before this do not count: they predate a freeze's thaw or the view's
     /// recovery, and a decision is never made on inputs from before either.
     pub evidence_not_before: Option<Timestamp>,
+    /// Why power is not read ahead of NotReady now (a lease storm, a stale view, or whatever
+    /// holds a new fence): the node is then judged as if it had no Lease to go stale.
+    pub pre_attest: Option<String>,
 }
 
 /// One node, as the census counts it.
@@ -193,6 +208,8 @@ pub struct CensusNode {
     /// Whether its power source's last read (within the failing window) failed; `None`: not
     /// read recently, or no power source.
     pub source_failing: Option<bool>,
+    /// Whether its Lease is stale ([`super::lease_silence`]); `None`: no Lease.
+    pub lease_stale: Option<bool>,
 }
 
 /// One pass's count of a scope.
@@ -208,13 +225,22 @@ pub struct ScopeCount {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Census {
     pub scopes: BTreeMap<Scope, ScopeCount>,
+    /// Nodes with a Lease, and how many of those Leases are stale (the datacenter only: a
+    /// control plane problem is never one rack's).
+    pub leases: usize,
+    pub leases_stale: usize,
 }
 
 impl Census {
     pub fn count<'a>(nodes: impl IntoIterator<Item = &'a CensusNode>, by_domain: bool) -> Census {
         let mut scopes: BTreeMap<Scope, ScopeCount> = BTreeMap::new();
         scopes.insert(Scope::Datacenter, ScopeCount::default());
+        let (mut leases, mut leases_stale) = (0, 0);
         for n in nodes {
+            if let Some(stale) = n.lease_stale {
+                leases += 1;
+                leases_stale += stale as usize;
+            }
             let mut add = |scope: Scope| {
                 let c = scopes.entry(scope).or_default();
                 c.nodes += 1;
@@ -229,7 +255,11 @@ impl Census {
                 add(Scope::Domain(n.domain.clone().unwrap_or_default()));
             }
         }
-        Census { scopes }
+        Census {
+            scopes,
+            leases,
+            leases_stale,
+        }
     }
 }
 
@@ -285,6 +315,10 @@ pub struct Calm {
     pub view_recovered: Option<Timestamp>,
     /// Fences in the budget window (started or done), by node uid, oldest first.
     pub fences: Vec<(Timestamp, String)>,
+    /// Nodes with a Lease and how many of those are stale, as last counted.
+    pub leases: (usize, usize),
+    /// Most Leases have been stale at once since then: no pre-attestation anywhere.
+    pub lease_storm_since: Option<Timestamp>,
 }
 
 impl Calm {
@@ -346,6 +380,27 @@ impl Calm {
         }
         self.fences
             .retain(|(at, _)| elapsed(*at, now) < policy.fence_budget_window);
+
+        self.leases = (census.leases, census.leases_stale);
+        let lease_storm = census.leases_stale >= LEASE_STORM_MIN
+            && census.leases_stale > policy.max_stale_leases.of(census.leases);
+        match (lease_storm, self.lease_storm_since) {
+            (true, None) => self.lease_storm_since = Some(now),
+            (false, Some(_)) => self.lease_storm_since = None,
+            _ => {}
+        }
+    }
+
+    /// Why no power is read ahead of NotReady in the datacenter now, if a lease storm is why.
+    pub fn lease_storm(&self, policy: &GuardPolicy) -> Option<String> {
+        let since = self.lease_storm_since?;
+        Some(format!(
+            "{} of {} Leases are stale at once (more than max_stale_leases = {}, since {}): the control plane or oobfence's view of it stopped hearing the kubelets, not the machines; no power is read ahead of NotReady",
+            self.leases.1,
+            self.leases.0,
+            policy.max_stale_leases,
+            since.strftime("%Y-%m-%dT%H:%M:%SZ")
+        ))
     }
 
     /// A fence of node `uid` started at `now`: it counts against the budget (once per node).
@@ -405,10 +460,22 @@ impl Calm {
             .filter_map(|(_, st)| st.thawed)
             .chain(self.view_recovered)
             .max();
+        // Reading ahead is for a fence that could follow: not while nothing new may be fenced,
+        // nor on a view that cannot see renewals.
+        let pre_attest = self
+            .lease_storm(policy)
+            .or_else(|| {
+                write
+                    .as_ref()
+                    .filter(|h| h.kind == HoldKind::StaleView)
+                    .map(|h| h.reason.clone())
+            })
+            .or_else(|| fence.as_ref().map(|h| h.reason.clone()));
         Holds {
             write,
             fence,
             evidence_not_before,
+            pre_attest,
         }
     }
 

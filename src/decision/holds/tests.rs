@@ -21,6 +21,7 @@ fn node(domain: &str, unhealthy: bool, source_failing: Option<bool>) -> CensusNo
         domain: Some(domain.to_string()),
         unhealthy,
         source_failing,
+        lease_stale: None,
     }
 }
 
@@ -219,6 +220,96 @@ fn a_stale_view_holds_every_write_until_it_is_fresh() {
     let h = calm.holds(Some("a"), "u", &p, t(50));
     assert_eq!(h.write, None);
     assert_eq!(h.evidence_not_before, Some(t(50)));
+}
+
+/// `n` nodes in `domain`, each with a Lease, the first `stale` of those stale.
+fn leases(domain: &str, n: usize, stale: usize) -> Vec<CensusNode> {
+    (0..n)
+        .map(|i| CensusNode {
+            lease_stale: Some(i < stale),
+            ..node(domain, false, None)
+        })
+        .collect()
+}
+
+/// Most Leases stale at once is the control plane's problem (or oobfence's view of it), not
+/// the machines': nothing is read ahead of NotReady anywhere until it passes. A rack going
+/// silent is not that, nor are two nodes of a small cluster.
+#[test]
+fn most_leases_stale_at_once_stops_reading_ahead_everywhere() {
+    let p = policy();
+    let mut calm = Calm::default();
+    let ahead = |calm: &Calm, at: i64| calm.holds(Some("a"), "u", &p, t(at)).pre_attest;
+    // A rack of 10 of 40 goes silent: read ahead.
+    let mut dc: Vec<CensusNode> = leases("a", 10, 10);
+    dc.extend(leases("b", 30, 0));
+    pass(&mut calm, &dc, &p, 0);
+    assert_eq!(ahead(&calm, 0), None);
+    assert_eq!(calm.leases, (40, 10));
+    // 21 of 40: the control plane stopped hearing the kubelets.
+    let mut dc: Vec<CensusNode> = leases("a", 10, 10);
+    dc.extend(leases("b", 30, 11));
+    pass(&mut calm, &dc, &p, 5);
+    let why = ahead(&calm, 5).expect("a lease storm holds reading ahead");
+    assert!(why.contains("21 of 40 Leases"), "{why}");
+    assert!(why.contains("control plane"), "{why}");
+    assert_eq!(calm.lease_storm_since, Some(t(5)));
+    // The other rack's nodes are held too: it is not about one domain.
+    assert!(calm.holds(Some("b"), "u", &p, t(5)).pre_attest.is_some());
+    // Nodes without a Lease do not count either way.
+    pass(&mut calm, &leases("a", 2, 2), &p, 10);
+    assert_eq!(ahead(&calm, 10), None, "2 of 2 is fewer than 3");
+    let mut small = leases("a", 4, 3);
+    small.push(node("a", false, None));
+    pass(&mut calm, &small, &p, 15);
+    assert!(ahead(&calm, 15).is_some(), "3 of 4 Leases");
+    pass(&mut calm, &leases("a", 4, 0), &p, 20);
+    assert_eq!(ahead(&calm, 20), None, "over as soon as the Leases renew");
+    assert_eq!(calm.lease_storm_since, None);
+}
+
+/// Reading ahead is for a fence that could follow: a stale view (renewals cannot be seen) or a
+/// hold on new fences holds it too; a pause or a standby does not (reads are harmless, and the
+/// evidence is ready when the hold lifts).
+#[test]
+fn whatever_holds_a_new_fence_or_blinds_the_view_holds_reading_ahead() {
+    let p = policy();
+    let mut calm = Calm::default();
+    let census = Census::count(&leases("a", 4, 1), true);
+    calm.update(
+        &census,
+        &View {
+            watches_ok: false,
+            last_round_trip: Some(t(0)),
+        },
+        Pause::default(),
+        &p,
+        t(0),
+    );
+    let h = calm.holds(Some("a"), "u", &p, t(0));
+    assert!(h.pre_attest.unwrap().contains("stale"));
+    calm.update(&census, &fresh_view(1), Pause::default(), &p, t(1));
+    assert_eq!(calm.holds(Some("a"), "u", &p, t(1)).pre_attest, None);
+    // A storm in the domain.
+    pass(&mut calm, &rack("a", 4, 4), &p, 2);
+    let h = calm.holds(Some("a"), "u", &p, t(2));
+    assert_eq!(h.pre_attest, h.fence.map(|f| f.reason));
+    assert!(h.pre_attest.is_some());
+    // A pause, or a standby: still read ahead.
+    let mut calm = Calm::default();
+    calm.update(
+        &census,
+        &fresh_view(3),
+        Pause {
+            by: vec!["file x: test".into()],
+        },
+        &p,
+        t(3),
+    );
+    calm.standby = Some("another instance holds the Lease".into());
+    let h = calm.holds(Some("a"), "u", &p, t(3));
+    assert!(h.write.is_some());
+    assert_eq!(h.pre_attest, None);
 }
 
 #[test]
