@@ -392,6 +392,43 @@ fn example_config_documents_and_parses() {
     );
 }
 
+/// The example's `[policy]` and `[guards]` are the built-in defaults, written out: what the
+/// README and the timeline test call "the example config's defaults" is one thing.
+#[test]
+fn example_config_policy_and_guards_are_the_defaults() {
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("config/example-dc.toml"),
+    )
+    .unwrap();
+    let example: toml::Table = text.parse().unwrap();
+    let mut only = toml::Table::new();
+    only.insert("datacenter".into(), "dc1".into());
+    for section in ["policy", "guards"] {
+        only.insert(section.into(), example[section].clone());
+    }
+    let cfg = parse(&toml::to_string(&only).unwrap()).unwrap();
+    assert_eq!(cfg.policy, crate::decision::Policy::default());
+    assert_eq!(cfg.guards, crate::decision::holds::GuardPolicy::default());
+    assert!(cfg.policy.pre_attest_after.is_some());
+}
+
+#[test]
+fn lease_stale_after_is_checked_and_pre_attest_can_be_turned_off() {
+    let e = parse("datacenter = \"dc1\"\n[policy]\nlease_stale_after = 1\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("policy.lease_stale_after"), "{e}");
+    assert!(e.contains("between 1.5 and 100"), "{e}");
+    let cfg = parse("datacenter = \"dc1\"\n[policy]\nlease_stale_after = 3\n").unwrap();
+    assert_eq!(cfg.policy.pre_attest_after, crate::decision::Renewals::new(3.0));
+    let cfg = parse("datacenter = \"dc1\"\n[policy]\npre_attest = false\n").unwrap();
+    assert_eq!(cfg.policy.pre_attest_after, None);
+    let e = parse("datacenter = \"dc1\"\n[guards]\nmax_stale_leases = \"lots\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("guards.max_stale_leases"), "{e}");
+}
+
 /// Found by the fuzz test: a value with a line break, quoted by the TOML parser in its error,
 /// broke the one-line error promise.
 #[test]
