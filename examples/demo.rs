@@ -1,11 +1,14 @@
 //! The built-in demo datacenter, run by `scripts/demo`.
 //!
-//! Three Nodes (no kubelets: Node objects and Leases kept alive here) on a real kube-apiserver
-//! and kube-controller-manager, three BMCs in the sushy-tools Redfish emulator, and the real
-//! `oobfence run` daemon. One machine loses power while an operator has paused oobfence; the
-//! demo shows, as it happens, the node going NotReady, oobfence reading its BMC, the fence held
-//! by the pause, then (resumed) the out-of-service taint, then the machine powering on with a
-//! new boot and the taint coming off.
+//! Three Nodes (no kubelets: Node objects and Leases kept alive here, renewed every 5 s on a
+//! 20 s Lease) on a real kube-apiserver and kube-controller-manager, three BMCs in the
+//! sushy-tools Redfish emulator, two EC2 instances in moto, and the real `oobfence run` daemon
+//! with the example config's defaults. One machine loses power; the demo shows, as it
+//! happens, its Lease going stale, oobfence reading its BMC ahead of NotReady, the node
+//! turning NotReady and the out-of-service taint following at once, then prints the timeline
+//! with each step's time from the power cut. An operator pauses oobfence, the machine powers
+//! on with a new boot, the untaint waits for `oobfence resume`; then an EC2 instance is
+//! stopped and another terminated.
 //!
 //! Needs OOBFENCE_TEST_KUBECONFIG (scripts/demo starts the cluster) and the emulator venv
 //! (scripts/install-deps).
@@ -146,7 +149,11 @@ async fn main() {
                     n.renew_lease().await;
                     n.heartbeat(&boot).await;
                 }
-                tokio::time::sleep(Duration::from_secs(3)).await;
+                // A kubelet renews every quarter of its Lease's duration.
+                tokio::time::sleep(Duration::from_secs(
+                    support::k8s::LEASE_DURATION_SECONDS as u64 / 4,
+                ))
+                .await;
             }
         })
     };
@@ -161,9 +168,8 @@ async fn main() {
 kubeconfig = "{}"
 node_selector = "{}={group}"
 [policy]
-not_ready_grace = "10s"
-confirm_reads = 2
-confirm_interval = "5s"
+# The example config's defaults: not_ready_grace 60s, two Off reads 5s apart,
+# pre-attestation after 2.5 missed renewals.
 [server]
 listen = "{listen}"
 [journal]
@@ -227,58 +233,27 @@ ca_file = "{}"
     clock.say("oobfence is watching 5 nodes");
 
     let victim = &nodes[VICTIM];
-    println!("\n$ oobfence pause --config demo.toml --reason \"demo: rack 1 maintenance\"");
-    let paused = std::process::Command::new(&bin)
-        .args(["pause", "--config"])
-        .arg(&config_path)
-        .args(["--reason", "demo: rack 1 maintenance"])
-        .output()
-        .unwrap();
-    print!("{}", String::from_utf8_lossy(&paused.stdout));
     clock.say(&format!(
-        "=== {}: power cut (Redfish ForceOff) while oobfence is paused ===",
+        "=== {}: power cut (Redfish ForceOff); its kubelet goes silent ===",
         victim.name
     ));
+    let cut = Instant::now();
+    let cut_wall = jiff::Timestamp::now();
     emu.set_power(VICTIM, false).await;
     alive.lock().await.remove(&VICTIM);
-    clock.say(&format!(
-        "{}: kubelet silent: no more Lease renewals or status updates",
-        victim.name
-    ));
-
-    follow(
-        &http,
-        &listen,
-        &client,
-        &victim.name,
-        "paused",
-        Duration::from_secs(120),
-    )
-    .await
-    .expect("the pause did not hold the fence: see the oobfence log");
-    clock.say(&format!(
-        "{}: proven off, but HELD: writes are paused (no taint)",
-        victim.name
-    ));
-    println!("\n$ oobfence resume --config demo.toml");
-    let resumed = std::process::Command::new(&bin)
-        .args(["resume", "--config"])
-        .arg(&config_path)
-        .output()
-        .unwrap();
-    print!("{}", String::from_utf8_lossy(&resumed.stdout));
-
-    let mut seen = String::new();
+    let mut timeline = Timeline::default();
     let fenced = follow(
+        &clock,
         &http,
         &listen,
         &client,
         &victim.name,
         "fenced-awaiting-recovery",
-        Duration::from_secs(120),
+        Duration::from_secs(150),
+        Some((cut, &mut timeline)),
     )
     .await
-    .expect("the node was not fenced within 2 minutes: see the oobfence log");
+    .expect("the node was not fenced within 150 s of the power cut: see the oobfence log");
     let t: Vec<String> = taints(&fenced)
         .iter()
         .map(|t| {
@@ -295,7 +270,12 @@ ca_file = "{}"
         victim.name,
         t.join(", ")
     ));
-    seen.push_str("fenced ");
+    let renewed = victim
+        .lease_renew_time()
+        .await
+        .map(|t| t.duration_since(cut_wall).as_secs_f64());
+    timeline.print(&victim.name, renewed);
+    let mut seen = String::from("fenced ");
 
     println!("\n$ oobfence why --config demo.toml {}", victim.name);
     let why = std::process::Command::new(&bin)
@@ -305,8 +285,15 @@ ca_file = "{}"
         .output()
         .unwrap();
     print!("{}", String::from_utf8_lossy(&why.stdout));
-    println!();
 
+    println!("\n$ oobfence pause --config demo.toml --reason \"demo: checking rack 1 first\"");
+    let paused = std::process::Command::new(&bin)
+        .args(["pause", "--config"])
+        .arg(&config_path)
+        .args(["--reason", "demo: checking rack 1 first"])
+        .output()
+        .unwrap();
+    print!("{}", String::from_utf8_lossy(&paused.stdout));
     clock.say(&format!(
         "=== {}: power restored, machine boots (bootID boot-2) ===",
         victim.name
@@ -315,13 +302,38 @@ ca_file = "{}"
     emu.wait_power(VICTIM, "On", Duration::from_secs(30)).await;
     boots.lock().await[VICTIM] = "boot-2".into();
     alive.lock().await.insert(VICTIM);
+    follow(
+        &clock,
+        &http,
+        &listen,
+        &client,
+        &victim.name,
+        "paused",
+        Duration::from_secs(60),
+        None,
+    )
+    .await
+    .expect("the pause did not hold the untaint: see the oobfence log");
+    clock.say(&format!(
+        "{}: Ready, On, new boot — but the untaint is HELD: writes are paused",
+        victim.name
+    ));
+    println!("\n$ oobfence resume --config demo.toml");
+    let resumed = std::process::Command::new(&bin)
+        .args(["resume", "--config"])
+        .arg(&config_path)
+        .output()
+        .unwrap();
+    print!("{}", String::from_utf8_lossy(&resumed.stdout));
     let back = follow(
+        &clock,
         &http,
         &listen,
         &client,
         &victim.name,
         "node-ready",
         Duration::from_secs(60),
+        None,
     )
     .await
     .expect("the fence was not lifted within a minute: see the oobfence log");
@@ -354,12 +366,14 @@ ca_file = "{}"
     alive.lock().await.remove(&EC2_STOPPED);
     alive.lock().await.remove(&EC2_TERMINATED);
     let stopped = follow(
+        &clock,
         &http,
         &listen,
         &client,
         NODES[EC2_STOPPED],
         "fenced-awaiting-recovery",
         Duration::from_secs(120),
+        None,
     )
     .await
     .expect("the stopped instance's node was not fenced within 2 minutes");
@@ -422,15 +436,66 @@ ca_file = "{}"
     );
 }
 
+/// The steps from a power cut to the fence, each when `follow` first saw it.
+#[derive(Default)]
+struct Timeline {
+    steps: Vec<(f64, &'static str)>,
+}
+
+impl Timeline {
+    fn note(&mut self, at: f64, step: &'static str) {
+        if !self.steps.iter().any(|(_, s)| *s == step) {
+            self.steps.push((at, step));
+        }
+    }
+
+    fn at(&self, step: &str) -> Option<f64> {
+        self.steps.iter().find(|(_, s)| *s == step).map(|(t, _)| *t)
+    }
+
+    fn print(&self, node: &str, last_renewal: Option<f64>) {
+        println!(
+            "\ntimeline of {node}, seconds from the power cut (example config defaults; this control plane's node-monitor grace is 20 s, its kubelets' Leases 20 s):"
+        );
+        if let Some(r) = last_renewal {
+            println!("  {r:+6.1}s  last Lease renewal by the kubelet");
+        }
+        println!("  {:+6.1}s  power cut", 0.0);
+        for (t, step) in &self.steps {
+            println!("  {t:+6.1}s  {step}");
+        }
+        if let Some(taint) = self.at(TAINTED) {
+            println!(
+                "power cut -> taint {taint:.1} s{}; not_ready_grace (60 s) was not waited: the power was attested while the Lease went stale",
+                self.at(NOT_READY)
+                    .map(|n| format!(" (NotReady -> taint {:.1} s)", taint - n))
+                    .unwrap_or_default()
+            );
+        }
+        println!(
+            "(a control plane >= 1.26 now force-deletes the node's pods and detaches its volumes, about 15 s more; this demo's 1.20 only carries the taint)\n"
+        );
+    }
+}
+
+const AHEAD: &str = "Lease stale: oobfence reads power ahead of NotReady";
+const ATTESTED: &str = "power attested Off, node still Ready";
+const NOT_READY: &str = "NotReady (kube-controller-manager)";
+const TAINTED: &str = "out-of-service taint written";
+
 /// Prints each change in oobfence's view of `name` (rule, or a new power read) until its
-/// rule is `until`; returns the Node as it is then.
+/// rule is `until`; returns the Node as it is then. With a timeline, notes each step of the
+/// way from the power cut at `cut`.
+#[allow(clippy::too_many_arguments)]
 async fn follow(
+    clock: &Clock,
     http: &reqwest::Client,
     listen: &str,
     client: &kube::Client,
     name: &str,
     until: &str,
     limit: Duration,
+    mut timeline: Option<(Instant, &mut Timeline)>,
 ) -> Option<k8s_openapi::api::core::v1::Node> {
     let start = Instant::now();
     let mut last = String::new();
@@ -445,16 +510,34 @@ async fn follow(
         };
         if let Some(v) = report.await {
             let reads = v["reads"].as_array().cloned().unwrap_or_default();
-            let key = format!("{}/{}", v["rule"], reads.len());
+            let key = format!("{}/{}/{}", v["rule"], v["ready"], reads.len());
+            let rule = v["rule"].as_str().unwrap_or("?");
+            if let Some((cut, t)) = &mut timeline {
+                let at = cut.elapsed().as_secs_f64();
+                match (v["ready"].as_str(), rule) {
+                    (Some("Ready"), "node-ready") => {}
+                    (Some("Ready"), "pre-attested") => {
+                        t.note(at, AHEAD);
+                        t.note(at, ATTESTED);
+                    }
+                    (Some("Ready"), _) => t.note(at, AHEAD),
+                    (Some("NotReady"), "fenced-awaiting-recovery") => {
+                        t.note(at, NOT_READY);
+                        t.note(at, TAINTED);
+                    }
+                    (Some("NotReady"), _) => t.note(at, NOT_READY),
+                    _ => {}
+                }
+            }
             if key != last {
                 last = key;
-                println!(
-                    "           {name}: Ready={} state={} rule={}: {}",
+                clock.say(&format!(
+                    "{name}: Ready={} state={} rule={}: {}",
                     v["ready"].as_str().unwrap_or("?"),
                     v["state"].as_str().unwrap_or("?"),
-                    v["rule"].as_str().unwrap_or("?"),
+                    rule,
                     v["reason"].as_str().unwrap_or("")
-                );
+                ));
                 if let Some(r) = reads.last() {
                     println!(
                         "           {name}:   newest power read: {} ({:.3}s)",
@@ -463,13 +546,13 @@ async fn follow(
                     );
                 }
             }
-            if v["rule"] == until {
+            if rule == until {
                 let api: kube::Api<k8s_openapi::api::core::v1::Node> =
                     kube::Api::all(client.clone());
                 return api.get(name).await.ok();
             }
         }
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
     None
 }

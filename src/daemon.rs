@@ -455,6 +455,7 @@ impl Daemon {
                     .is_some()
                 });
                 CensusNode {
+                    uid: n.uid().unwrap_or_default(),
                     lease_stale,
                     domain: failure_domain(n, g.failure_domain_label.as_deref()),
                     unhealthy: matches!(cluster::readiness(n), Readiness::NotReady { .. }),

@@ -249,7 +249,7 @@ impl Metrics {
         let node_state = Family::<NodeStateLabels, Gauge>::default();
         registry.register(
             "node_state",
-            "Where each watched node stands: 1 for its current state, 0 for the others. healthy = Ready; suspect = NotReady within not_ready_grace; confirming = reading power to prove it off; blocked = NotReady but fencing refused (see oobfence_node_blocked); fenced = oobfence fenced it and it is still down; recovering = fenced and Ready again, waiting for the proof that lifts the fence",
+            "Where each watched node stands: 1 for its current state, 0 for the others. healthy = Ready; suspect = NotReady within not_ready_grace, or Ready with a stale Lease and its power read ahead of NotReady; confirming = reading power to prove it off; blocked = NotReady but fencing refused (see oobfence_node_blocked); fenced = oobfence fenced it and it is still down; recovering = fenced and Ready again, waiting for the proof that lifts the fence",
             Listed(node_state.clone()),
         );
         let actions = Family::<ActionLabels, Counter>::default();

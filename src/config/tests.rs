@@ -420,7 +420,10 @@ fn lease_stale_after_is_checked_and_pre_attest_can_be_turned_off() {
     assert!(e.contains("policy.lease_stale_after"), "{e}");
     assert!(e.contains("between 1.5 and 100"), "{e}");
     let cfg = parse("datacenter = \"dc1\"\n[policy]\nlease_stale_after = 3\n").unwrap();
-    assert_eq!(cfg.policy.pre_attest_after, crate::decision::Renewals::new(3.0));
+    assert_eq!(
+        cfg.policy.pre_attest_after,
+        crate::decision::Renewals::new(3.0)
+    );
     let cfg = parse("datacenter = \"dc1\"\n[policy]\npre_attest = false\n").unwrap();
     assert_eq!(cfg.policy.pre_attest_after, None);
     let e = parse("datacenter = \"dc1\"\n[guards]\nmax_stale_leases = \"lots\"\n")

@@ -31,7 +31,7 @@
 //!   hearing the kubelets, not the machines that died: no power is read ahead of NotReady then,
 //!   so an API blip never becomes a read storm against every BMC.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::time::Duration;
 
@@ -201,6 +201,7 @@ pub struct Holds {
 /// One node, as the census counts it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CensusNode {
+    pub uid: String,
     /// The failure domain label's value (None: no label; counted as the domain "").
     pub domain: Option<String>,
     /// NotReady (Ready=False or Unknown), fenced or not.
@@ -229,6 +230,8 @@ pub struct Census {
     /// control plane problem is never one rack's).
     pub leases: usize,
     pub leases_stale: usize,
+    /// The uids of the nodes whose Lease is stale.
+    pub stale_uids: BTreeSet<String>,
 }
 
 impl Census {
@@ -236,10 +239,14 @@ impl Census {
         let mut scopes: BTreeMap<Scope, ScopeCount> = BTreeMap::new();
         scopes.insert(Scope::Datacenter, ScopeCount::default());
         let (mut leases, mut leases_stale) = (0, 0);
+        let mut stale_uids = BTreeSet::new();
         for n in nodes {
             if let Some(stale) = n.lease_stale {
                 leases += 1;
                 leases_stale += stale as usize;
+                if stale {
+                    stale_uids.insert(n.uid.clone());
+                }
             }
             let mut add = |scope: Scope| {
                 let c = scopes.entry(scope).or_default();
@@ -259,6 +266,7 @@ impl Census {
             scopes,
             leases,
             leases_stale,
+            stale_uids,
         }
     }
 }
@@ -319,6 +327,9 @@ pub struct Calm {
     pub leases: (usize, usize),
     /// Most Leases have been stale at once since then: no pre-attestation anywhere.
     pub lease_storm_since: Option<Timestamp>,
+    /// The nodes whose stale Lease the last count saw: only those are read ahead, so that a
+    /// Lease going stale between two counts waits for the count that may call it a storm.
+    pub stale_uids: BTreeSet<String>,
 }
 
 impl Calm {
@@ -382,6 +393,7 @@ impl Calm {
             .retain(|(at, _)| elapsed(*at, now) < policy.fence_budget_window);
 
         self.leases = (census.leases, census.leases_stale);
+        self.stale_uids.clone_from(&census.stale_uids);
         let lease_storm = census.leases_stale >= LEASE_STORM_MIN
             && census.leases_stale > policy.max_stale_leases.of(census.leases);
         match (lease_storm, self.lease_storm_since) {
@@ -470,7 +482,12 @@ impl Calm {
                     .filter(|h| h.kind == HoldKind::StaleView)
                     .map(|h| h.reason.clone())
             })
-            .or_else(|| fence.as_ref().map(|h| h.reason.clone()));
+            .or_else(|| fence.as_ref().map(|h| h.reason.clone()))
+            .or_else(|| {
+                (!self.stale_uids.contains(uid)).then(|| {
+                    "its Lease went stale after the last count of the datacenter's Leases; read ahead once counted".to_string()
+                })
+            });
         Holds {
             write,
             fence,

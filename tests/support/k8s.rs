@@ -114,6 +114,11 @@ fn ready_condition(status: &str, since: Timestamp, now: Timestamp) -> NodeCondit
     }
 }
 
+/// The stand-in kubelets' `leaseDurationSeconds`: matched to the test control plane's 20 s
+/// node-monitor grace, as an operator who shortens one shortens the other (a real kubelet's
+/// 40 s default matches the controller-manager's 40 s). A kubelet renews every quarter of it.
+pub const LEASE_DURATION_SECONDS: i32 = 20;
+
 impl FakeNode {
     /// Registers a Ready node with a Lease, labelled `TEST_LABEL=group`, whose kubelet reports
     /// no usable machine identity (its Off reads never count unless `identity = "unchecked"`).
@@ -221,7 +226,7 @@ impl FakeNode {
         let leases: Api<Lease> = Api::namespaced(self.client.clone(), "kube-node-lease");
         let spec = LeaseSpec {
             holder_identity: Some(self.name.clone()),
-            lease_duration_seconds: Some(40),
+            lease_duration_seconds: Some(LEASE_DURATION_SECONDS),
             renew_time: Some(MicroTime(Timestamp::now())),
             ..Default::default()
         };
@@ -251,6 +256,13 @@ impl FakeNode {
                     .expect("create lease");
             }
         }
+    }
+
+    /// The Lease's renewTime as the kubelet last wrote it.
+    pub async fn lease_renew_time(&self) -> Option<Timestamp> {
+        let leases: Api<Lease> = Api::namespaced(self.client.clone(), "kube-node-lease");
+        let lease = leases.get_opt(&self.name).await.ok().flatten()?;
+        lease.spec?.renew_time.map(|t| t.0)
     }
 
     /// A kubelet heartbeat: Ready=True, keeping the transition time while it stays Ready.

@@ -83,6 +83,8 @@ pub struct Scenario {
     pause_configmap: Mutex<String>,
     /// `[aws] endpoint_url` for a scenario without machines (a fake EC2).
     aws_endpoint: Mutex<Option<String>>,
+    /// The `[policy]` section's lines before any per-daemon extra ([`FAST_POLICY`] unless set).
+    policy: Mutex<String>,
 }
 
 /// The config text of a scenario, for a daemon the test runs itself (`oobfence run`): `extra`
@@ -133,6 +135,7 @@ impl Scenario {
             guards: Mutex::new(OPEN_GUARDS.into()),
             pause_configmap: Mutex::new("oobfence/oobfence-pause".into()),
             aws_endpoint: Mutex::new(None),
+            policy: Mutex::new(FAST_POLICY.into()),
         }
     }
 
@@ -140,6 +143,17 @@ impl Scenario {
     /// [`super::fake_ec2::FakeEc2`]), for a scenario without machines.
     pub fn set_aws_endpoint(&self, endpoint: &str) {
         *self.aws_endpoint.lock().unwrap() = Some(endpoint.to_string());
+    }
+
+    /// Replaces the `[policy]` section's fast lines ("" for the built-in defaults, which are the
+    /// example config's).
+    pub fn set_policy(&self, lines: &str) {
+        *self.policy.lock().unwrap() = lines.to_string();
+    }
+
+    /// The `[policy]` section's lines as they stand.
+    pub fn policy_lines(&self) -> String {
+        self.policy.lock().unwrap().clone()
     }
 
     /// Replaces the `[guards]` section's lines.
@@ -375,7 +389,7 @@ impl Scenario {
 kubeconfig = "{}"
 node_selector = "{TEST_LABEL}={}"
 [policy]
-{FAST_POLICY}{policy_extra}
+{}{policy_extra}
 [server]
 listen = "{listen}"
 [journal]
@@ -388,6 +402,7 @@ configmap = "{}"
 "#,
             kubeconfig.display(),
             self.group,
+            self.policy.lock().unwrap(),
             self.journal().display(),
             self.guards.lock().unwrap(),
             self.pause_file().display(),
