@@ -412,6 +412,7 @@ ca_file = "{}"
         l.starts_with("oobfence_actions_total")
             || l.starts_with("oobfence_power_reads_total")
             || l.starts_with("oobfence_notready_to_fence_seconds_count")
+            || l.starts_with("oobfence_power_cut_to_fence_seconds_count")
             || l.starts_with("oobfence_fence_to_recovery_seconds_count")
             || l.starts_with("oobfence_out_of_service_taint_age_seconds{")
             || l.starts_with("oobfence_ec2_describe_instances_calls_total")

@@ -240,6 +240,15 @@ fn elapsed(earlier: Timestamp, later: Timestamp) -> Duration {
     Duration::try_from(later.duration_since(earlier)).unwrap_or(Duration::ZERO)
 }
 
+/// `12.5s`, or `25s` when whole.
+fn tenths(d: Duration) -> String {
+    if d.subsec_millis() == 0 {
+        secs(d)
+    } else {
+        format!("{:.1}s", d.as_secs_f64())
+    }
+}
+
 fn secs(d: Duration) -> String {
     let d = Duration::from_secs(d.as_secs());
     humantime::format_duration(d).to_string()
@@ -388,7 +397,7 @@ impl LeaseSilence {
         format!(
             "no sign of life from its kubelet for {} (its Lease is stale after {})",
             secs(self.silent_for),
-            humantime::format_duration(Duration::from_millis(self.stale_after.as_millis() as u64))
+            tenths(self.stale_after)
         )
     }
 }
