@@ -858,12 +858,20 @@ fn property_fence_only_on_fresh_confirmed_off() {
                     reads.push(read(60 + i as i64 * gap, states[c % 4].clone()));
                     c /= 4;
                 }
-                for now_offset in [0i64, 10, 31] {
+                // Pre-attested (a stale Lease) and not (no Lease: the grace applies).
+                for (facts, now_offset) in [dead(), unleased()]
+                    .into_iter()
+                    .flat_map(|f| [0i64, 10, 31].map(|o| (f.clone(), o)))
+                {
                     let now = t(60 + len.saturating_sub(1) as i64 * gap + now_offset);
-                    let d = decide(&dead(), &reads, &p, now);
+                    let d = decide(&facts, &reads, &p, now);
                     checked += 1;
                     if let Step::Fence(_) = d.step {
                         fences += 1;
+                        if facts.lease_renewal_seen.is_none() {
+                            // Not pre-attested: the grace was waited (NotReady since t(0)).
+                            assert!(elapsed(t(0), now) >= p.not_ready_grace, "{d:?}");
+                        }
                         let last = reads.last().unwrap();
                         assert_eq!(last.state, PowerState::Off);
                         assert!(elapsed(last.at, now) <= p.read_max_age);
@@ -881,7 +889,7 @@ fn property_fence_only_on_fresh_confirmed_off() {
             }
         }
     }
-    assert!(checked > 3000, "{checked}");
+    assert!(checked > 6000, "{checked}");
     assert!(
         fences > 0,
         "the property never saw a fence: the generator is wrong"
