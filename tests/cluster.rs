@@ -368,16 +368,17 @@ async fn writes_refuse_a_node_re_registered_under_the_same_name() {
     node.delete().await;
 }
 
-/// The path a real outage takes: the kubelet simply stops, kube-controller-manager's node
-/// lifecycle controller marks the node Ready=Unknown when its Lease goes stale, and only then
-/// does oobfence start counting.
+/// The path a real outage takes without pre-attestation: the kubelet simply stops,
+/// kube-controller-manager's node lifecycle controller marks the node Ready=Unknown when its
+/// Lease goes stale, and only then does oobfence start counting its grace. (With
+/// pre-attestation, the fault matrix's timeline scenario takes the same path.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_the_controller_marks_unknown_is_fenced() {
     let s = Scenario::redfish("lifecycle", 1).await;
     let (client, emu) = (s.client.clone(), s.redfish_emulator());
     let node = s.node("a", 0).await;
     let name = node.name.clone();
-    let daemon = s.daemon().await;
+    let daemon = s.daemon_with_policy("pre_attest = false\n").await;
     emu.set_power(0, false).await;
     // No status post and no Lease renewal from here on: the controller must notice.
     let unknown = wait_for(
