@@ -465,19 +465,34 @@ impl Phase {
 /// A Ready node is never written: what the reads ahead of NotReady found, as a suspect's
 /// decision.
 fn ahead_of_not_ready(d: Decision, silence: &LeaseSilence) -> Decision {
-    Decision {
-        state: NodeState::Suspect,
-        step: Step::Idle,
-        guard: None,
-        reason: if d.rule == Rule::PreAttested {
-            d.reason
-        } else {
+    // A rule that wants no read (no power source, opted out, another remediator...) leaves
+    // the node as healthy as it shows: there is nothing to read ahead.
+    let (state, reason) = if d.rule == Rule::PreAttested {
+        (NodeState::Suspect, d.reason)
+    } else if d.next_read_at.is_none() {
+        (
+            NodeState::Healthy,
+            format!(
+                "Ready, but {}; nothing is read ahead of NotReady: {}",
+                silence.describe(),
+                d.reason
+            ),
+        )
+    } else {
+        (
+            NodeState::Suspect,
             format!(
                 "Ready, but {}: reading power ahead of NotReady, writing nothing; {}",
                 silence.describe(),
                 d.reason
-            )
-        },
+            ),
+        )
+    };
+    Decision {
+        state,
+        step: Step::Idle,
+        guard: None,
+        reason,
         ..d
     }
 }

@@ -1472,6 +1472,17 @@ fn power_read_ahead_that_is_not_off_never_fences() {
         let d = decide(&facts, &reads, &p, t(21));
         assert_eq!(d.step, Step::Idle, "{state}: {}", d.reason);
     }
+    // Nothing to read ahead for a node that could never be fenced: healthy, and why.
+    let unmapped = NodeFacts {
+        has_power_source: false,
+        ..going_silent()
+    };
+    let d = decide(&unmapped, &[], &p, t(19));
+    assert_eq!(
+        (d.state, d.rule, d.next_read_at),
+        (NodeState::Healthy, Rule::NoPowerSource, None)
+    );
+    assert!(d.reason.contains("nothing is read ahead"), "{}", d.reason);
     // On while Ready: said as it is, not as a NotReady node's refusal.
     let d = decide(&going_silent(), &[read(18, PowerState::On)], &p, t(19));
     assert_eq!(d.rule, Rule::PowerOn);
