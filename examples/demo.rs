@@ -466,12 +466,18 @@ impl Timeline {
             println!("  {t:+6.1}s  {step}");
         }
         if let Some(taint) = self.at(TAINTED) {
+            let after_not_ready = self.at(NOT_READY).map(|n| taint - n);
             println!(
-                "power cut -> taint {taint:.1} s{}; not_ready_grace (60 s) was not waited: the power was attested while the Lease went stale",
-                self.at(NOT_READY)
-                    .map(|n| format!(" (NotReady -> taint {:.1} s)", taint - n))
+                "power cut -> taint {taint:.1} s{}",
+                after_not_ready
+                    .map(|d| format!(" (NotReady -> taint {d:.1} s)"))
                     .unwrap_or_default()
             );
+            if self.at(ATTESTED).is_some() || after_not_ready.is_some_and(|d| d < 60.0) {
+                println!(
+                    "not_ready_grace (60 s) was not waited: the power was attested while the Lease went stale"
+                );
+            }
         }
         println!(
             "(a control plane >= 1.26 now force-deletes the node's pods and detaches its volumes, about 15 s more; this demo's 1.20 only carries the taint)\n"
