@@ -178,6 +178,16 @@ mod tests {
         Timestamp::from_second(1_800_000_000 + s).unwrap()
     }
 
+    fn off(at: i64) -> PowerReading {
+        PowerReading {
+            at: t(at),
+            latency: Duration::from_millis(5),
+            state: PowerState::Off,
+            details: Vec::new(),
+            identity: crate::identity::MachineIdentity::unreported("test"),
+        }
+    }
+
     /// A Lease renewal is dated by when oobfence saw it, never by the kubelet's clock: a
     /// kubelet whose clock is a year behind still counts as renewing.
     #[test]
@@ -226,14 +236,6 @@ mod tests {
     /// `lastTransitionTime` with, a node seen Ready in between leaves none behind.
     #[test]
     fn reads_are_dropped_whenever_the_node_is_seen_ready() {
-        use crate::identity::MachineIdentity;
-        let off = |at: i64| PowerReading {
-            at: t(at),
-            latency: Duration::from_millis(5),
-            state: PowerState::Off,
-            details: Vec::new(),
-            identity: MachineIdentity::unreported("test"),
-        };
         let mut tracker = Tracker {
             reads: vec![off(10), off(15)],
             ..Default::default()
@@ -273,14 +275,6 @@ mod tests {
     /// heartbeat.
     #[test]
     fn reads_ahead_of_not_ready_last_until_a_sign_of_life() {
-        use crate::identity::MachineIdentity;
-        let off = |at: i64| PowerReading {
-            at: t(at),
-            latency: Duration::from_millis(5),
-            state: PowerState::Off,
-            details: Vec::new(),
-            identity: MachineIdentity::unreported("test"),
-        };
         let mut tracker = Tracker::default();
         let mut facts = crate::cluster::node_facts(&Node::default(), None, "me");
         facts.readiness = Readiness::Ready;

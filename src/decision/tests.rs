@@ -110,6 +110,32 @@ fn fenced(readiness: Readiness, boot_id: &str) -> NodeFacts {
     }
 }
 
+/// Every sequence of up to `max_len` reads of the node's machine drawn from `states`, the
+/// first at `t(start)` and each `gap` seconds after the previous.
+fn sequences(
+    states: &[PowerState],
+    max_len: usize,
+    start: i64,
+    gap: i64,
+) -> Vec<Vec<PowerReading>> {
+    let mut all = vec![Vec::new()];
+    let mut last = vec![Vec::new()];
+    for i in 0..max_len as i64 {
+        last = last
+            .iter()
+            .flat_map(|prefix: &Vec<PowerReading>| {
+                states.iter().map(move |st| {
+                    let mut r = prefix.clone();
+                    r.push(read(start + i * gap, st.clone()));
+                    r
+                })
+            })
+            .collect();
+        all.extend(last.iter().cloned());
+    }
+    all
+}
+
 fn policy() -> Policy {
     Policy::default() // grace 60s, 2 reads, 5s apart, max age 30s
 }
@@ -1321,37 +1347,25 @@ fn property_no_fence_under_a_hold_and_no_foreign_untaint() {
                         ours,
                     });
                     facts.foreign_out_of_service = record.is_some_and(|(ours, _)| !ours);
-                    for len in 0..=3usize {
-                        for combo in 0..4usize.pow(len as u32) {
-                            let reads: Vec<PowerReading> = (0..len)
-                                .map(|i| {
-                                    read(
-                                        60 + 5 * i as i64,
-                                        states[(combo / 4usize.pow(i as u32)) % 4].clone(),
-                                    )
-                                })
-                                .collect();
-                            let d = decide(&facts, &reads, &p, t(61 + 5 * len as i64));
-                            checked += 1;
-                            match d.step {
-                                Step::Fence(_) | Step::WouldFence(_) => {
-                                    fences += 1;
-                                    assert!(
-                                        holds.fence.is_none() && holds.write.is_none(),
-                                        "{d:?}"
-                                    );
-                                    assert!(!opted, "{d:?}");
-                                }
-                                Step::Unfence | Step::WouldUnfence | Step::ClearRecord => {
-                                    unfences += 1;
-                                    assert!(holds.write.is_none(), "{d:?}");
-                                    assert!(record.is_some_and(|(ours, _)| ours), "{d:?}");
-                                    if d.step == Step::Unfence {
-                                        assert!(record == Some((true, true)), "{d:?}");
-                                    }
-                                }
-                                Step::Idle => {}
+                    for reads in sequences(&states, 3, 60, 5) {
+                        let len = reads.len();
+                        let d = decide(&facts, &reads, &p, t(61 + 5 * len as i64));
+                        checked += 1;
+                        match d.step {
+                            Step::Fence(_) | Step::WouldFence(_) => {
+                                fences += 1;
+                                assert!(holds.fence.is_none() && holds.write.is_none(), "{d:?}");
+                                assert!(!opted, "{d:?}");
                             }
+                            Step::Unfence | Step::WouldUnfence | Step::ClearRecord => {
+                                unfences += 1;
+                                assert!(holds.write.is_none(), "{d:?}");
+                                assert!(record.is_some_and(|(ours, _)| ours), "{d:?}");
+                                if d.step == Step::Unfence {
+                                    assert!(record == Some((true, true)), "{d:?}");
+                                }
+                            }
+                            Step::Idle => {}
                         }
                     }
                 }
@@ -1633,52 +1647,40 @@ fn property_pre_attestation_never_writes_early_or_on_old_evidence() {
                     if !ready {
                         facts.readiness = Readiness::NotReady { since: t(20) };
                     }
-                    for len in 0..=3usize {
-                        for combo in 0..3usize.pow(len as u32) {
-                            let reads: Vec<PowerReading> = (0..len)
-                                .map(|i| {
-                                    read(
-                                        6 + 7 * i as i64,
-                                        states[(combo / 3usize.pow(i as u32)) % 3].clone(),
-                                    )
-                                })
-                                .collect();
-                            for now in [20i64, 27, 33, 45] {
-                                let d = decide(&facts, &reads, &p, t(now));
-                                checked += 1;
-                                if ready {
-                                    assert_eq!(d.step, Step::Idle, "{d:?}");
-                                    assert_eq!(d.guard, None);
-                                    ahead += (d.rule == Rule::PreAttested) as usize;
-                                    continue;
-                                }
-                                let Step::Fence(_) = d.step else { continue };
-                                // Every fence here is within the 60 s grace.
-                                early_fences += 1;
-                                let alive = last_sign_of_life(&facts).expect("{d:?}");
-                                assert!(!held, "{d:?}");
-                                let silence =
-                                    lease_silence(Some(alive), facts.lease_duration, &p, t(now))
-                                        .expect("fenced early on a Lease that is not stale");
-                                assert!(silence.silent_for >= silence.stale_after);
-                                let counted: Vec<_> = reads
-                                    .iter()
-                                    .rev()
-                                    .take_while(|r| r.state == PowerState::Off)
-                                    .collect();
-                                let oldest_counted = counted
-                                    .iter()
-                                    .rev()
-                                    .find(|r| r.at >= alive)
-                                    .expect("a fence with no read after the last sign of life");
-                                assert!(
-                                    elapsed(oldest_counted.at, reads.last().unwrap().at)
-                                        >= p.confirm_interval
-                                );
-                                assert!(
-                                    elapsed(reads.last().unwrap().at, t(now)) <= p.read_max_age
-                                );
+                    for reads in sequences(&states, 3, 6, 7) {
+                        for now in [20i64, 27, 33, 45] {
+                            let d = decide(&facts, &reads, &p, t(now));
+                            checked += 1;
+                            if ready {
+                                assert_eq!(d.step, Step::Idle, "{d:?}");
+                                assert_eq!(d.guard, None);
+                                ahead += (d.rule == Rule::PreAttested) as usize;
+                                continue;
                             }
+                            let Step::Fence(_) = d.step else { continue };
+                            // Every fence here is within the 60 s grace.
+                            early_fences += 1;
+                            let alive = last_sign_of_life(&facts).expect("{d:?}");
+                            assert!(!held, "{d:?}");
+                            let silence =
+                                lease_silence(Some(alive), facts.lease_duration, &p, t(now))
+                                    .expect("fenced early on a Lease that is not stale");
+                            assert!(silence.silent_for >= silence.stale_after);
+                            let counted: Vec<_> = reads
+                                .iter()
+                                .rev()
+                                .take_while(|r| r.state == PowerState::Off)
+                                .collect();
+                            let oldest_counted = counted
+                                .iter()
+                                .rev()
+                                .find(|r| r.at >= alive)
+                                .expect("a fence with no read after the last sign of life");
+                            assert!(
+                                elapsed(oldest_counted.at, reads.last().unwrap().at)
+                                    >= p.confirm_interval
+                            );
+                            assert!(elapsed(reads.last().unwrap().at, t(now)) <= p.read_max_age);
                         }
                     }
                 }
