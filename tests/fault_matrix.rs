@@ -47,12 +47,16 @@ enum Write {
 /// watch on the API server: what the daemon actually wrote, whatever it says about itself.
 struct WriteRecorder {
     seen: Arc<Mutex<Vec<(Instant, Write)>>>,
+    /// When each node was first seen not Ready, from the same watch.
+    not_ready: Arc<Mutex<BTreeMap<String, Instant>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl WriteRecorder {
     async fn start(client: &Client, group: &str) -> WriteRecorder {
         let seen = Arc::new(Mutex::new(Vec::new()));
+        let not_ready = Arc::new(Mutex::new(BTreeMap::new()));
+        let nr = not_ready.clone();
         let api: Api<Node> = Api::all(client.clone());
         let cfg = watcher::Config::default().labels(&format!("{TEST_LABEL}={group}"));
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
@@ -72,6 +76,12 @@ impl WriteRecorder {
                         }
                     }
                     Ok(watcher::Event::Apply(n) | watcher::Event::InitApply(n)) => {
+                        if n.status.is_some() && !is_ready(&n) {
+                            nr.lock()
+                                .unwrap()
+                                .entry(n.name_any())
+                                .or_insert_with(Instant::now);
+                        }
                         let now = FakeNode::has_oos_taint(&n);
                         let before = tainted.insert(n.name_any(), now).unwrap_or(false);
                         match (before, now) {
@@ -88,7 +98,16 @@ impl WriteRecorder {
             }
         });
         let _ = tokio::time::timeout(Duration::from_secs(20), ready_rx).await;
-        WriteRecorder { seen, task }
+        WriteRecorder {
+            seen,
+            not_ready,
+            task,
+        }
+    }
+
+    /// When `node` was first seen not Ready.
+    fn not_ready_at(&self, node: &str) -> Option<Instant> {
+        self.not_ready.lock().unwrap().get(node).copied()
     }
 
     fn writes(&self) -> Vec<Write> {
@@ -1599,7 +1618,7 @@ fn power_cut_timeline_with_the_example_defaults() -> ScenarioFuture {
         drop(kubelet);
         s.redfish_emulator().set_power(0, false).await;
         let since_cut = |t: Instant| t.duration_since(cut).as_secs_f64();
-        let (mut ahead, mut attested, mut not_ready) = (None, None, None);
+        let (mut ahead, mut attested) = (None, None);
         let deadline = cut + Duration::from_secs(120);
         while rec.when(&Write::Taint(victim.name.clone())).is_none() {
             assert!(
@@ -1607,10 +1626,6 @@ fn power_cut_timeline_with_the_example_defaults() -> ScenarioFuture {
                 "no fence within 120 s of the cut"
             );
             let now = Instant::now();
-            let node = victim.get().await;
-            if not_ready.is_none() && !is_ready(&node) {
-                not_ready = Some(now);
-            }
             if let Some(r) = daemon.report(&victim.name).await
                 && r["ready"] == "Ready"
             {
@@ -1625,6 +1640,7 @@ fn power_cut_timeline_with_the_example_defaults() -> ScenarioFuture {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         let tainted = rec.when(&Write::Taint(victim.name.clone())).unwrap();
+        let not_ready = rec.not_ready_at(&victim.name);
         let renewed = victim
             .lease_renew_time()
             .await
