@@ -12,6 +12,7 @@ pub mod ipmi_sim;
 pub mod k8s;
 pub mod moto;
 pub mod odd_bmc;
+pub mod redfish_farm;
 pub mod scenario;
 pub mod sushy;
 
