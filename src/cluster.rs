@@ -297,6 +297,55 @@ pub fn ready_heartbeat(node: &Node) -> Option<Timestamp> {
         .map(time_of)
 }
 
+/// Keeps of a watched Node only what decisions read, before the cache stores it: conditions
+/// but Ready, images, capacity, managedFields and foreign annotations are most of a real
+/// Node's size, and thousands of them are the daemon's memory. The writer always acts on a
+/// fresh GET of the whole object, never on this.
+pub fn prune_node(node: &mut Node) {
+    let m = &mut node.metadata;
+    m.managed_fields = None;
+    m.owner_references = None;
+    if let Some(a) = &mut m.annotations {
+        a.retain(|k, _| k.starts_with("oobfence.io/") || k == ANNOTATION_CAPI_MACHINE);
+    }
+    if let Some(spec) = &mut node.spec {
+        spec.pod_cidr = None;
+        spec.pod_cidrs = None;
+        spec.config_source = None;
+    }
+    if let Some(status) = &mut node.status {
+        if let Some(cs) = &mut status.conditions {
+            cs.retain(|c| c.type_ == "Ready");
+        }
+        if let Some(info) = &mut status.node_info {
+            *info = k8s_openapi::api::core::v1::NodeSystemInfo {
+                boot_id: std::mem::take(&mut info.boot_id),
+                system_uuid: std::mem::take(&mut info.system_uuid),
+                ..Default::default()
+            };
+        }
+        status.images = None;
+        status.capacity = None;
+        status.allocatable = None;
+        status.daemon_endpoints = None;
+        status.volumes_attached = None;
+        status.volumes_in_use = None;
+        status.config = None;
+    }
+}
+
+/// Keeps of a watched Lease only its name, renewTime and duration.
+pub fn prune_lease(lease: &mut Lease) {
+    lease.metadata.managed_fields = None;
+    lease.metadata.owner_references = None;
+    lease.metadata.labels = None;
+    lease.metadata.annotations = None;
+    if let Some(spec) = &mut lease.spec {
+        spec.holder_identity = None;
+        spec.acquire_time = None;
+    }
+}
+
 /// The core's view of what the Node object says. What comes from elsewhere is left for the
 /// caller to fill in: the power source (from the config, never the node), when the Lease was
 /// seen renewed (oobfence's own observation), the mapping's conflicts and the identity binding.

@@ -136,6 +136,7 @@ pub async fn run(
         node_watch,
         shared.clone(),
         "nodes",
+        cluster::prune_node,
         Some(changed_tx),
     );
     let leases = spawn_reflector(
@@ -143,6 +144,7 @@ pub async fn run(
         watcher::Config::default(),
         shared.clone(),
         "leases",
+        cluster::prune_lease,
         None,
     );
 
@@ -345,6 +347,7 @@ fn spawn_reflector<K>(
     config: watcher::Config,
     shared: Arc<Shared>,
     what: &'static str,
+    prune: fn(&mut K),
     changed: Option<mpsc::Sender<String>>,
 ) -> Store<K>
 where
@@ -357,7 +360,10 @@ where
         + 'static,
 {
     let (reader, writer) = reflector::store();
-    let stream = watcher(api, config).default_backoff().reflect(writer);
+    let stream = watcher(api, config)
+        .default_backoff()
+        .modify(prune)
+        .reflect(writer);
     tokio::spawn(async move {
         futures::pin_mut!(stream);
         while let Some(ev) = stream.next().await {
@@ -761,7 +767,11 @@ impl Daemon {
             self.spawn_action(node.clone(), uid.clone(), decision.clone(), inputs);
         }
 
-        self.shared.metrics.set_node_state(&name, decision.state);
+        let tracker = self.trackers.get_mut(&name).expect("inserted above");
+        if tracker.metric_state != Some(decision.state) {
+            tracker.metric_state = Some(decision.state);
+            self.shared.metrics.set_node_state(&name, decision.state);
+        }
         let tracker = &self.trackers[&name];
         let report = NodeReport::new(ReportInputs {
             node: &name,

@@ -249,7 +249,7 @@ impl Metrics {
         let node_state = Family::<NodeStateLabels, Gauge>::default();
         registry.register(
             "node_state",
-            "Where each watched node stands: 1 for its current state, 0 for the others. healthy = Ready; suspect = NotReady within not_ready_grace, or Ready with a stale Lease and its power read ahead of NotReady; confirming = reading power to prove it off; blocked = NotReady but fencing refused (see oobfence_node_blocked); fenced = oobfence fenced it and it is still down; recovering = fenced and Ready again, waiting for the proof that lifts the fence",
+            "Where each watched node stands: one series per node, 1, labelled with its current state. healthy = Ready; suspect = NotReady within not_ready_grace, or Ready with a stale Lease and its power read ahead of NotReady; confirming = reading power to prove it off; blocked = NotReady but fencing refused (see oobfence_node_blocked); fenced = oobfence fenced it and it is still down; recovering = fenced and Ready again, waiting for the proof that lifts the fence",
             Listed(node_state.clone()),
         );
         let actions = Family::<ActionLabels, Counter>::default();
@@ -556,15 +556,22 @@ impl Metrics {
         }
     }
 
+    /// One series per node, for the state it is in: a 0 for each state a node is not in
+    /// carries nothing (`sum by (state)` and `== 1` read the same) and would be five series
+    /// per node.
     pub fn set_node_state(&self, node: &str, state: NodeState) {
-        for s in ALL_STATES {
-            self.node_state
-                .get_or_create(&NodeStateLabels {
-                    node: node.to_string(),
-                    state: s.as_str(),
-                })
-                .set(i64::from(s == state));
+        for s in ALL_STATES.into_iter().filter(|s| *s != state) {
+            self.node_state.remove(&NodeStateLabels {
+                node: node.to_string(),
+                state: s.as_str(),
+            });
         }
+        self.node_state
+            .get_or_create(&NodeStateLabels {
+                node: node.to_string(),
+                state: state.as_str(),
+            })
+            .set(1);
     }
 
     /// Drops every per-node series of a node that left the cache. Volume series stay: a

@@ -180,3 +180,71 @@ fn truncate_keeps_char_boundaries() {
     assert_eq!(truncate("abc", 5), "abc");
     assert_eq!(truncate("ééé", 3), "é…");
 }
+
+/// The cache keeps a pruned Node: whatever a decision reads of it must read the same.
+#[test]
+fn a_pruned_node_decides_as_the_whole_one() {
+    use k8s_openapi::api::core::v1::{ContainerImage, NodeAddress};
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    let mut full = node(
+        "False",
+        vec![oos()],
+        &[
+            (ANNOTATION_FENCED_AT, "2026-01-01T00:01:00Z"),
+            (ANNOTATION_FENCED_BOOT_ID, "b1"),
+            (ANNOTATION_FENCED_BY, ME),
+            (ANNOTATION_CAPI_MACHINE, "m-1"),
+            ("node.alpha.kubernetes.io/ttl", "0"),
+            (
+                "volumes.kubernetes.io/controller-managed-attach-detach",
+                "true",
+            ),
+        ],
+    );
+    full.metadata.uid = Some("uid-1".into());
+    full.metadata.labels = Some(
+        [
+            ("topology.kubernetes.io/zone".to_string(), "r1".to_string()),
+            (LABEL_MEDIK8S_EXCLUDE.to_string(), "true".to_string()),
+        ]
+        .into(),
+    );
+    let spec = full.spec.as_mut().unwrap();
+    spec.provider_id = Some("aws:///us-east-1a/i-0123456789abcdef0".into());
+    spec.unschedulable = Some(true);
+    spec.pod_cidr = Some("10.244.1.0/24".into());
+    let status = full.status.as_mut().unwrap();
+    status.conditions.as_mut().unwrap().push(NodeCondition {
+        type_: "MemoryPressure".into(),
+        status: "False".into(),
+        ..Default::default()
+    });
+    status.addresses = Some(vec![NodeAddress {
+        type_: "InternalIP".into(),
+        address: "10.0.0.5".into(),
+    }]);
+    let info = status.node_info.as_mut().unwrap();
+    info.system_uuid = "4C4C4544-0038-4B10-8052-B4C04F4A4E32".into();
+    info.kernel_version = "6.1.0".into();
+    status.images = Some(vec![
+        ContainerImage {
+            names: Some(vec!["registry.example/app@sha256:0123".into()]),
+            size_bytes: Some(1 << 30),
+        };
+        40
+    ]);
+    status.capacity = Some([("cpu".to_string(), Quantity("64".into()))].into());
+    let mut pruned = full.clone();
+    prune_node(&mut pruned);
+    assert_eq!(node_facts(&pruned, None, ME), node_facts(&full, None, ME));
+    assert_eq!(provider_id(&pruned), provider_id(&full));
+    assert!(other_remediator(&pruned).is_some());
+    assert_eq!(ready_heartbeat(&pruned), ready_heartbeat(&full));
+    let size = |n: &Node| serde_json::to_vec(n).unwrap().len();
+    assert!(
+        size(&pruned) * 4 < size(&full),
+        "{} of {} bytes kept",
+        size(&pruned),
+        size(&full)
+    );
+}

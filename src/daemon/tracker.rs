@@ -44,6 +44,8 @@ pub(super) struct Tracker {
     pub(super) reads_boot_id: Option<String>,
     /// The last read of the node's machine, for any purpose: when, and whether it failed.
     pub(super) last_read: Option<(Timestamp, bool)>,
+    /// The state `oobfence_node_state` shows for the node.
+    pub(super) metric_state: Option<decision::NodeState>,
 }
 
 impl Tracker {

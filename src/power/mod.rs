@@ -106,6 +106,9 @@ impl PowerSource for BrokenSource {
 pub struct PowerSources {
     cfg: std::sync::Arc<crate::config::Config>,
     ec2: Option<std::sync::Arc<ec2::Ec2Reader>>,
+    /// Each Redfish entry's HTTP client (by entry index), built when a node first needs it.
+    redfish_clients:
+        std::sync::Mutex<std::collections::HashMap<usize, Result<reqwest::Client, String>>>,
 }
 
 impl PowerSources {
@@ -118,7 +121,35 @@ impl PowerSources {
             Some(aws) => Some(ec2::Ec2Reader::new(aws, ec2_stats).await),
             None => None,
         };
-        PowerSources { cfg, ec2 }
+        PowerSources {
+            cfg,
+            ec2,
+            redfish_clients: Default::default(),
+        }
+    }
+
+    /// A `[[bmc]]` entry's source for `node`; Redfish sources of one entry share its client.
+    fn bmc_source(
+        &self,
+        entry: &crate::config::BmcEntry,
+        node: &str,
+    ) -> Result<std::sync::Arc<dyn PowerSource>, String> {
+        if entry.protocol != crate::config::Protocol::Redfish {
+            return source_for(entry, node);
+        }
+        let client = {
+            let mut clients = self
+                .redfish_clients
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            clients
+                .entry(entry.index)
+                .or_insert_with(|| redfish::RedfishSource::client_for(entry))
+                .clone()?
+        };
+        Ok(std::sync::Arc::new(redfish::RedfishSource::with_client(
+            entry, node, client,
+        )?))
     }
 
     pub fn ec2(&self) -> Option<&std::sync::Arc<ec2::Ec2Reader>> {
@@ -146,7 +177,7 @@ impl PowerSources {
             deadline: Duration::from_secs(1),
         };
         match self.cfg.mapping_for(node)? {
-            Mapping::Bmc(entry) => Some(match source_for(entry, node) {
+            Mapping::Bmc(entry) => Some(match self.bmc_source(entry, node) {
                 Ok(source) => MappedSource {
                     source,
                     deadline: entry.timeout + Duration::from_secs(2),

@@ -68,9 +68,20 @@ impl fmt::Debug for RedfishSource {
 }
 
 impl RedfishSource {
-    /// Builds the source for `node` from its `[[bmc]]` entry: one HTTP client with that entry's
-    /// TLS settings and timeout. Fails on settings that cannot work (bad URL, unreadable CA).
+    /// Builds the source for `node` from its `[[bmc]]` entry, with an HTTP client of its own.
+    /// Fails on settings that cannot work (bad URL, unreadable CA).
     pub fn new(entry: &BmcEntry, node: &str) -> Result<RedfishSource, String> {
+        RedfishSource::with_client(entry, node, RedfishSource::client_for(entry)?)
+    }
+
+    /// Builds the source for `node` on `client`, the entry's shared client
+    /// ([`RedfishSource::client_for`]): one client, one TLS root store and one connection pool
+    /// per entry, however many nodes it maps.
+    pub fn with_client(
+        entry: &BmcEntry,
+        node: &str,
+        client: reqwest::Client,
+    ) -> Result<RedfishSource, String> {
         let address = entry.address_for(node);
         let base = Url::parse(&address)
             .map_err(|e| format!("BMC address {address:?} is not a URL: {e}"))?;
@@ -99,7 +110,21 @@ impl RedfishSource {
         if let Some(path) = &system {
             check_path(path).map_err(|why| format!("system {path:?} {why}"))?;
         }
+        Ok(RedfishSource {
+            client,
+            base,
+            node: node.to_string(),
+            system,
+            discovered: OnceLock::new(),
+            username: entry.username.clone(),
+            password: entry.password.clone(),
+            tls: entry.tls.clone(),
+            timeout: entry.timeout,
+        })
+    }
 
+    /// The HTTP client of a `[[bmc]]` entry: its TLS settings and timeout.
+    pub fn client_for(entry: &BmcEntry) -> Result<reqwest::Client, String> {
         let mut builder = reqwest::Client::builder()
             .timeout(entry.timeout)
             .connect_timeout(entry.timeout)
@@ -130,21 +155,9 @@ impl RedfishSource {
             }
             BmcTls::Verify { ca_file: None } => {}
         }
-        let client = builder
+        builder
             .build()
-            .map_err(|e| format!("cannot build the HTTPS client: {}", error_chain(&e)))?;
-
-        Ok(RedfishSource {
-            client,
-            base,
-            node: node.to_string(),
-            system,
-            discovered: OnceLock::new(),
-            username: entry.username.clone(),
-            password: entry.password.clone(),
-            tls: entry.tls.clone(),
-            timeout: entry.timeout,
-        })
+            .map_err(|e| format!("cannot build the HTTPS client: {}", error_chain(&e)))
     }
 
     async fn read_within_deadline(&self) -> Reply {
