@@ -341,8 +341,12 @@ fn decide_node(
     }
 
     let silence = lease_silence(last_sign_of_life(facts), facts.lease_duration, policy, now);
-    let ahead = silence.filter(|_| facts.holds.pre_attest.is_none());
-    let held_ahead = match (&silence, &facts.holds.pre_attest) {
+    let held = facts.holds.pre_attest.as_deref().or(facts
+        .holds
+        .lease_not_yet_counted
+        .then_some("its Lease went stale after the last count of the datacenter's Leases; read ahead once counted"));
+    let ahead = silence.filter(|_| held.is_none());
+    let held_ahead = match (&silence, held) {
         (Some(s), Some(why)) => format!(
             "; {}, but power is not read ahead of NotReady: {why}",
             s.describe()

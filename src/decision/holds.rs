@@ -196,6 +196,9 @@ pub struct Holds {
     /// Why power is not read ahead of NotReady now (a lease storm, a stale view, or whatever
     /// holds a new fence): the node is then judged as if it had no Lease to go stale.
     pub pre_attest: Option<String>,
+    /// The last count of the datacenter's Leases did not see this node's Lease stale: it is
+    /// read ahead only once a count has (so that a storm is counted before it is read).
+    pub lease_not_yet_counted: bool,
 }
 
 /// One node, as the census counts it.
@@ -482,17 +485,13 @@ impl Calm {
                     .filter(|h| h.kind == HoldKind::StaleView)
                     .map(|h| h.reason.clone())
             })
-            .or_else(|| fence.as_ref().map(|h| h.reason.clone()))
-            .or_else(|| {
-                (!self.stale_uids.contains(uid)).then(|| {
-                    "its Lease went stale after the last count of the datacenter's Leases; read ahead once counted".to_string()
-                })
-            });
+            .or_else(|| fence.as_ref().map(|h| h.reason.clone()));
         Holds {
             write,
             fence,
             evidence_not_before,
             pre_attest,
+            lease_not_yet_counted: !self.stale_uids.contains(uid),
         }
     }
 

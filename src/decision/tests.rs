@@ -1583,6 +1583,13 @@ fn without_a_lease_or_with_pre_attestation_off_or_held_the_grace_applies() {
     assert!(d.reason.contains("37 of 40 Leases"), "{}", d.reason);
     let d = decide(&not_ready(held), &[off(80), off(85)], &policy(), t(86));
     assert_eq!(d.step, Step::Fence(FenceAction::Taint), "{}", d.reason);
+    // Stale since the last count of the datacenter's Leases: not yet (a storm is counted
+    // before anything is read).
+    let mut uncounted = going_silent();
+    uncounted.holds.lease_not_yet_counted = true;
+    let d = decide(&uncounted, &reads, &policy(), t(19));
+    assert_eq!((d.rule, d.next_read_at), (Rule::NodeReady, None));
+    assert!(d.reason.contains("last count"), "{}", d.reason);
 }
 
 /// The staleness scales with the Lease's own duration: a kubelet on a 40 s Lease (renewals
