@@ -92,8 +92,10 @@ pub struct Daemon {
     actions_tx: mpsc::Sender<ActionDone>,
     journal: Journal,
     volumes: VolumeWatch,
-    /// Nodes whose mapping cannot be trusted, recomputed every pass.
+    /// Nodes whose mapping cannot be trusted, recomputed whenever the node names or their
+    /// providerIDs change (`conflicts_of`: the names and providerIDs they were computed on).
     conflicts: HashMap<String, MappingConflict>,
+    conflicts_of: HashMap<String, Option<String>>,
     /// The guards' memory: storms, freezes, the fence budget.
     calm: Calm,
     /// `[ha]`: whether this instance may write.
@@ -192,6 +194,7 @@ pub async fn run(
         reads_tx,
         actions_tx,
         conflicts: HashMap::new(),
+        conflicts_of: HashMap::new(),
         calm: Calm::default(),
         leadership,
     };
@@ -408,15 +411,25 @@ impl Daemon {
                 r.remove(&name);
             }
         }
-        self.conflicts = mapping_conflicts(
-            &self.cfg,
+        // The mapping's conflicts depend on the node names and providerIDs alone: worked out
+        // again only when those change, not on every pass over thousands of nodes.
+        let mapped_nodes = || {
             nodes.iter().map(|n| {
                 (
                     n.metadata.name.as_deref().unwrap_or(""),
                     cluster::provider_id(n),
                 )
-            }),
-        );
+            })
+        };
+        let changed = self.conflicts_of.len() != nodes.len()
+            || mapped_nodes()
+                .any(|(name, pid)| self.conflicts_of.get(name).map(Option::as_deref) != Some(pid));
+        if changed {
+            self.conflicts = mapping_conflicts(&self.cfg, mapped_nodes());
+            self.conflicts_of = mapped_nodes()
+                .map(|(name, pid)| (name.to_string(), pid.map(String::from)))
+                .collect();
+        }
         self.update_guards(&nodes, now);
         for node in &nodes {
             self.evaluate(node, now);
