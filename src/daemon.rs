@@ -432,7 +432,9 @@ impl Daemon {
         }
         self.update_guards(&nodes, now);
         for node in &nodes {
-            self.evaluate(node, now);
+            if !self.still_quiet(node, now) {
+                self.evaluate(node, now);
+            }
         }
         self.observe_all(&nodes, now);
         self.shared.metrics.nodes_watched.set(nodes.len() as i64);
@@ -454,24 +456,27 @@ impl Daemon {
         let census_nodes: Vec<CensusNode> = nodes
             .iter()
             .map(|n| {
-                let failing = self.trackers.get(&n.name_any()).and_then(|t| {
+                let tracker = n
+                    .metadata
+                    .name
+                    .as_deref()
+                    .and_then(|name| self.trackers.get(name));
+                let failing = tracker.and_then(|t| {
                     t.last_read
                         .filter(|(at, _)| decision_elapsed(*at, now) <= FAILING_WINDOW)
                         .map(|(_, failing)| failing)
                 });
-                let lease = self
-                    .leases
-                    .get(&ObjectRef::new(&n.name_any()).within(cluster::NODE_LEASE_NAMESPACE));
-                let lease_stale = lease.as_deref().map(|l| {
-                    decision::lease_silence(
-                        self.trackers
-                            .get(&n.name_any())
-                            .and_then(Tracker::last_alive),
-                        cluster::lease_duration(l),
-                        &self.cfg.policy,
-                        now,
-                    )
-                    .is_some()
+                // The Lease as the last pass (or this one's quiet check) saw it.
+                let lease_stale = tracker.and_then(|t| {
+                    t.last_alive().map(|alive| {
+                        decision::lease_silence(
+                            Some(alive),
+                            t.lease_duration,
+                            &self.cfg.policy,
+                            now,
+                        )
+                        .is_some()
+                    })
                 });
                 CensusNode {
                     uid: n.uid().unwrap_or_default(),
@@ -648,6 +653,38 @@ impl Daemon {
         }
     }
 
+    /// Whether a node decided healthy is still so without deciding it again: the same Node
+    /// object, nothing in flight, no identity read due, and its Lease, observed here so that
+    /// renewals keep being dated by this pass, not stale. Thousands of healthy nodes then cost
+    /// a lookup each per pass.
+    fn still_quiet(&mut self, node: &Node, now: Timestamp) -> bool {
+        let Some(name) = node.metadata.name.as_deref() else {
+            return false;
+        };
+        let Some(t) = self.trackers.get_mut(name) else {
+            return false;
+        };
+        let quiet = match (&t.quiet, node.metadata.resource_version.as_deref()) {
+            (Some((rv, at)), Some(now_rv)) => rv == now_rv && at.elapsed() < tracker::QUIET_REFRESH,
+            _ => false,
+        };
+        if !quiet
+            || t.read_in_flight
+            || t.action_in_flight
+            || t.identity_due.is_none_or(|due| Instant::now() >= due)
+        {
+            return false;
+        }
+        let lease = self
+            .leases
+            .get(&ObjectRef::new(name).within(cluster::NODE_LEASE_NAMESPACE));
+        let Some(renew) = lease.as_deref().and_then(cluster::lease_renewed) else {
+            return false;
+        };
+        tracker::observe_lease(&mut t.lease_seen, Some(renew), now);
+        decision::lease_silence(t.last_alive(), t.lease_duration, &self.cfg.policy, now).is_none()
+    }
+
     fn evaluate(&mut self, node: &Arc<Node>, now: Timestamp) -> Decision {
         let name = node.name_any();
         let uid = node.uid().unwrap_or_default();
@@ -686,6 +723,7 @@ impl Daemon {
         let policy = self.cfg.policy.clone();
         let tracker = self.trackers.get_mut(&name).expect("inserted above");
         tracker.observe(&mut facts, now);
+        tracker.lease_duration = facts.lease_duration;
         let decision = decision::decide(&facts, &tracker.reads, &policy, now);
 
         // Power read wanted now?
@@ -781,6 +819,11 @@ impl Daemon {
         }
 
         let tracker = self.trackers.get_mut(&name).expect("inserted above");
+        tracker.quiet = (decision.rule == Rule::NodeReady
+            && decision.state == decision::NodeState::Healthy
+            && facts.fence.is_none()
+            && facts.lease_renew_time.is_some())
+        .then(|| (node.resource_version().unwrap_or_default(), Instant::now()));
         if tracker.metric_state != Some(decision.state) {
             tracker.metric_state = Some(decision.state);
             self.shared.metrics.set_node_state(&name, decision.state);

@@ -46,7 +46,16 @@ pub(super) struct Tracker {
     pub(super) last_read: Option<(Timestamp, bool)>,
     /// The state `oobfence_node_state` shows for the node.
     pub(super) metric_state: Option<decision::NodeState>,
+    /// The node was last decided healthy (Ready, a fresh Lease, no fence) on this
+    /// resourceVersion, then: until it changes, its Lease goes stale or [`QUIET_REFRESH`]
+    /// passes, deciding it again would say the same.
+    pub(super) quiet: Option<(String, Instant)>,
+    /// The Lease's `leaseDurationSeconds`, as last seen.
+    pub(super) lease_duration: Option<std::time::Duration>,
 }
+
+/// A quiet node is decided again at least this often (its report and holds refreshed).
+pub(super) const QUIET_REFRESH: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl Tracker {
     /// Brings what the tracker knows into the node's facts, and what the facts show into the
