@@ -100,6 +100,9 @@ pub struct Daemon {
     calm: Calm,
     /// `[ha]`: whether this instance may write.
     leadership: Option<crate::leader::LeadershipHandle>,
+    /// Counts the passes where what the guards hold changed (pause, view, standby, a storm,
+    /// a freeze, the budget, a lease storm): every node is then decided again.
+    guards_epoch: u64,
 }
 
 /// Runs the daemon until `shutdown` completes.
@@ -197,6 +200,7 @@ pub async fn run(
         conflicts_of: HashMap::new(),
         calm: Calm::default(),
         leadership,
+        guards_epoch: 0,
     };
 
     tokio::pin!(shutdown);
@@ -517,6 +521,9 @@ impl Daemon {
         self.calm.standby = leadership.as_ref().and_then(|l| l.standby_reason());
         self.shared.metrics.set_leadership(leadership.as_ref());
         self.log_guard_changes(&before);
+        if guards_summary(&before) != guards_summary(&self.calm) {
+            self.guards_epoch += 1;
+        }
         self.shared.metrics.set_guards(&self.calm, g, now);
         if let Ok(mut c) = self.shared.calm.write() {
             *c = self.calm.clone();
@@ -665,7 +672,11 @@ impl Daemon {
             return false;
         };
         let quiet = match (&t.quiet, node.metadata.resource_version.as_deref()) {
-            (Some((rv, at)), Some(now_rv)) => rv == now_rv && at.elapsed() < tracker::QUIET_REFRESH,
+            (Some(q), Some(rv)) => {
+                q.resource_version == rv
+                    && q.guards_epoch == self.guards_epoch
+                    && q.at.elapsed() < tracker::QUIET_REFRESH
+            }
             _ => false,
         };
         if !quiet
@@ -823,7 +834,11 @@ impl Daemon {
             && decision.state == decision::NodeState::Healthy
             && facts.fence.is_none()
             && facts.lease_renew_time.is_some())
-        .then(|| (node.resource_version().unwrap_or_default(), Instant::now()));
+        .then(|| tracker::Quiet {
+            resource_version: node.resource_version().unwrap_or_default(),
+            at: Instant::now(),
+            guards_epoch: self.guards_epoch,
+        });
         if tracker.metric_state != Some(decision.state) {
             tracker.metric_state = Some(decision.state);
             self.shared.metrics.set_node_state(&name, decision.state);
@@ -954,6 +969,31 @@ impl Daemon {
             }
         }
     }
+}
+
+/// What of the guards can change a healthy node's decision or report: whether each hold is
+/// on, not the counts behind it.
+fn guards_summary(c: &Calm) -> impl PartialEq + use<'_> {
+    (
+        &c.pause.by,
+        &c.stale,
+        &c.standby,
+        c.view_recovered,
+        c.lease_storm_since,
+        c.fences.len(),
+        c.scopes
+            .iter()
+            .map(|(s, st)| {
+                (
+                    s,
+                    st.storm_since,
+                    st.storm_ended,
+                    st.frozen_since,
+                    st.thawed,
+                )
+            })
+            .collect::<Vec<_>>(),
+    )
 }
 
 /// The node's failure domain: the value of `label` (None: no such label, or no label set).

@@ -1527,8 +1527,9 @@ fn two_hosts_one_actor() -> ScenarioFuture {
         host_a.start().await;
         never_two_leaders(&host_a, &host_b, Duration::from_secs(3)).await;
         // Under load the leader may miss a renewal and stand by for a moment: it is the
-        // leader again once it renews.
-        host_b.wait_leader(1.0, Duration::from_secs(30)).await;
+        // leader again once it renews. (A loaded test API server has been seen to answer
+        // nothing for 20 s: the bound is for liveness, the safety is asserted below.)
+        host_b.wait_leader(1.0, Duration::from_secs(90)).await;
         let cut = Instant::now();
         host_b.gate.cut();
         let b_stopped = host_b.wait_leader(0.0, Duration::from_secs(30)).await;

@@ -49,9 +49,17 @@ pub(super) struct Tracker {
     /// The node was last decided healthy (Ready, a fresh Lease, no fence) on this
     /// resourceVersion, then: until it changes, its Lease goes stale or [`QUIET_REFRESH`]
     /// passes, deciding it again would say the same.
-    pub(super) quiet: Option<(String, Instant)>,
+    pub(super) quiet: Option<Quiet>,
     /// The Lease's `leaseDurationSeconds`, as last seen.
     pub(super) lease_duration: Option<std::time::Duration>,
+}
+
+/// What a node was last decided healthy on.
+pub(super) struct Quiet {
+    pub(super) resource_version: String,
+    pub(super) at: Instant,
+    /// [`super::Daemon::guards_epoch`] then: the holds every report shows were these.
+    pub(super) guards_epoch: u64,
 }
 
 /// A quiet node is decided again at least this often (its report and holds refreshed).
