@@ -349,11 +349,15 @@ pub fn prune_lease(lease: &mut Lease) {
 /// The core's view of what the Node object says. What comes from elsewhere is left for the
 /// caller to fill in: the power source (from the config, never the node), when the Lease was
 /// seen renewed (oobfence's own observation), the mapping's conflicts and the identity binding.
+/// An out-of-service taint on the node that this daemon did not place (another oobfence's
+/// fence is foreign too: never lifted nor adopted here).
+pub fn foreign_out_of_service(node: &Node, fence: Option<&FenceRecord>) -> bool {
+    fence.is_none_or(|f| !f.ours) && taints(node).iter().any(is_out_of_service)
+}
+
 pub fn node_facts(node: &Node, lease: Option<&Lease>, me: &str) -> NodeFacts {
     let fence = fence_record(node, me);
-    // Another oobfence's fence is foreign too: never lifted nor adopted here.
-    let foreign_out_of_service =
-        fence.as_ref().is_none_or(|f| !f.ours) && taints(node).iter().any(is_out_of_service);
+    let foreign_out_of_service = foreign_out_of_service(node, fence.as_ref());
     NodeFacts {
         uid: node.uid().unwrap_or_default(),
         readiness: readiness(node),

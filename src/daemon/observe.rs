@@ -275,9 +275,13 @@ impl Daemon {
 
         let (mut foreign_ready, mut foreign_not_ready) = (0, 0);
         for n in nodes {
-            let f = cluster::node_facts(n, None, self.cluster.actor());
-            if f.foreign_out_of_service {
-                if f.readiness == decision::Readiness::Ready {
+            // Only nodes with an out-of-service taint are looked at further.
+            if !cluster::foreign_out_of_service(n, None) {
+                continue;
+            }
+            let fence = cluster::fence_record(n, self.cluster.actor());
+            if cluster::foreign_out_of_service(n, fence.as_ref()) {
+                if cluster::readiness(n) == decision::Readiness::Ready {
                     foreign_ready += 1;
                 } else {
                     foreign_not_ready += 1;

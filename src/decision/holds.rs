@@ -240,9 +240,11 @@ pub struct Census {
 impl Census {
     pub fn count<'a>(nodes: impl IntoIterator<Item = &'a CensusNode>, by_domain: bool) -> Census {
         let mut scopes: BTreeMap<Scope, ScopeCount> = BTreeMap::new();
-        scopes.insert(Scope::Datacenter, ScopeCount::default());
         let (mut leases, mut leases_stale) = (0, 0);
         let mut stale_uids = BTreeSet::new();
+        // Counted by domain name first: one hash per node, no Scope built per node.
+        let mut datacenter = ScopeCount::default();
+        let mut domains: std::collections::HashMap<&str, ScopeCount> = Default::default();
         for n in nodes {
             if let Some(stale) = n.lease_stale {
                 leases += 1;
@@ -251,8 +253,7 @@ impl Census {
                     stale_uids.insert(n.uid.clone());
                 }
             }
-            let mut add = |scope: Scope| {
-                let c = scopes.entry(scope).or_default();
+            let add = |c: &mut ScopeCount| {
                 c.nodes += 1;
                 c.unhealthy += n.unhealthy as usize;
                 if let Some(failing) = n.source_failing {
@@ -260,10 +261,16 @@ impl Census {
                     c.sources_failing += failing as usize;
                 }
             };
-            add(Scope::Datacenter);
+            add(&mut datacenter);
             if by_domain {
-                add(Scope::Domain(n.domain.clone().unwrap_or_default()));
+                add(domains
+                    .entry(n.domain.as_deref().unwrap_or_default())
+                    .or_default());
             }
+        }
+        scopes.insert(Scope::Datacenter, datacenter);
+        for (domain, count) in domains {
+            scopes.insert(Scope::Domain(domain.to_string()), count);
         }
         Census {
             scopes,
