@@ -188,15 +188,7 @@ ca_file = "{ca}"
     let pid = daemon.id().unwrap();
     let http = reqwest::Client::new();
     let started = Instant::now();
-    support::k8s::wait_for("oobfence ready", Duration::from_secs(300), || async {
-        let r = http
-            .get(format!("http://{listen}/readyz"))
-            .send()
-            .await
-            .ok()?;
-        r.status().is_success().then_some(())
-    })
-    .await;
+    support::k8s::wait_ready(&listen, Duration::from_secs(300)).await;
     figure(
         "startup: list and first pass",
         format!("{:.1}", started.elapsed().as_secs_f64()),

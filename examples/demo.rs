@@ -221,15 +221,7 @@ ca_file = "{}"
         .spawn()
         .expect("start oobfence (build it first: cargo build)");
     let http = reqwest::Client::new();
-    support::k8s::wait_for("oobfence ready", Duration::from_secs(30), || async {
-        let r = http
-            .get(format!("http://{listen}/readyz"))
-            .send()
-            .await
-            .ok()?;
-        r.status().is_success().then_some(())
-    })
-    .await;
+    support::k8s::wait_ready(&listen, Duration::from_secs(30)).await;
     clock.say("oobfence is watching 5 nodes");
 
     let victim = &nodes[VICTIM];

@@ -428,6 +428,18 @@ pub struct RunningDaemon {
     _dir: tempfile::TempDir,
 }
 
+/// Waits until the daemon serving HTTP on `listen` answers `/readyz` with success.
+pub async fn wait_ready(listen: &str, limit: Duration) {
+    let url = format!("http://{listen}/readyz");
+    wait_for("daemon /readyz", limit, || async {
+        match reqwest::get(&url).await {
+            Ok(r) if r.status().is_success() => Some(()),
+            _ => None,
+        }
+    })
+    .await;
+}
+
 impl RunningDaemon {
     /// Starts a daemon from config text; `{kubeconfig}`, `{listen}` are filled in here.
     pub async fn start(config_text: &str, dir: tempfile::TempDir) -> RunningDaemon {
@@ -460,14 +472,7 @@ impl RunningDaemon {
             task: Some(task),
             _dir: dir,
         };
-        let url = format!("http://{}/readyz", d.listen);
-        wait_for("daemon /readyz", Duration::from_secs(30), || async {
-            match reqwest::get(&url).await {
-                Ok(r) if r.status().is_success() => Some(()),
-                _ => None,
-            }
-        })
-        .await;
+        wait_ready(&d.listen, Duration::from_secs(30)).await;
         d
     }
 
