@@ -679,11 +679,10 @@ impl Daemon {
             }
             _ => false,
         };
-        if !quiet
-            || t.read_in_flight
-            || t.action_in_flight
-            || t.identity_due.is_none_or(|due| Instant::now() >= due)
-        {
+        // A node without a power source has no identity to read.
+        let mapped = matches!(t.source, Some((_, Some(_))));
+        let identity_due = mapped && t.identity_due.is_none_or(|due| Instant::now() >= due);
+        if !quiet || t.read_in_flight || t.action_in_flight || identity_due {
             return false;
         }
         let lease = self
