@@ -229,14 +229,7 @@ ca_file = "{ca}"
     }
     let (rss, hwm, cpu_after) = usage(pid);
     let minutes = idle.elapsed().as_secs_f64() / 60.0;
-    let metrics = http
-        .get(format!("http://{listen}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = support::k8s::scrape(&listen).await;
     let series = metrics
         .lines()
         .filter(|l| !l.starts_with('#') && !l.is_empty())

@@ -391,14 +391,7 @@ ca_file = "{}"
         seen.push_str(" ec2");
     }
 
-    let metrics = http
-        .get(format!("http://{listen}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = support::k8s::scrape(&listen).await;
     println!("\nmetrics (excerpt):");
     for l in metrics.lines().filter(|l| {
         l.starts_with("oobfence_actions_total")

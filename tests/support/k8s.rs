@@ -428,6 +428,16 @@ pub struct RunningDaemon {
     _dir: tempfile::TempDir,
 }
 
+/// The `/metrics` text of the daemon serving HTTP on `listen`.
+pub async fn scrape(listen: &str) -> String {
+    reqwest::get(format!("http://{listen}/metrics"))
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .unwrap()
+}
+
 /// Waits until the daemon serving HTTP on `listen` answers `/readyz` with success.
 pub async fn wait_ready(listen: &str, limit: Duration) {
     let url = format!("http://{listen}/readyz");
@@ -487,12 +497,7 @@ impl RunningDaemon {
     }
 
     pub async fn metrics(&self) -> String {
-        reqwest::get(format!("http://{}/metrics", self.listen))
-            .await
-            .expect("metrics")
-            .text()
-            .await
-            .unwrap()
+        scrape(&self.listen).await
     }
 
     /// Waits until the daemon's report for `node` has `rule`.
