@@ -107,13 +107,17 @@ impl ClusterError {
     }
 }
 
+/// What oobfence's requests say they are; the API server records its writes under
+/// `oobfence` (the part before the slash) in each object's managedFields.
+pub const USER_AGENT: &str = concat!("oobfence/", env!("CARGO_PKG_VERSION"));
+
 /// Builds a client from `[kubernetes]`.
 pub async fn connect(cfg: &KubernetesConfig) -> Result<Client, ClusterError> {
     let options = KubeConfigOptions {
         context: cfg.context.clone(),
         ..Default::default()
     };
-    let config = match &cfg.kubeconfig {
+    let mut config = match &cfg.kubeconfig {
         Some(path) => {
             let kc = Kubeconfig::read_from(path).map_err(|source| ClusterError::Kubeconfig {
                 path: path.display().to_string(),
@@ -136,6 +140,12 @@ pub async fn connect(cfg: &KubernetesConfig) -> Result<Client, ClusterError> {
         }
         None => kube::Config::infer().await.map_err(ClusterError::Infer)?,
     };
+    // The API server names a write's field manager after the User-Agent: without one,
+    // oobfence's taints show in managedFields (and audit logs) as written by "unknown".
+    config.headers.push((
+        reqwest::header::USER_AGENT,
+        reqwest::header::HeaderValue::from_static(USER_AGENT),
+    ));
     Client::try_from(config).map_err(ClusterError::Client)
 }
 

@@ -14,8 +14,8 @@ use serde_json::json;
 use oobfence::cluster::{self, Cluster, ClusterError, RecordedAttachment};
 use oobfence::decision::{GuardPurpose, WriteGuard};
 use support::k8s::{
-    FakeNode, KubeletIdentity, TEST_LABEL, annotation, events_for, keep_taint, taints, unique,
-    volume_attachment, wait_for,
+    FakeNode, KubeletIdentity, TEST_LABEL, annotation, events_for, keep_taint, taints,
+    taints_owner, unique, volume_attachment, wait_for,
 };
 use support::scenario::{Scenario, UNREACHABLE_BMC_PASSWORD};
 
@@ -741,4 +741,77 @@ async fn an_opted_out_node_and_one_under_another_remediator_are_left_alone() {
     daemon.stop().await;
     excluded.delete().await;
     remediated.delete().await;
+}
+
+/// Kubernetes 1.20's node lifecycle controller writes its `unreachable`/`not-ready` taints with a
+/// patch that carries the whole list and no resourceVersion, computed from the API server's
+/// cache: a taint written in the same instant (oobfence fences the moment a pre-attested node
+/// turns NotReady) can be dropped by it. The node is still NotReady and its machine still Off:
+/// oobfence clears its record, says so, and fences again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fence_dropped_by_another_writer_is_written_again_while_the_machine_is_off() {
+    let s = Scenario::redfish("dropped", 1).await;
+    let (client, emu) = (s.client.clone(), s.redfish_emulator());
+    let node = s.node("a", 0).await;
+    let name = node.name.clone();
+    let daemon = s.daemon().await;
+    daemon.wait_identity(&name, "match", DECISION).await;
+    emu.set_power(0, false).await;
+    emu.wait_power(0, "Off", POWER_CHANGE).await;
+    node.die("boot-1").await;
+    let fenced = wait_for("out-of-service taint", DECISION, || {
+        node_has(&client, &name, FakeNode::has_oos_taint)
+    })
+    .await;
+    // The controller's write: its own taint added to a list read before oobfence's landed.
+    let unreachable = k8s_openapi::api::core::v1::Taint {
+        key: "node.kubernetes.io/unreachable".into(),
+        value: None,
+        effect: "NoSchedule".into(),
+        time_added: None,
+    };
+    let stale: Vec<_> = taints(&fenced)
+        .into_iter()
+        .filter(|t| t.key != cluster::OUT_OF_SERVICE_KEY)
+        .chain([unreachable])
+        .collect();
+    Api::<Node>::all(client.clone())
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Strategic(json!({"spec": {"taints": stale}})),
+        )
+        .await
+        .expect("the controller-like taint patch");
+    assert!(!FakeNode::has_oos_taint(&node.get().await));
+    let again = wait_for("the fence written again", DECISION, || async {
+        let m = daemon.metrics().await;
+        m.contains("oobfence_actions_total{action=\"taint\",result=\"success\"} 2")
+            .then_some(())?;
+        node_has(&client, &name, FakeNode::has_oos_taint).await
+    })
+    .await;
+    // The controller's own taints are its to keep or correct (it swaps `unreachable` for
+    // `not-ready` on a node that posted NotReady); the other writers' taints stay.
+    let t = taints(&again);
+    assert!(t.contains(&keep_taint()), "{t:?}");
+    assert_eq!(
+        taints_owner(&again).as_deref(),
+        Some("oobfence"),
+        "the API server names oobfence as the taints' last writer"
+    );
+    let metrics = daemon.metrics().await;
+    assert!(
+        metrics.contains("oobfence_actions_total{action=\"clear_record\",result=\"success\"} 1"),
+        "{metrics}"
+    );
+    let events = events_for(&client, &name).await;
+    assert!(
+        events
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("OobfenceRecordCleared")),
+        "{events:?}"
+    );
+    daemon.stop().await;
+    node.delete().await;
 }

@@ -331,6 +331,15 @@ impl FakeNode {
     }
 }
 
+/// The field manager that owns a Node's `spec.taints` (an atomic list: its last writer), from
+/// the object's managedFields; the API server names it after the writer's User-Agent.
+pub fn taints_owner(n: &Node) -> Option<String> {
+    n.managed_fields().iter().find_map(|m| {
+        let fields = &m.fields_v1.as_ref()?.0;
+        fields.get("f:spec")?.get("f:taints").and(m.manager.clone())
+    })
+}
+
 pub fn ready_condition_of(node: &Node) -> Option<NodeCondition> {
     node.status
         .as_ref()?
