@@ -76,7 +76,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
 ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
 ctx.load_cert_chain(sys.argv[1], sys.argv[2])
-server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+class Server(http.server.ThreadingHTTPServer):
+    # With SO_REUSEADDR (http.server's default) the kernel may hand port 0 a port another
+    # socket holds, and listen() then fails with EADDRINUSE; without it, never.
+    allow_reuse_address = False
+
+server = Server(("127.0.0.1", 0), Handler)
 server.daemon_threads = True
 server.socket = ctx.wrap_socket(server.socket, server_side=True)
 print(server.server_address[1], flush=True)

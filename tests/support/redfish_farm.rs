@@ -63,7 +63,12 @@ def control():
 
 ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
 ctx.load_cert_chain(sys.argv[1], sys.argv[2])
-server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+class Server(http.server.ThreadingHTTPServer):
+    # With SO_REUSEADDR (http.server's default) the kernel may hand port 0 a port another
+    # socket holds, and listen() then fails with EADDRINUSE; without it, never.
+    allow_reuse_address = False
+
+server = Server(("127.0.0.1", 0), Handler)
 server.daemon_threads = True
 server.request_queue_size = 1024
 server.socket = ctx.wrap_socket(server.socket, server_side=True)
