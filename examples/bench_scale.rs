@@ -8,6 +8,14 @@
 //! `bench/scale`) and, once every node's identity is read, measures it idle for
 //! `BENCH_IDLE_SECONDS`: resident memory, CPU seconds per minute, the size of `/metrics`.
 //!
+//! Then the storm: `BENCH_STORM` nodes (default a fifth) lose power at once (their machines
+//! read Off, their Leases stop, their status turns NotReady) with `BENCH_DECOYS` more (default
+//! 50) that go NotReady but whose machines stay On. It reports when each was tainted against
+//! when it became eligible (NotReady + `not_ready_grace` + the confirmation interval), the
+//! decision latency from the journal (the confirming read's answer → the taint written), API
+//! requests, power reads, reads in flight and peak memory; a decoy tainted, or a storm node
+//! left untainted, fails the benchmark.
+//!
 //! Prints one line per figure as `figure<TAB>value<TAB>unit`, for `bench/scale` to tabulate.
 
 #[path = "../tests/support/mod.rs"]
@@ -15,7 +23,7 @@ mod support;
 
 use std::process::Stdio;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -28,6 +36,10 @@ use support::redfish_farm::{RedfishFarm, uuid_of};
 const API_CONCURRENCY: usize = 32;
 /// A kubelet on the default 40 s Lease renews every 10 s.
 const RENEW_EVERY: Duration = Duration::from_secs(10);
+/// The storm's policy: waits kept short so that a run stays short; what is measured comes after
+/// them.
+const NOT_READY_GRACE: Duration = Duration::from_secs(10);
+const CONFIRM_INTERVAL: Duration = Duration::from_secs(5);
 
 fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -80,10 +92,16 @@ async fn renew(leases: &Api<Lease>, name: &str) -> bool {
 async fn main() {
     let nodes = env_usize("BENCH_NODES", 5000);
     let idle_secs = env_usize("BENCH_IDLE_SECONDS", 60) as u64;
+    let storm_nodes = env_usize("BENCH_STORM", nodes / 5);
+    let decoys = env_usize("BENCH_DECOYS", 50);
+    assert!(
+        storm_nodes + decoys <= nodes / 2,
+        "BENCH_STORM + BENCH_DECOYS must stay within max_unhealthy (50% of BENCH_NODES)"
+    );
     let client = support::k8s::client().await;
     let group = support::k8s::unique("bench");
     let dir = tempfile::tempdir().unwrap();
-    let farm = RedfishFarm::start();
+    let mut farm = RedfishFarm::start();
 
     let names: Vec<String> = (0..nodes).map(|i| format!("{group}-{i:05}")).collect();
     let started = Instant::now();
@@ -119,14 +137,18 @@ async fn main() {
 
     // The kubelets: every Lease renewed every 10 s, spread over the period.
     let renewals = Arc::new(AtomicU64::new(0));
+    // Nodes below this index have lost power: their kubelets renew nothing.
+    let silenced = Arc::new(AtomicUsize::new(0));
     let kubelets = {
         let names = names.clone();
         let leases = leases.clone();
         let renewals = renewals.clone();
+        let silenced = silenced.clone();
         tokio::spawn(async move {
             loop {
                 let round = Instant::now();
-                futures::stream::iter(&names)
+                let skip = silenced.load(Ordering::Relaxed);
+                futures::stream::iter(&names[skip..])
                     .for_each_concurrent(API_CONCURRENCY, |name| {
                         let leases = leases.clone();
                         let renewals = renewals.clone();
@@ -150,6 +172,12 @@ async fn main() {
 [kubernetes]
 kubeconfig = "{kubeconfig}"
 node_selector = "{label}={group}"
+[policy]
+not_ready_grace = "{grace}s"
+confirm_interval = "{confirm}s"
+pre_attest = false
+[guards]
+fence_budget = {budget}
 [server]
 listen = "{listen}"
 [journal]
@@ -173,6 +201,9 @@ ca_file = "{ca}"
         farm = farm.base_url(),
         pw = pw.display(),
         ca = farm.cert.display(),
+        grace = NOT_READY_GRACE.as_secs(),
+        confirm = CONFIRM_INTERVAL.as_secs(),
+        budget = storm_nodes + decoys,
     );
     let config_path = dir.path().join("bench.toml");
     std::fs::write(&config_path, config).unwrap();
@@ -256,12 +287,29 @@ ca_file = "{ca}"
     figure("/metrics size", metrics.len() / 1024, "KiB");
     figure("/metrics series", series, "");
 
-    kubelets.abort();
-    let _ = daemon.kill().await;
     // Healthy nodes whose kubelets renew are read once at start and then every 10 minutes:
     // a read while idle is a bug, whatever the figures say.
-    let broken = (idle_reads > 0)
-        .then(|| format!("{idle_reads} power reads of healthy nodes while idle (expected none)"));
+    let mut broken = Vec::new();
+    if idle_reads > 0 {
+        broken.push(format!(
+            "{idle_reads} power reads of healthy nodes while idle (expected none)"
+        ));
+    }
+
+    let storm = Storm {
+        client: &client,
+        group: &group,
+        names: &names,
+        storm_nodes,
+        decoys,
+        listen: &listen,
+        pid,
+        journal: dir.path().join("journal.jsonl"),
+    };
+    broken.extend(storm.run(&mut farm, &silenced).await);
+
+    kubelets.abort();
+    let _ = daemon.kill().await;
     note("deleting the benchmark's nodes");
     futures::stream::iter(&names)
         .for_each_concurrent(API_CONCURRENCY, |name| {
@@ -277,8 +325,257 @@ ca_file = "{ca}"
             }
         })
         .await;
-    if let Some(why) = broken {
-        eprintln!("bench: FAILED: {why}");
+    if !broken.is_empty() {
+        for why in &broken {
+            eprintln!("bench: FAILED: {why}");
+        }
+        eprintln!(
+            "bench: the daemon's log: {}",
+            dir.keep().join("oobfence.log").display()
+        );
         std::process::exit(1);
+    }
+}
+
+/// The storm phase: what the daemon does when many machines lose power at once.
+struct Storm<'a> {
+    client: &'a kube::Client,
+    group: &'a str,
+    names: &'a [String],
+    storm_nodes: usize,
+    decoys: usize,
+    listen: &'a str,
+    pid: u32,
+    journal: std::path::PathBuf,
+}
+
+/// The sum of every series of a metric family in a /metrics text.
+fn metric_sum(metrics: &str, name: &str) -> f64 {
+    metrics
+        .lines()
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// `a - b` in seconds, negative when `a` is earlier.
+fn signed_secs(a: Instant, b: Instant) -> f64 {
+    a.saturating_duration_since(b).as_secs_f64() - b.saturating_duration_since(a).as_secs_f64()
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+impl Storm<'_> {
+    /// Runs the storm; returns what went wrong (a decoy tainted, a storm node never tainted).
+    async fn run(&self, farm: &mut RedfishFarm, silenced: &AtomicUsize) -> Vec<String> {
+        let (storm, decoys) = (self.storm_nodes, self.decoys);
+        let down = storm + decoys;
+        note(&format!(
+            "storm: {storm} machines lose power, {decoys} more nodes go NotReady with their machines On"
+        ));
+        // Taints as the API server shows them, from a watch of our own.
+        let tainted: Arc<std::sync::Mutex<std::collections::HashMap<String, Instant>>> =
+            Arc::default();
+        let watch = {
+            let tainted = tainted.clone();
+            let api: Api<k8s_openapi::api::core::v1::Node> = Api::all(self.client.clone());
+            let cfg = kube::runtime::watcher::Config::default().labels(&format!(
+                "{}={}",
+                support::k8s::TEST_LABEL,
+                self.group
+            ));
+            tokio::spawn(async move {
+                let stream = kube::runtime::watcher(api, cfg);
+                futures::pin_mut!(stream);
+                while let Some(ev) = stream.next().await {
+                    if let Ok(
+                        kube::runtime::watcher::Event::Apply(n)
+                        | kube::runtime::watcher::Event::InitApply(n),
+                    ) = ev
+                        && FakeNode::has_oos_taint(&n)
+                    {
+                        tainted
+                            .lock()
+                            .unwrap()
+                            .entry(kube::ResourceExt::name_any(&n))
+                            .or_insert_with(Instant::now);
+                    }
+                }
+            })
+        };
+        let before = support::k8s::scrape(self.listen).await;
+        let requests_before = metric_sum(&before, "oobfence_kubernetes_requests_total");
+        let reads_before = farm.requests().await;
+
+        // The power cut: machines Off, kubelets silent, then the status the controller-manager
+        // would post (NotReady), as fast as the API server takes it.
+        farm.power(true, 0, storm);
+        silenced.store(down, Ordering::Relaxed);
+        let cut = Instant::now();
+        let not_ready: Arc<std::sync::Mutex<std::collections::HashMap<String, Instant>>> =
+            Arc::default();
+        futures::stream::iter(self.names[..down].iter().enumerate())
+            .for_each_concurrent(API_CONCURRENCY, |(i, name)| {
+                let not_ready = not_ready.clone();
+                let node = FakeNode {
+                    client: self.client.clone(),
+                    name: name.clone(),
+                    identity: KubeletIdentity::uuid(&uuid_of(i)),
+                };
+                async move {
+                    // The Ready condition's lastTransitionTime has whole seconds: the daemon's
+                    // grace runs from `since` cut to its second, and so does eligibility here.
+                    let (since, at) = (jiff::Timestamp::now(), Instant::now());
+                    let fraction = Duration::from_nanos(since.subsec_nanosecond().max(0) as u64);
+                    node.set_status("False", since, "boot-1").await;
+                    not_ready.lock().unwrap().insert(node.name, at - fraction);
+                }
+            })
+            .await;
+        let marked = cut.elapsed();
+        let not_ready = not_ready.lock().unwrap().clone();
+        // Eligible: NotReady (by its lastTransitionTime), the grace elapsed, then the second
+        // read a confirmation interval after the first; the last marked is the last eligible.
+        let eligible_at = |name: &str| not_ready[name] + NOT_READY_GRACE + CONFIRM_INTERVAL;
+        let eligible =
+            not_ready.values().max().copied().unwrap_or(cut) + NOT_READY_GRACE + CONFIRM_INTERVAL;
+
+        let deadline = eligible + Duration::from_secs(120);
+        let (mut in_flight_max, mut rss_max) = (0.0f64, 0u64);
+        loop {
+            let done = {
+                let t = tainted.lock().unwrap();
+                (0..storm).all(|i| t.contains_key(&self.names[i]))
+            };
+            if done || Instant::now() >= deadline {
+                break;
+            }
+            let m = support::k8s::scrape(self.listen).await;
+            in_flight_max = in_flight_max.max(metric_sum(&m, "oobfence_power_reads_in_flight"));
+            rss_max = rss_max.max(usage(self.pid).0);
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        // A decoy wrongly fenced would be by now: the storm nodes' reads and writes are done.
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let after = support::k8s::scrape(self.listen).await;
+        let requests: f64 =
+            metric_sum(&after, "oobfence_kubernetes_requests_total") - requests_before;
+        let reads = farm.requests().await - reads_before;
+        watch.abort();
+
+        let tainted = tainted.lock().unwrap().clone();
+        let storm_tainted: Vec<Instant> = (0..storm)
+            .filter_map(|i| tainted.get(&self.names[i]).copied())
+            .collect();
+        // Each node's taint after its own eligibility.
+        let mut after_eligible: Vec<f64> = (0..storm)
+            .filter_map(|i| {
+                let name = &self.names[i];
+                let t = *tainted.get(name)?;
+                Some(signed_secs(t, eligible_at(name)))
+            })
+            .collect();
+        after_eligible.sort_by(f64::total_cmp);
+        let false_fences = (storm..down)
+            .filter(|&i| tainted.contains_key(&self.names[i]))
+            .count();
+        let last = storm_tainted.iter().max().copied();
+        let secs = |d: Duration| format!("{:.1}", d.as_secs_f64());
+        figure("storm: machines Off at once", storm, "");
+        figure("storm: decoys NotReady but On", decoys, "");
+        figure(
+            "storm: guards",
+            format!("max_unhealthy 50%, fence_budget {down}/1h, max_concurrent_reads 16"),
+            "",
+        );
+        figure(
+            "storm: policy",
+            format!(
+                "not_ready_grace {}s, 2 Off reads {}s apart, pre_attest off",
+                NOT_READY_GRACE.as_secs(),
+                CONFIRM_INTERVAL.as_secs()
+            ),
+            "",
+        );
+        figure("storm: nodes marked NotReady in", secs(marked), "s");
+        figure("storm: nodes tainted", storm_tainted.len(), "");
+        figure(
+            "storm: last taint after the last node became eligible",
+            last.map_or("never".into(), |l| {
+                format!("{:+.1}", signed_secs(l, eligible))
+            }),
+            "s",
+        );
+        figure(
+            "storm: each node's taint after its eligibility, p50 / p99",
+            format!(
+                "{:+.1} / {:+.1}",
+                percentile(&after_eligible, 50.0),
+                percentile(&after_eligible, 99.0)
+            ),
+            "s",
+        );
+        figure("storm: false fences (decoys tainted)", false_fences, "");
+        figure("storm: Kubernetes API requests by oobfence", requests, "");
+        figure("storm: power reads", reads, "");
+        figure(
+            "storm: power reads in flight, highest seen",
+            in_flight_max,
+            "",
+        );
+        figure("storm: RSS, highest seen", rss_max / 1024, "MiB");
+
+        // Decision latency, from the journal: the confirming read's answer → the taint written.
+        let mut latency: Vec<f64> = std::fs::read_to_string(&self.journal)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<oobfence::journal::Record>(l).ok())
+            .filter(|r| r.action == "taint" && r.result == "success")
+            .filter_map(|r| {
+                let read = r.inputs.reads.last()?;
+                let answered = read.at.as_millisecond() as f64 / 1000.0 + read.latency_seconds;
+                Some(r.ts.as_millisecond() as f64 / 1000.0 - answered)
+            })
+            .collect();
+        latency.sort_by(f64::total_cmp);
+        figure(
+            "storm: decision latency (confirming answer → taint written), p50",
+            format!("{:.0}", percentile(&latency, 50.0) * 1000.0),
+            "ms",
+        );
+        figure(
+            "storm: decision latency, p99",
+            format!("{:.0}", percentile(&latency, 99.0) * 1000.0),
+            "ms",
+        );
+        figure(
+            "storm: decision latency, max",
+            format!(
+                "{:.0}",
+                latency.last().copied().unwrap_or(f64::NAN) * 1000.0
+            ),
+            "ms",
+        );
+
+        let mut broken = Vec::new();
+        if false_fences > 0 {
+            broken.push(format!("{false_fences} decoys (machines On) were tainted"));
+        }
+        if storm_tainted.len() < storm {
+            broken.push(format!(
+                "{} of {storm} storm nodes were never tainted",
+                storm - storm_tainted.len()
+            ));
+        }
+        broken
     }
 }

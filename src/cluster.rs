@@ -146,7 +146,44 @@ pub async fn connect(cfg: &KubernetesConfig) -> Result<Client, ClusterError> {
         reqwest::header::USER_AGENT,
         reqwest::header::HeaderValue::from_static(USER_AGENT),
     ));
-    Client::try_from(config).map_err(ClusterError::Client)
+    let counted = tower::util::MapRequestLayer::new(|req: http::Request<kube::client::Body>| {
+        KUBERNETES_REQUESTS
+            .get_or_create(&MethodLabels {
+                method: method_label(req.method()),
+            })
+            .inc();
+        req
+    });
+    Ok(kube::client::ClientBuilder::try_from(config)
+        .map_err(ClusterError::Client)?
+        .with_layer(&counted)
+        .build())
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+pub struct MethodLabels {
+    pub method: &'static str,
+}
+
+/// Every request oobfence's clients sent to the API server, by HTTP method (GET counts lists,
+/// watches and fresh reads alike): what oobfence costs the control plane. Process-wide, since
+/// a client exists before the metrics do; `metrics::Metrics` serves it.
+pub static KUBERNETES_REQUESTS: std::sync::LazyLock<
+    prometheus_client::metrics::family::Family<
+        MethodLabels,
+        prometheus_client::metrics::counter::Counter,
+    >,
+> = std::sync::LazyLock::new(Default::default);
+
+fn method_label(m: &http::Method) -> &'static str {
+    match *m {
+        http::Method::GET => "GET",
+        http::Method::POST => "POST",
+        http::Method::PUT => "PUT",
+        http::Method::PATCH => "PATCH",
+        http::Method::DELETE => "DELETE",
+        _ => "other",
+    }
 }
 
 async fn bounded<T>(fut: impl Future<Output = Result<T, kube::Error>>) -> Result<T, ClusterError> {

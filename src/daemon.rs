@@ -21,7 +21,8 @@ use reads::{ReadDone, ReadPurpose, ReadSlots, spawn_read};
 use tracker::Tracker;
 use writer::{ActionDone, action_label};
 
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -103,6 +104,10 @@ pub struct Daemon {
     /// Counts the passes where what the guards hold changed (pause, view, standby, a storm,
     /// a freeze, the budget, a lease storm): every node is then decided again.
     guards_epoch: u64,
+    /// Nodes to decide again at a set time (a grace ends, a confirming read is due), soonest
+    /// first: so that a node becomes eligible when its waits end, not at the next tick.
+    /// An entry no longer its tracker's `wake_at` is stale and skipped.
+    wakeups: BinaryHeap<Reverse<(Timestamp, String)>>,
 }
 
 /// Runs the daemon until `shutdown` completes.
@@ -187,7 +192,10 @@ pub async fn run(
         journal,
         volumes,
         sources,
-        read_slots: ReadSlots::new(cfg.max_concurrent_reads),
+        read_slots: ReadSlots::new(
+            cfg.max_concurrent_reads,
+            shared.metrics.power_reads_in_flight.clone(),
+        ),
         cluster: cluster_writer,
         cfg,
         shared: shared.clone(),
@@ -198,6 +206,7 @@ pub async fn run(
         actions_tx,
         conflicts: HashMap::new(),
         conflicts_of: HashMap::new(),
+        wakeups: BinaryHeap::new(),
         calm: Calm::default(),
         leadership,
         guards_epoch: 0,
@@ -235,8 +244,10 @@ pub async fn run(
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_status = Instant::now() - Duration::from_secs(3600);
     loop {
+        let wake = daemon.next_wakeup();
         tokio::select! {
             _ = &mut shutdown => break,
+            _ = tokio::time::sleep_until(wake) => daemon.wake_due(),
             _ = tick.tick() => {
                 daemon.evaluate_all();
                 if last_status.elapsed() >= Duration::from_secs(10) {
@@ -829,6 +840,17 @@ impl Daemon {
         }
 
         let tracker = self.trackers.get_mut(&name).expect("inserted above");
+        let wake = [decision.next_read_at, decision.decide_again_at]
+            .into_iter()
+            .flatten()
+            .filter(|at| *at > now)
+            .min();
+        if let Some(at) = wake
+            && tracker.wake_at != wake
+        {
+            tracker.wake_at = wake;
+            self.wakeups.push(Reverse((at, name.clone())));
+        }
         tracker.quiet = (decision.rule == Rule::NodeReady
             && decision.state == decision::NodeState::Healthy
             && facts.fence.is_none()
@@ -871,6 +893,40 @@ impl Daemon {
 
     /// A Node changed in the cache: decide it now. Only a node the last pass saw (its guards
     /// and census are counted per pass); a new one waits for the next tick.
+    /// When the soonest wakeup is due (far ahead when none is).
+    fn next_wakeup(&self) -> tokio::time::Instant {
+        let now = Instant::now();
+        let far = now + Duration::from_secs(3600);
+        let Some(Reverse((at, _))) = self.wakeups.peek() else {
+            return far.into();
+        };
+        let wait = at.duration_since(Timestamp::now());
+        let wait = Duration::try_from(wait).unwrap_or(Duration::ZERO);
+        (now + wait).min(far).into()
+    }
+
+    /// Decides again every node whose wakeup is due.
+    fn wake_due(&mut self) {
+        let now = Timestamp::now();
+        while let Some(Reverse((at, _))) = self.wakeups.peek()
+            && *at <= now
+        {
+            let Some(Reverse((at, name))) = self.wakeups.pop() else {
+                break;
+            };
+            let Some(t) = self.trackers.get_mut(&name) else {
+                continue;
+            };
+            if t.wake_at != Some(at) {
+                continue;
+            }
+            t.wake_at = None;
+            if let Some(node) = self.nodes.get(&ObjectRef::new(&name)) {
+                self.evaluate(&node, now);
+            }
+        }
+    }
+
     fn node_changed(&mut self, name: &str) {
         if !self.trackers.contains_key(name) {
             return;

@@ -203,6 +203,9 @@ pub struct Decision {
     pub reason: String,
     /// Read the power state at or after this time (none: no read wanted).
     pub next_read_at: Option<Timestamp>,
+    /// When this decision runs out by the clock alone (a grace period ends): decide again then,
+    /// not at some later pass. Reads wanted are in `next_read_at`.
+    pub decide_again_at: Option<Timestamp>,
     /// For [`Step::Fence`] and [`Step::Unfence`]: what the writer must re-check.
     pub guard: Option<WriteGuard>,
 }
@@ -215,6 +218,7 @@ impl Decision {
             rule,
             reason: reason.into(),
             next_read_at: None,
+            decide_again_at: None,
             guard: None,
         }
     }
@@ -226,6 +230,11 @@ impl Decision {
 
     fn read_at(mut self, at: Timestamp) -> Self {
         self.next_read_at = Some(at);
+        self
+    }
+
+    fn again_at(mut self, at: Timestamp) -> Self {
+        self.decide_again_at = Some(at);
         self
     }
 }
@@ -577,7 +586,8 @@ fn attest(
                 secs(*not_ready_for),
                 secs(policy.not_ready_grace)
             ),
-        );
+        )
+        .again_at(plus(now, policy.not_ready_grace - *not_ready_for));
     }
 
     if !facts.has_power_source {
@@ -646,7 +656,8 @@ fn attest(
                     secs(age),
                     secs(policy.not_ready_grace)
                 ),
-            );
+            )
+            .again_at(plus(seen, policy.not_ready_grace));
         }
     }
 

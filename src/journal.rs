@@ -164,7 +164,8 @@ pub struct FenceInput {
 /// One power read as the journal keeps it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ReadInput {
-    /// When the answer arrived.
+    /// When the read started (what it says was true no later than that); the answer came
+    /// `latency_seconds` later.
     pub at: Timestamp,
     /// `on`, `off`, `transitional` or `error`.
     pub value: String,

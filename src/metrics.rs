@@ -198,6 +198,7 @@ pub struct Metrics {
     pub actions: Family<ActionLabels, Counter>,
     pub would_act: Family<WouldActLabels, Counter>,
     pub power_reads: Family<ReadLabels, Counter>,
+    pub power_reads_in_flight: Gauge,
     pub power_read_duration: Family<BackendLabels, Histogram>,
     pub blocked: Family<BlockedLabels, Gauge>,
     pub node_blocked: Family<NodeReasonLabels, Gauge>,
@@ -269,6 +270,17 @@ impl Metrics {
             "power_reads",
             "Out-of-band power reads by backend and result (on, off, transitional, error); error_kind says why a read failed (timeout, unreachable, tls, auth, protocol, bad_reply, config). Errors never count as off",
             Listed(power_reads.clone()),
+        );
+        let power_reads_in_flight = Gauge::default();
+        registry.register(
+            "power_reads_in_flight",
+            "Power reads under way now (each holds one of max_concurrent_reads slots): at the limit for long, reads queue and decisions wait on them",
+            power_reads_in_flight.clone(),
+        );
+        registry.register(
+            "kubernetes_requests",
+            "Requests oobfence sent to the Kubernetes API server, by HTTP method (GET counts lists, watches and fresh reads before a write): its load on the control plane",
+            crate::cluster::KUBERNETES_REQUESTS.clone(),
         );
         let power_read_duration = Family::<BackendLabels, Histogram>::new_with_constructor(|| {
             Histogram::new([0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0])
@@ -518,6 +530,7 @@ impl Metrics {
             actions,
             would_act,
             power_reads,
+            power_reads_in_flight,
             power_read_duration,
             blocked,
             node_blocked,

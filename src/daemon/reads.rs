@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
+use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::{Semaphore, mpsc};
 
 use crate::decision::{PowerReading, PowerState, ReadErrorKind};
@@ -34,14 +35,26 @@ pub(super) struct ReadDone {
 pub(super) struct ReadSlots {
     pub(super) read: Arc<Semaphore>,
     pub(super) identity: Arc<Semaphore>,
+    /// Reads holding a `read` slot now (`oobfence_power_reads_in_flight`).
+    in_flight: Gauge,
 }
 
 impl ReadSlots {
-    pub(super) fn new(max_concurrent_reads: usize) -> ReadSlots {
+    pub(super) fn new(max_concurrent_reads: usize, in_flight: Gauge) -> ReadSlots {
         ReadSlots {
             read: Arc::new(Semaphore::new(max_concurrent_reads)),
             identity: Arc::new(Semaphore::new((max_concurrent_reads / 2).max(1))),
+            in_flight,
         }
+    }
+}
+
+/// One read slot taken, counted in flight until dropped.
+struct InFlight(Gauge);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.dec();
     }
 }
 
@@ -59,6 +72,8 @@ pub(super) fn spawn_read(
             ReadPurpose::Decision => None,
         };
         let _permit = slots.read.acquire_owned().await;
+        slots.in_flight.inc();
+        let _counted = InFlight(slots.in_flight.clone());
         let reading = read_once(&src.source, src.deadline).await;
         let _ = tx
             .send(ReadDone {

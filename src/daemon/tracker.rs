@@ -52,6 +52,9 @@ pub(super) struct Tracker {
     pub(super) quiet: Option<Quiet>,
     /// The Lease's `leaseDurationSeconds`, as last seen.
     pub(super) lease_duration: Option<std::time::Duration>,
+    /// When the last decision asked to be decided again (a grace ending, a read due): the
+    /// node's entry in [`super::Daemon::wakeups`].
+    pub(super) wake_at: Option<Timestamp>,
 }
 
 /// What a node was last decided healthy on.

@@ -220,6 +220,10 @@ fn within_grace_no_read_no_action() {
     assert_eq!((d.step, d.rule), (Step::Idle, Rule::NotReadyGrace));
     assert_eq!(d.next_read_at, None);
     assert_eq!(d.state, NodeState::Suspect);
+    // The grace ends by the clock alone: the node is decided again the moment it does.
+    assert_eq!(d.decide_again_at, Some(t(60)));
+    let d = decide(&unleased(), &[], &policy(), t(60));
+    assert_ne!(d.rule, Rule::NotReadyGrace);
 }
 
 #[test]
@@ -357,6 +361,8 @@ fn a_lease_renewed_during_not_ready_blocks() {
         (NodeState::Blocked, Rule::LeaseRenewedRecently)
     );
     assert_eq!(d.step, Step::Idle);
+    // The renewal ages out by the clock alone: decided again when it has.
+    assert_eq!(d.decide_again_at, Some(t(110)));
     // A node with no Lease at all (very old clusters) is judged on Ready and power alone.
     let facts = NodeFacts {
         lease_renewal_seen: None,

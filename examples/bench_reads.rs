@@ -1,0 +1,292 @@
+//! The read-cost benchmark, run by `bench/fence-agents`: what one power status read costs
+//! oobfence against the ClusterLabs fence agents, on the same emulated BMCs on 127.0.0.1:
+//! OpenIPMI's `ipmi_sim` (RMCP+, cipher suite 3) and sushy-tools (Redfish over HTTPS).
+//!
+//! Two views:
+//! - **One process per read**, as Pacemaker and fence-agents-remediation run a fence agent:
+//!   `oobfence probe` against `fence_ipmilan --lanplus -C 3 -o status` and
+//!   `fence_redfish --ssl-insecure -o status`, interleaved, `BENCH_RUNS` (15) of each, timed by
+//!   GNU time (wall, user + system CPU, peak RSS); medians.
+//! - **In the daemon**: the daemon's own read path (`read_once` on the source the config
+//!   builds), process start-up excluded: wall time and CPU per read one at a time, and reads per
+//!   second with 16 in flight (the default `max_concurrent_reads`).
+//!
+//! Prints one line per figure as `figure<TAB>value<TAB>unit`, for `bench/fence-agents` to
+//! tabulate. `OOBFENCE_BIN` is the daemon to probe with.
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures::StreamExt;
+use oobfence::config::Config;
+use oobfence::daemon::read_once;
+use oobfence::power::{MappedSource, PowerSources};
+use support::ipmi_sim::{self, IpmiSim};
+use support::sushy::{self, SushyEmulator};
+
+const NODE: &str = "bench-node";
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn figure(name: &str, value: impl std::fmt::Display, unit: &str) {
+    println!("{name}\t{value}\t{unit}");
+}
+
+fn note(what: &str) {
+    eprintln!("bench: {what}");
+}
+
+/// CPU seconds this process has used (user + system).
+fn own_cpu() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after = stat.rsplit_once(") ").map(|(_, r)| r).unwrap_or("");
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    // USER_HZ is 100 on every Linux this runs on.
+    (ticks(11) + ticks(12)) as f64 / 100.0
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// One process, timed by GNU time: (wall s, CPU s, peak RSS KiB). Panics if it fails: a
+/// comparison against a read that did not happen means nothing.
+fn timed(cmd: &[String]) -> (f64, f64, f64) {
+    let out = Command::new("/usr/bin/time")
+        .args(["-f", "TIMED %e %U %S %M"])
+        .args(cmd)
+        .output()
+        .expect("run /usr/bin/time (Debian package `time`)");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}\n{stderr}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let line = stderr
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("TIMED "))
+        .unwrap_or_else(|| panic!("no timing from {cmd:?}: {stderr}"));
+    let v: Vec<f64> = line
+        .split_whitespace()
+        .map(|x| x.parse().unwrap())
+        .collect();
+    (v[0], v[1] + v[2], v[3])
+}
+
+/// The whole-process comparison: `ours` and `agent` run alternately `runs` times each.
+/// Returns the agent's median wall and CPU seconds.
+fn compare(backend: &str, ours: &[String], agent: &[String], runs: usize) -> (f64, f64) {
+    // One of each first: caches warm, and a command that cannot read fails here.
+    let stdout = Command::new(&ours[0]).args(&ours[1..]).output().unwrap();
+    note(&format!(
+        "{backend}: {}",
+        String::from_utf8_lossy(&stdout.stdout)
+            .lines()
+            .next()
+            .unwrap_or("")
+    ));
+    timed(agent);
+    let (mut o, mut a) = (Vec::new(), Vec::new());
+    for _ in 0..runs {
+        o.push(timed(ours));
+        a.push(timed(agent));
+    }
+    let col = |v: &[(f64, f64, f64)], i: usize| {
+        median(v.iter().map(|t| [t.0, t.1, t.2][i]).collect::<Vec<f64>>())
+    };
+    let agent_name = Path::new(&agent[0])
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .to_string();
+    for (i, what, unit, scale) in [
+        (0, "wall", "ms", 1000.0),
+        (1, "CPU", "ms", 1000.0),
+        (2, "peak RSS", "MiB", 1.0 / 1024.0),
+    ] {
+        let (ours, theirs) = (col(&o, i) * scale, col(&a, i) * scale);
+        figure(
+            &format!("{backend}, one process: {what}, oobfence probe / {agent_name}"),
+            format!(
+                "{ours:.1} / {theirs:.1} ({:.1}×)",
+                theirs / ours.max(f64::EPSILON)
+            ),
+            unit,
+        );
+    }
+    (col(&a, 0), col(&a, 1))
+}
+
+/// The daemon's read path: `n` reads one at a time, then 16 at a time for `n` more.
+/// `agent` is the fence agent's median (wall, CPU) per read, to compare with.
+async fn in_daemon(backend: &str, config: &Path, n: usize, agent: (f64, f64)) {
+    let cfg = Arc::new(Config::load(config).expect("the benchmark's config"));
+    let sources = PowerSources::new(cfg, Default::default()).await;
+    let MappedSource { source, deadline } = sources.for_node(NODE, None).expect("mapped");
+    let first = read_once(&source, deadline).await;
+    note(&format!("{backend}, in the daemon: {}", first.state));
+    let (cpu0, t0) = (own_cpu(), Instant::now());
+    for _ in 0..n {
+        let r = read_once(&source, deadline).await;
+        assert!(
+            !matches!(r.state, oobfence::power::PowerState::Error { .. }),
+            "{backend}: {}",
+            r.state
+        );
+    }
+    let (wall, cpu) = (
+        t0.elapsed().as_secs_f64() / n as f64,
+        (own_cpu() - cpu0) / n as f64,
+    );
+    figure(
+        &format!("{backend}, in the daemon: wall per read, one at a time (× less than the agent)"),
+        format!("{:.2} ({:.0}×)", wall * 1000.0, agent.0 / wall),
+        "ms",
+    );
+    figure(
+        &format!("{backend}, in the daemon: CPU per read (× less than the agent)"),
+        format!("{:.2} ({:.0}×)", cpu * 1000.0, agent.1 / cpu.max(1e-6)),
+        "ms",
+    );
+    let (cpu0, t0) = (own_cpu(), Instant::now());
+    let reads = futures::stream::iter(0..n)
+        .map(|_| read_once(&source, deadline))
+        .buffer_unordered(16)
+        .filter(|r| {
+            std::future::ready(!matches!(
+                r.state,
+                oobfence::power::PowerState::Error { .. }
+            ))
+        })
+        .count()
+        .await;
+    let secs = t0.elapsed().as_secs_f64();
+    figure(
+        &format!("{backend}, in the daemon: reads per second, 16 in flight"),
+        format!("{:.0}", reads as f64 / secs),
+        "/s",
+    );
+    figure(
+        &format!("{backend}, in the daemon: CPU per read, 16 in flight"),
+        format!("{:.2}", (own_cpu() - cpu0) / n as f64 * 1000.0),
+        "ms",
+    );
+}
+
+fn config_with(dir: &Path, stem: &str, entry: &str) -> PathBuf {
+    let path = dir.join(format!("{stem}.toml"));
+    std::fs::write(
+        &path,
+        format!(
+            "datacenter = \"bench\"\n[kubernetes]\n[journal]\npath = \"{}\"\n{entry}",
+            dir.join("journal.jsonl").display()
+        ),
+    )
+    .unwrap();
+    path
+}
+
+#[tokio::main]
+async fn main() {
+    let runs = env_usize("BENCH_RUNS", 15);
+    let reads = env_usize("BENCH_READS", 200);
+    let bin = std::env::var("OOBFENCE_BIN").unwrap_or_else(|_| "target/release/oobfence".into());
+    let dir = tempfile::tempdir().unwrap();
+
+    let sim = IpmiSim::start();
+    let ipmi_pw = dir.path().join("ipmi.password");
+    std::fs::write(&ipmi_pw, ipmi_sim::PASSWORD).unwrap();
+    let ipmi = config_with(
+        dir.path(),
+        "ipmi",
+        &format!(
+            "[[bmc]]\nnodes = [\"{NODE}\"]\nprotocol = \"ipmi\"\naddress = \"{}\"\nusername = \"{}\"\npassword_file = \"{}\"\ncipher_suite = 3\nprivilege = \"administrator\"\n",
+            sim.address(),
+            ipmi_sim::USERNAME,
+            ipmi_pw.display()
+        ),
+    );
+    let emu = SushyEmulator::start(1).await;
+    let redfish_pw = dir.path().join("redfish.password");
+    std::fs::write(&redfish_pw, sushy::PASSWORD).unwrap();
+    let redfish = config_with(
+        dir.path(),
+        "redfish",
+        &format!(
+            "[[bmc]]\nnodes = [\"{NODE}\"]\nprotocol = \"redfish\"\naddress = \"{}\"\nsystem = \"{}\"\nusername = \"{}\"\npassword_file = \"{}\"\nca_file = \"{}\"\n",
+            emu.base_url(),
+            emu.system_path(0),
+            sushy::USERNAME,
+            redfish_pw.display(),
+            emu.cert_pem_path().display()
+        ),
+    );
+
+    let probe = |config: &Path| {
+        vec![
+            bin.clone(),
+            "probe".into(),
+            "--config".into(),
+            config.display().to_string(),
+            NODE.into(),
+        ]
+    };
+    let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let ipmi_port = sim.port().to_string();
+    let fence_ipmilan = strings(&[
+        "/usr/sbin/fence_ipmilan",
+        "--ip",
+        "127.0.0.1",
+        "--ipport",
+        &ipmi_port,
+        "--username",
+        ipmi_sim::USERNAME,
+        "--password",
+        ipmi_sim::PASSWORD,
+        "--lanplus",
+        "--cipher",
+        "3",
+        "--action",
+        "status",
+    ]);
+    let redfish_port = emu.port().to_string();
+    let system = emu.system_path(0);
+    let fence_redfish = strings(&[
+        "/usr/sbin/fence_redfish",
+        "--ip",
+        "127.0.0.1",
+        "--ipport",
+        &redfish_port,
+        "--ssl-insecure",
+        "--username",
+        sushy::USERNAME,
+        "--password",
+        sushy::PASSWORD,
+        "--systems-uri",
+        &system,
+        "--action",
+        "status",
+    ]);
+
+    note(&format!("IPMI: {runs} interleaved runs each"));
+    let ipmi_agent = compare("IPMI", &probe(&ipmi), &fence_ipmilan, runs);
+    note(&format!("Redfish: {runs} interleaved runs each"));
+    let redfish_agent = compare("Redfish", &probe(&redfish), &fence_redfish, runs);
+    note(&format!("in the daemon: {reads} reads each way"));
+    in_daemon("IPMI", &ipmi, reads, ipmi_agent).await;
+    in_daemon("Redfish", &redfish, reads, redfish_agent).await;
+}
