@@ -5,14 +5,15 @@
 //! Two views:
 //! - **One process per read**, as Pacemaker and fence-agents-remediation run a fence agent:
 //!   `oobfence probe` against `fence_ipmilan --lanplus -C 3 -o status` and
-//!   `fence_redfish --ssl-insecure -o status`, interleaved, `BENCH_RUNS` (15) of each, timed by
-//!   GNU time (wall, user + system CPU, peak RSS); medians.
+//!   `fence_redfish --ssl-insecure -o status`, interleaved, `BENCH_RUNS` (15) of each: wall
+//!   time, and CPU and peak RSS as the kernel accounts the child (wait4); medians.
 //! - **In the daemon**: the daemon's own read path (`read_once` on the source the config
 //!   builds), process start-up excluded: wall time and CPU per read one at a time, and reads per
 //!   second with 16 in flight (the default `max_concurrent_reads`).
 //!
 //! Prints one line per figure as `figure<TAB>value<TAB>unit`, for `bench/fence-agents` to
-//! tabulate. `OOBFENCE_BIN` is the daemon to probe with.
+//! tabulate. `OOBFENCE_BIN` is the daemon to probe with; `BENCH_LINGER=SECONDS` keeps the
+//! emulators up that long afterwards, to profile a probe against them by hand.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -61,30 +62,36 @@ fn median(mut v: Vec<f64>) -> f64 {
     v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
-/// One process, timed by GNU time: (wall s, CPU s, peak RSS KiB). Panics if it fails: a
-/// comparison against a read that did not happen means nothing.
+/// One process: (wall s, CPU s, peak RSS KiB), its CPU and peak RSS from the kernel's
+/// accounting of that child (wait4), to the microsecond. Panics if it fails: a comparison
+/// against a read that did not happen means nothing.
+// The child is reaped by wait4, for its resource usage, not by Child::wait.
+#[allow(clippy::zombie_processes)]
 fn timed(cmd: &[String]) -> (f64, f64, f64) {
-    let out = Command::new("/usr/bin/time")
-        .args(["-f", "TIMED %e %U %S %M"])
-        .args(cmd)
-        .output()
-        .expect("run /usr/bin/time (Debian package `time`)");
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let started = Instant::now();
+    let child = Command::new(&cmd[0])
+        .args(&cmd[1..])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {cmd:?}: {e}"));
+    let pid = child.id() as libc::pid_t;
+    let mut status = 0;
+    // SAFETY: wait4 writes only into the two out-parameters, both valid for the call; the
+    // child is ours and not waited for elsewhere.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let waited = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    let wall = started.elapsed().as_secs_f64();
+    assert_eq!(waited, pid, "wait4 on {cmd:?}");
     assert!(
-        out.status.success(),
-        "{cmd:?} failed: {}\n{stderr}",
-        String::from_utf8_lossy(&out.stdout)
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "{cmd:?} failed (wait status {status})"
     );
-    let line = stderr
-        .lines()
-        .rev()
-        .find_map(|l| l.strip_prefix("TIMED "))
-        .unwrap_or_else(|| panic!("no timing from {cmd:?}: {stderr}"));
-    let v: Vec<f64> = line
-        .split_whitespace()
-        .map(|x| x.parse().unwrap())
-        .collect();
-    (v[0], v[1] + v[2], v[3])
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    (
+        wall,
+        secs(usage.ru_utime) + secs(usage.ru_stime),
+        usage.ru_maxrss as f64,
+    )
 }
 
 /// The whole-process comparison: `ours` and `agent` run alternately `runs` times each.
@@ -286,7 +293,44 @@ async fn main() {
     let ipmi_agent = compare("IPMI", &probe(&ipmi), &fence_ipmilan, runs);
     note(&format!("Redfish: {runs} interleaved runs each"));
     let redfish_agent = compare("Redfish", &probe(&redfish), &fence_redfish, runs);
+    // What the emulator itself takes per GET, over one kept-alive connection: the floor under
+    // any client's wall time against it.
+    let url = format!("{}{}", emu.base_url(), emu.system_path(0));
+    let mut curl = strings(&[
+        "-sk",
+        "-u",
+        &format!("{}:{}", sushy::USERNAME, sushy::PASSWORD),
+    ]);
+    curl.extend(strings(&["-w", "%{time_total}\\n"]));
+    for _ in 0..21 {
+        curl.extend([String::from("-o"), "/dev/null".into(), url.clone()]);
+    }
+    let out = Command::new("curl").args(&curl).output().expect("run curl");
+    let times: Vec<f64> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .skip(1) // the first carries the TLS handshake
+        .filter_map(|l| l.trim().parse().ok())
+        .collect();
+    figure(
+        "Redfish: sushy-tools' own time per GET (curl, one kept-alive connection)",
+        format!("{:.1}", median(times) * 1000.0),
+        "ms",
+    );
     note(&format!("in the daemon: {reads} reads each way"));
     in_daemon("IPMI", &ipmi, reads, ipmi_agent).await;
     in_daemon("Redfish", &redfish, reads, redfish_agent).await;
+
+    // For profiling by hand: the emulators stay up, e.g. for
+    // `perf record -g -- oobfence probe --config CONFIG bench-node`.
+    if let Some(secs) = std::env::var("BENCH_LINGER")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
+        note(&format!(
+            "emulators up for {secs} s more: {} {}",
+            ipmi.display(),
+            redfish.display()
+        ));
+        tokio::time::sleep(std::time::Duration::from_secs(secs)).await;
+    }
 }

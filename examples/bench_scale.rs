@@ -209,6 +209,8 @@ ca_file = "{ca}"
     std::fs::write(&config_path, config).unwrap();
     let bin = std::env::var("OOBFENCE_BIN").unwrap_or_else(|_| "target/release/oobfence".into());
     let mut daemon = tokio::process::Command::new(&bin)
+        // As the systemd unit runs it.
+        .env("MALLOC_ARENA_MAX", "2")
         .args(["run", "--config"])
         .arg(&config_path)
         .stdout(Stdio::null())

@@ -765,6 +765,7 @@ impl Daemon {
             && decision.rule == Rule::NodeReady
             && !tracker.read_in_flight
             && tracker.identity_due.is_none_or(|t| Instant::now() >= t)
+            && self.read_slots.identity_room()
         {
             // A healthy node: learn (and re-check) that its power source reads its machine.
             tracker.read_in_flight = true;

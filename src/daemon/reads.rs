@@ -2,6 +2,7 @@
 //! reported back to the loop over a channel.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
@@ -37,7 +38,14 @@ pub(super) struct ReadSlots {
     pub(super) identity: Arc<Semaphore>,
     /// Reads holding a `read` slot now (`oobfence_power_reads_in_flight`).
     in_flight: Gauge,
+    /// Identity reads started and not yet done, waiting for a slot or reading.
+    identity_queued: Arc<AtomicUsize>,
 }
+
+/// Identity reads queued at once, at most: at start every healthy node's machine is due, and a
+/// task waiting for a slot per node (thousands) would cost memory the process keeps; the rest
+/// start on later passes, a pass queueing more than the slots read in a second.
+const IDENTITY_QUEUE_MAX: usize = 256;
 
 impl ReadSlots {
     pub(super) fn new(max_concurrent_reads: usize, in_flight: Gauge) -> ReadSlots {
@@ -45,7 +53,22 @@ impl ReadSlots {
             read: Arc::new(Semaphore::new(max_concurrent_reads)),
             identity: Arc::new(Semaphore::new((max_concurrent_reads / 2).max(1))),
             in_flight,
+            identity_queued: Arc::default(),
         }
+    }
+
+    /// Whether another identity read may be queued now.
+    pub(super) fn identity_room(&self) -> bool {
+        self.identity_queued.load(Ordering::Relaxed) < IDENTITY_QUEUE_MAX
+    }
+}
+
+/// One identity read queued, counted until dropped.
+struct Queued(Arc<AtomicUsize>);
+
+impl Drop for Queued {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -66,7 +89,12 @@ pub(super) fn spawn_read(
     slots: ReadSlots,
     tx: mpsc::Sender<ReadDone>,
 ) {
+    let queued = (purpose == ReadPurpose::Identity).then(|| {
+        slots.identity_queued.fetch_add(1, Ordering::Relaxed);
+        Queued(slots.identity_queued.clone())
+    });
     tokio::spawn(async move {
+        let _queued = queued;
         let _identity = match purpose {
             ReadPurpose::Identity => Some(slots.identity.acquire_owned().await),
             ReadPurpose::Decision => None,
