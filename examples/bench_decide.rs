@@ -113,8 +113,8 @@ fn main() {
     };
     let census_nodes: Vec<CensusNode> = (0..nodes)
         .map(|i| CensusNode {
-            uid: format!("uid-{i}"),
-            domain: Some(format!("rack{}", i % 50)),
+            uid: format!("uid-{i}").into(),
+            domain: Some(format!("rack{}", i % 50).into()),
             unhealthy: i % 50 == 0 || i % 97 == 0,
             source_failing: (i % 7 == 0).then_some(i % 91 == 0),
             lease_stale: Some(i % 50 == 0),

@@ -407,14 +407,22 @@ impl Daemon {
     fn evaluate_all(&mut self) {
         let now = Timestamp::now();
         let nodes = self.nodes.state();
-        let names: std::collections::HashSet<String> = nodes.iter().map(|n| n.name_any()).collect();
-        // Forget nodes that are gone.
-        let gone: Vec<String> = self
-            .trackers
-            .keys()
-            .filter(|k| !names.contains(*k))
-            .cloned()
-            .collect();
+        // Forget nodes that are gone. Every tracker was made for a node of the cache, so a gone
+        // one leaves more trackers than nodes (a pass late at worst, when a new node has no
+        // tracker yet): only then is it worth looking for it.
+        let gone: Vec<String> = if self.trackers.len() > nodes.len() {
+            let names: std::collections::HashSet<&str> = nodes
+                .iter()
+                .filter_map(|n| n.metadata.name.as_deref())
+                .collect();
+            self.trackers
+                .keys()
+                .filter(|k| !names.contains(k.as_str()))
+                .cloned()
+                .collect()
+        } else {
+            Vec::new()
+        };
         for name in gone {
             if let Some(t) = self.trackers.remove(&name)
                 && let Ok(mut h) = self.shared.holds.write()
@@ -494,9 +502,13 @@ impl Daemon {
                     })
                 });
                 CensusNode {
-                    uid: n.uid().unwrap_or_default(),
+                    uid: n.metadata.uid.as_deref().unwrap_or_default().into(),
                     lease_stale,
-                    domain: failure_domain(n, g.failure_domain_label.as_deref()),
+                    domain: g
+                        .failure_domain_label
+                        .as_deref()
+                        .and_then(|label| n.labels().get(label))
+                        .map(|d| d.as_str().into()),
                     unhealthy: matches!(cluster::readiness(n), Readiness::NotReady { .. }),
                     source_failing: failing,
                 }
@@ -696,9 +708,11 @@ impl Daemon {
         if !quiet || t.read_in_flight || t.action_in_flight || identity_due {
             return false;
         }
-        let lease = self
-            .leases
-            .get(&ObjectRef::new(name).within(cluster::NODE_LEASE_NAMESPACE));
+        // The Lease's key is kept: building it (two Strings) for every node every pass showed.
+        let lease_ref = t
+            .lease_ref
+            .get_or_insert_with(|| ObjectRef::new(name).within(cluster::NODE_LEASE_NAMESPACE));
+        let lease = self.leases.get(lease_ref);
         let Some(renew) = lease.as_deref().and_then(cluster::lease_renewed) else {
             return false;
         };
@@ -727,9 +741,12 @@ impl Daemon {
         let mut facts = cluster::node_facts(node, lease.as_deref(), self.cluster.actor());
         facts.has_power_source = source.is_some();
         facts.identity_check = self
-            .cfg
-            .mapping_for(&name)
-            .map(|m| m.identity())
+            .trackers
+            .get_mut(&name)
+            .and_then(|t| {
+                *t.mapping_identity
+                    .get_or_insert_with(|| self.cfg.mapping_for(&name).map(|m| m.identity()))
+            })
             .unwrap_or_default();
         facts.mapping_conflict = self.conflicts.get(&name).cloned();
         facts.holds = self.calm.holds(

@@ -245,10 +245,15 @@ impl Daemon {
         let mut verdicts: BTreeMap<&'static str, i64> = BTreeMap::new();
         let mut unchecked = 0;
         for (name, t) in &self.trackers {
-            let Some(mapping) = self.cfg.mapping_for(name) else {
+            // Matched when the node was first decided (a tracker exists only after that).
+            let identity = match t.mapping_identity {
+                Some(identity) => identity,
+                None => self.cfg.mapping_for(name).map(|m| m.identity()),
+            };
+            let Some(identity) = identity else {
                 continue;
             };
-            if mapping.identity() == IdentityCheck::Unchecked {
+            if identity == IdentityCheck::Unchecked {
                 unchecked += 1;
             }
             let verdict = t.binding.as_ref().map_or("unknown", |b| b.verdict.label());

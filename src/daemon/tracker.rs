@@ -55,6 +55,12 @@ pub(super) struct Tracker {
     /// When the last decision asked to be decided again (a grace ending, a read due): the
     /// node's entry in [`super::Daemon::wakeups`].
     pub(super) wake_at: Option<Timestamp>,
+    /// The identity check of the config's mapping for the node (`Some(None)`: unmapped),
+    /// matched once: the mapping's name patterns are not matched every pass.
+    pub(super) mapping_identity: Option<Option<crate::identity::IdentityCheck>>,
+    /// The key of the node's Lease in the cache.
+    pub(super) lease_ref:
+        Option<kube::runtime::reflector::ObjectRef<k8s_openapi::api::coordination::v1::Lease>>,
 }
 
 /// What a node was last decided healthy on.

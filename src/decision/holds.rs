@@ -31,6 +31,7 @@
 //!   hearing the kubelets, not the machines that died: no power is read ahead of NotReady then,
 //!   so an API blip never becomes a read storm against every BMC.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::time::Duration;
@@ -203,10 +204,11 @@ pub struct Holds {
 
 /// One node, as the census counts it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CensusNode {
-    pub uid: String,
+pub struct CensusNode<'a> {
+    /// Borrowed from the cached Node where it can be: a pass counts every node, every second.
+    pub uid: Cow<'a, str>,
     /// The failure domain label's value (None: no label; counted as the domain "").
-    pub domain: Option<String>,
+    pub domain: Option<Cow<'a, str>>,
     /// NotReady (Ready=False or Unknown), fenced or not.
     pub unhealthy: bool,
     /// Whether its power source's last read (within the failing window) failed; `None`: not
@@ -238,7 +240,10 @@ pub struct Census {
 }
 
 impl Census {
-    pub fn count<'a>(nodes: impl IntoIterator<Item = &'a CensusNode>, by_domain: bool) -> Census {
+    pub fn count<'a, 'n: 'a>(
+        nodes: impl IntoIterator<Item = &'a CensusNode<'n>>,
+        by_domain: bool,
+    ) -> Census {
         let mut scopes: BTreeMap<Scope, ScopeCount> = BTreeMap::new();
         let (mut leases, mut leases_stale) = (0, 0);
         let mut stale_uids = BTreeSet::new();
@@ -250,7 +255,7 @@ impl Census {
                 leases += 1;
                 leases_stale += stale as usize;
                 if stale {
-                    stale_uids.insert(n.uid.clone());
+                    stale_uids.insert(n.uid.to_string());
                 }
             }
             let add = |c: &mut ScopeCount| {

@@ -16,10 +16,10 @@ fn fresh_view(at: i64) -> View {
     }
 }
 
-fn node(domain: &str, unhealthy: bool, source_failing: Option<bool>) -> CensusNode {
+fn node(domain: &str, unhealthy: bool, source_failing: Option<bool>) -> CensusNode<'static> {
     CensusNode {
-        uid: String::new(),
-        domain: Some(domain.to_string()),
+        uid: "".into(),
+        domain: Some(domain.to_string().into()),
         unhealthy,
         source_failing,
         lease_stale: None,
@@ -27,7 +27,7 @@ fn node(domain: &str, unhealthy: bool, source_failing: Option<bool>) -> CensusNo
 }
 
 /// `n` nodes in `domain`, the first `down` of them NotReady.
-fn rack(domain: &str, n: usize, down: usize) -> Vec<CensusNode> {
+fn rack(domain: &str, n: usize, down: usize) -> Vec<CensusNode<'static>> {
     (0..n).map(|i| node(domain, i < down, None)).collect()
 }
 
@@ -38,7 +38,7 @@ fn policy() -> GuardPolicy {
     }
 }
 
-fn pass(calm: &mut Calm, nodes: &[CensusNode], p: &GuardPolicy, at: i64) {
+fn pass(calm: &mut Calm, nodes: &[CensusNode<'_>], p: &GuardPolicy, at: i64) {
     let census = Census::count(nodes, p.failure_domain_label.is_some());
     calm.update(&census, &fresh_view(at), Pause::default(), p, t(at));
 }
@@ -143,8 +143,9 @@ fn no_domain_label_no_domain_scopes() {
 fn a_scope_freezes_when_most_of_its_sources_fail_and_thaws_by_itself() {
     let p = policy();
     let mut calm = Calm::default();
-    let sources = |failing: usize, ok: usize| -> Vec<CensusNode> {
-        let mut v: Vec<CensusNode> = (0..failing).map(|_| node("a", false, Some(true))).collect();
+    let sources = |failing: usize, ok: usize| -> Vec<CensusNode<'static>> {
+        let mut v: Vec<CensusNode<'static>> =
+            (0..failing).map(|_| node("a", false, Some(true))).collect();
         v.extend((0..ok).map(|_| node("a", false, Some(false))));
         v.push(node("a", true, None));
         // Domain b's sources answer: the datacenter as a whole is not cut off.
@@ -225,10 +226,10 @@ fn a_stale_view_holds_every_write_until_it_is_fresh() {
 
 /// `n` nodes in `domain` (uids `DOMAIN-i`), each with a Lease, the first `stale` of those
 /// stale.
-fn leases(domain: &str, n: usize, stale: usize) -> Vec<CensusNode> {
+fn leases(domain: &str, n: usize, stale: usize) -> Vec<CensusNode<'static>> {
     (0..n)
         .map(|i| CensusNode {
-            uid: format!("{domain}-{i}"),
+            uid: format!("{domain}-{i}").into(),
             lease_stale: Some(i < stale),
             ..node(domain, false, None)
         })
@@ -247,13 +248,13 @@ fn most_leases_stale_at_once_stops_reading_ahead_everywhere() {
         calm.holds(Some(domain), uid, &p, t(at)).pre_attest
     };
     // A rack of 10 of 40 goes silent: read ahead.
-    let mut dc: Vec<CensusNode> = leases("a", 10, 10);
+    let mut dc: Vec<CensusNode<'static>> = leases("a", 10, 10);
     dc.extend(leases("b", 30, 0));
     pass(&mut calm, &dc, &p, 0);
     assert_eq!(ahead(&calm, "a-0", 0), None);
     assert_eq!(calm.leases, (40, 10));
     // 21 of 40: the control plane stopped hearing the kubelets.
-    let mut dc: Vec<CensusNode> = leases("a", 10, 10);
+    let mut dc: Vec<CensusNode<'static>> = leases("a", 10, 10);
     dc.extend(leases("b", 30, 11));
     pass(&mut calm, &dc, &p, 5);
     let why = ahead(&calm, "a-0", 5).expect("a lease storm holds reading ahead");
