@@ -27,34 +27,15 @@ use futures::StreamExt;
 use oobfence::config::Config;
 use oobfence::daemon::read_once;
 use oobfence::power::{MappedSource, PowerSources};
+use support::bench::{cpu_seconds, env_usize, figure, note};
 use support::ipmi_sim::{self, IpmiSim};
 use support::sushy::{self, SushyEmulator};
 
 const NODE: &str = "bench-node";
 
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn figure(name: &str, value: impl std::fmt::Display, unit: &str) {
-    println!("{name}\t{value}\t{unit}");
-}
-
-fn note(what: &str) {
-    eprintln!("bench: {what}");
-}
-
 /// CPU seconds this process has used (user + system).
 fn own_cpu() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let after = stat.rsplit_once(") ").map(|(_, r)| r).unwrap_or("");
-    let f: Vec<&str> = after.split_whitespace().collect();
-    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-    // USER_HZ is 100 on every Linux this runs on.
-    (ticks(11) + ticks(12)) as f64 / 100.0
+    cpu_seconds("self")
 }
 
 fn median(mut v: Vec<f64>) -> f64 {

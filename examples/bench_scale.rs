@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, Patch, PatchParams};
+use support::bench::{cpu_seconds, env_usize, figure, note};
 use support::k8s::{FakeNode, KubeletIdentity, free_port};
 use support::redfish_farm::{RedfishFarm, uuid_of};
 
@@ -41,21 +42,6 @@ const RENEW_EVERY: Duration = Duration::from_secs(10);
 const NOT_READY_GRACE: Duration = Duration::from_secs(10);
 const CONFIRM_INTERVAL: Duration = Duration::from_secs(5);
 
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn figure(name: &str, value: impl std::fmt::Display, unit: &str) {
-    println!("{name}\t{value}\t{unit}");
-}
-
-fn note(what: &str) {
-    eprintln!("bench: {what}");
-}
-
 /// Resident memory now and at its peak (KiB), and CPU seconds used so far, of process `pid`.
 fn usage(pid: u32) -> (u64, u64, f64) {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
@@ -67,14 +53,7 @@ fn usage(pid: u32) -> (u64, u64, f64) {
             .and_then(|v| v.parse().ok())
             .unwrap_or(0)
     };
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the command name (which may hold spaces): utime is the 14th field overall.
-    let after = stat.rsplit_once(") ").map(|(_, r)| r).unwrap_or("");
-    let f: Vec<&str> = after.split_whitespace().collect();
-    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-    // USER_HZ is 100 on every Linux this runs on (sysconf would need libc).
-    let cpu = (ticks(11) + ticks(12)) as f64 / 100.0;
-    (kib("VmRSS:"), kib("VmHWM:"), cpu)
+    (kib("VmRSS:"), kib("VmHWM:"), cpu_seconds(&pid.to_string()))
 }
 
 async fn renew(leases: &Api<Lease>, name: &str) -> bool {

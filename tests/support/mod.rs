@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 // Cargo names the `oobfence` binary to integration tests only (`cfg(test)`), not to examples.
+pub mod bench;
 #[cfg(test)]
 pub mod cli;
 pub mod fake_ec2;
