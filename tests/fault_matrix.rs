@@ -611,6 +611,15 @@ async fn gated_kubeconfig(dir: &std::path::Path) -> (Gate, std::path::PathBuf) {
 fn flapping_node_is_held() -> ScenarioFuture {
     Box::pin(async {
         let s = Scenario::redfish("fm-flap", 1).await;
+        // Each NotReady spell must stay shorter than the grace plus a confirmation: with the
+        // suite's 2 s grace, a spell of 1.5 s stretched by a slow API call (and by the Ready
+        // condition's whole-second lastTransitionTime) was long enough to fence in, as it should
+        // be. 10 s leaves no doubt; flaps are counted whatever the grace.
+        s.set_policy(
+            &s.policy_lines()
+                .replace("not_ready_grace = \"2s\"", "not_ready_grace = \"10s\""),
+        );
+        assert!(s.policy_lines().contains("not_ready_grace = \"10s\""));
         let node = s.node("a", 0).await;
         let rec = WriteRecorder::start(&s.client, &s.group).await;
         let daemon = s.daemon().await;
