@@ -239,6 +239,12 @@ impl Decision {
     }
 }
 
+/// When a wait that ends at `end` runs out: then, or earlier if the Lease goes stale first
+/// (which waives the wait).
+fn runs_out(end: Timestamp, stale_at: Option<Timestamp>, now: Timestamp) -> Timestamp {
+    stale_at.filter(|s| *s > now).map_or(end, |s| s.min(end))
+}
+
 fn plus(t: Timestamp, d: Duration) -> Timestamp {
     t.checked_add(jiff::SignedDuration::try_from(d).unwrap_or(jiff::SignedDuration::MAX))
         .unwrap_or(Timestamp::MAX)
@@ -386,6 +392,11 @@ fn decide_node(
             not_ready_for: elapsed(since, now),
             pre_attested: ahead,
             held_ahead,
+            // The clock alone can waive the grace: the moment the Lease goes stale.
+            stale_at: match (silence, held) {
+                (None, None) => lease_stale_at(facts, policy),
+                _ => None,
+            },
         },
     };
     let d = attest(facts, reads, policy, now, &phase);
@@ -435,6 +446,17 @@ pub fn lease_silence(
     })
 }
 
+/// When the node's Lease goes (or went) stale by [`lease_silence`]'s measure; `None` without a
+/// Lease or with pre-attestation off.
+fn lease_stale_at(facts: &NodeFacts, policy: &Policy) -> Option<Timestamp> {
+    let renewals = policy.pre_attest_after?;
+    let alive = last_sign_of_life(facts)?;
+    Some(plus(
+        alive,
+        renewals.of(facts.lease_duration.unwrap_or(DEFAULT_LEASE_DURATION)),
+    ))
+}
+
 /// The last time oobfence saw the node's kubelet alive, by its own clock: a Lease renewal, or
 /// a new Ready heartbeat. `None` for a node without a Lease: silence means nothing there.
 pub fn last_sign_of_life(facts: &NodeFacts) -> Option<Timestamp> {
@@ -452,6 +474,9 @@ enum Phase {
         pre_attested: Option<LeaseSilence>,
         /// Why the Lease's silence was not used, as a clause for the reason (may be empty).
         held_ahead: String,
+        /// When the Lease goes stale, if it is not yet and reading ahead is not held: from
+        /// then on `not_ready_grace` does not apply.
+        stale_at: Option<Timestamp>,
     },
 }
 
@@ -574,6 +599,7 @@ fn attest(
         not_ready_for,
         pre_attested: None,
         held_ahead,
+        stale_at,
     } = phase
         && *not_ready_for < policy.not_ready_grace
     {
@@ -587,7 +613,11 @@ fn attest(
                 secs(policy.not_ready_grace)
             ),
         )
-        .again_at(plus(now, policy.not_ready_grace - *not_ready_for));
+        .again_at(runs_out(
+            plus(now, policy.not_ready_grace - *not_ready_for),
+            *stale_at,
+            now,
+        ));
     }
 
     if !facts.has_power_source {
@@ -641,7 +671,9 @@ fn attest(
     // A pre-attested node's Lease is stale by definition; otherwise a renewal within the grace
     // period says something on the machine is alive.
     if let Phase::NotReady {
-        pre_attested: None, ..
+        pre_attested: None,
+        stale_at,
+        ..
     } = phase
         && let Some(seen) = facts.lease_renewal_seen
     {
@@ -657,7 +689,7 @@ fn attest(
                     secs(policy.not_ready_grace)
                 ),
             )
-            .again_at(plus(seen, policy.not_ready_grace));
+            .again_at(runs_out(plus(seen, policy.not_ready_grace), *stale_at, now));
         }
     }
 

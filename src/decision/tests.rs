@@ -361,8 +361,17 @@ fn a_lease_renewed_during_not_ready_blocks() {
         (NodeState::Blocked, Rule::LeaseRenewedRecently)
     );
     assert_eq!(d.step, Step::Idle);
-    // The renewal ages out by the clock alone: decided again when it has.
-    assert_eq!(d.decide_again_at, Some(t(110)));
+    // The renewal ages out by the clock alone: decided again when it has, or, sooner, when the
+    // Lease goes stale (25 s after the renewal: the grace no longer applies then).
+    assert_eq!(d.decide_again_at, Some(t(75)));
+    let p_off = Policy {
+        pre_attest_after: None,
+        ..policy()
+    };
+    assert_eq!(
+        decide(&facts, &[off(60), off(65)], &p_off, t(66)).decide_again_at,
+        Some(t(110))
+    );
     // A node with no Lease at all (very old clusters) is judged on Ready and power alone.
     let facts = NodeFacts {
         lease_renewal_seen: None,
@@ -1704,5 +1713,60 @@ fn property_pre_attestation_never_writes_early_or_on_old_evidence() {
     assert!(
         early_fences > 0 && ahead > 0,
         "the generator never reached a pre-attested fence ({early_fences}) or attestation ({ahead})"
+    );
+}
+
+/// A decision that says when it runs out by the clock (`decide_again_at`, which the daemon
+/// wakes for) names a time still to come, and holds, unchanged and writing nothing, until then:
+/// waking at that time is never late for a change the clock alone brings.
+#[test]
+fn property_a_decision_holds_until_it_says_it_runs_out() {
+    let states = [
+        PowerState::On,
+        PowerState::Off,
+        PowerState::error(ReadErrorKind::Timeout, "t"),
+    ];
+    let pre_attest_off = Policy {
+        pre_attest_after: None,
+        ..policy()
+    };
+    let (mut timed, mut changed_at_wake) = (0, 0);
+    for (p, lease_seen) in [policy(), pre_attest_off]
+        .into_iter()
+        .flat_map(|p| [None, Some(-10), Some(20), Some(50)].map(|l| (p.clone(), l)))
+    {
+        let facts = NodeFacts {
+            lease_renewal_seen: lease_seen.map(t),
+            ..dead()
+        };
+        for reads in sequences(&states, 2, 55, 5) {
+            for now in [1i64, 30, 59, 65, 100] {
+                let d = decide(&facts, &reads, &p, t(now));
+                let Some(until) = d.decide_again_at else {
+                    continue;
+                };
+                timed += 1;
+                assert!(until > t(now), "{d:?} at {now}");
+                assert_eq!(d.step, Step::Idle, "{d:?}");
+                // In the tests' seconds (`t`), the last whole second before it.
+                let last_second = until.duration_since(t(0)).as_secs() - 1;
+                for then in [(now + last_second) / 2, last_second] {
+                    if then <= now {
+                        continue;
+                    }
+                    let later = decide(&facts, &reads, &p, t(then));
+                    assert_eq!(
+                        (later.rule, later.step),
+                        (d.rule, d.step),
+                        "decided at {now} to hold until {until}, but at {then}: {later:?}"
+                    );
+                }
+                changed_at_wake += (decide(&facts, &reads, &p, until).rule != d.rule) as usize;
+            }
+        }
+    }
+    assert!(
+        timed > 100 && changed_at_wake > 0,
+        "the generator never reached a timed decision ({timed}) or its end ({changed_at_wake})"
     );
 }
