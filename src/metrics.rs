@@ -274,7 +274,7 @@ impl Metrics {
         let power_reads_in_flight = Gauge::default();
         registry.register(
             "power_reads_in_flight",
-            "Power reads under way now (each holds one of max_concurrent_reads slots): at the limit for long, reads queue and decisions wait on them",
+            "Power reads under way now. A BMC read holds one of max_concurrent_reads slots (at the limit for long, reads queue and decisions wait on them); EC2 reads are batched and take none",
             power_reads_in_flight.clone(),
         );
         registry.register(

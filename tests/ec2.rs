@@ -276,6 +276,65 @@ async fn two_hundred_reads_make_one_or_a_few_calls() {
     assert!(dv <= 2, "{dv} DescribeVolumes calls for 200 reads");
 }
 
+/// `oobfence_ec2_describe_instances_calls_total` as scraped.
+fn describe_instances_calls(metrics: &str) -> u64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("oobfence_ec2_describe_instances_calls_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no DescribeInstances count in {metrics}"))
+}
+
+/// The EC2 source folds the reads in flight into one DescribeInstances; the daemon's read
+/// slots (`max_concurrent_reads`, a bound on BMC sessions) must not cut a storm's batches
+/// down to the slot count, a call per two nodes here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_storm_of_stopped_instances_is_read_in_a_few_calls_not_one_per_read_slot() {
+    const N: usize = 24;
+    let s = Scenario::ec2("ec2-storm", N).await;
+    s.set_policy(&format!("{}max_concurrent_reads = 2\n", s.policy_lines()));
+    let ec2 = s.moto().client();
+    let mut nodes = Vec::new();
+    for i in 0..N {
+        nodes.push(s.node(&format!("n{i}"), i).await);
+    }
+    let alive = FakeNode::keep_alive(&nodes.iter().collect::<Vec<_>>(), FIRST_BOOT);
+    let daemon = s.daemon().await;
+    let limit = Duration::from_secs(90);
+    for n in &nodes {
+        daemon.wait_identity(&n.name, "match", limit).await;
+    }
+    drop(alive);
+    // A renewal the keep-alive had in flight lands before the nodes die.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let before = describe_instances_calls(&daemon.metrics().await);
+    let ids: Vec<String> = (0..N).map(|i| s.instance(i).to_string()).collect();
+    ec2.stop_instances()
+        .set_instance_ids(Some(ids))
+        .send()
+        .await
+        .expect("StopInstances");
+    futures::future::join_all(nodes.iter().map(|n| n.die(FIRST_BOOT))).await;
+    for n in &nodes {
+        wait_for(&format!("{} tainted", n.name), limit, || async {
+            FakeNode::has_oos_taint(&n.get().await).then_some(())
+        })
+        .await;
+    }
+    let calls = describe_instances_calls(&daemon.metrics().await) - before;
+    println!("{N} stopped instances fenced after {calls} DescribeInstances calls");
+    // Two confirming reads of 24 nodes through 2 read slots is 24 calls at the least; batched,
+    // a call per pass that reads.
+    assert!(
+        calls <= (N / 2) as u64,
+        "{calls} DescribeInstances calls to fence {N} nodes: the reads were not batched"
+    );
+    daemon.stop().await;
+    for n in &nodes {
+        n.delete().await;
+    }
+}
+
 /// A one-shot HTTP responder replaying a recorded EC2 reply, counting requests.
 async fn recorded_ec2(
     status: u16,

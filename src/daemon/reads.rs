@@ -95,11 +95,15 @@ pub(super) fn spawn_read(
     });
     tokio::spawn(async move {
         let _queued = queued;
+        let slotted = !src.source.batches_reads();
         let _identity = match purpose {
-            ReadPurpose::Identity => Some(slots.identity.acquire_owned().await),
-            ReadPurpose::Decision => None,
+            ReadPurpose::Identity if slotted => Some(slots.identity.acquire_owned().await),
+            _ => None,
         };
-        let _permit = slots.read.acquire_owned().await;
+        let _permit = match slotted {
+            true => Some(slots.read.acquire_owned().await),
+            false => None,
+        };
         slots.in_flight.inc();
         let _counted = InFlight(slots.in_flight.clone());
         let reading = read_once(&src.source, src.deadline).await;

@@ -43,8 +43,11 @@ use crate::identity::MachineIdentity;
 
 /// Ids per Describe* call (filter values are capped at 200 per filter).
 pub const CHUNK: usize = 200;
-/// How long the batcher waits for more reads after the first one arrives.
+/// How long the batcher waits for more reads after the first one arrives, at most.
 const BATCH_WINDOW: Duration = Duration::from_millis(50);
+/// The batch closes sooner when no read arrives for this long: the reads of one decision pass
+/// come together, and a lone read (`oobfence probe`) should not wait the whole window.
+const BATCH_GAP: Duration = Duration::from_millis(5);
 /// Most ids taken into one batch.
 const MAX_BATCH: usize = 1000;
 /// Pages followed per call, as a bound (each page holds up to 1000 instances).
@@ -698,13 +701,14 @@ fn chain(e: &(dyn std::error::Error + 'static)) -> String {
     parts.join(": ")
 }
 
-/// Collects reads for [`BATCH_WINDOW`] after the first arrives, then answers them all from
-/// one [`Ec2Reader::read_many`].
+/// Collects reads after the first arrives, until none comes for [`BATCH_GAP`] or for
+/// [`BATCH_WINDOW`] in all, then answers them all from one [`Ec2Reader::read_many`].
 async fn batch_loop(reader: std::sync::Weak<Ec2Reader>, mut rx: mpsc::Receiver<ReadRequest>) {
     while let Some(first) = rx.recv().await {
         let mut batch = vec![first];
-        let deadline = tokio::time::Instant::now() + BATCH_WINDOW;
+        let window_end = tokio::time::Instant::now() + BATCH_WINDOW;
         while batch.len() < MAX_BATCH {
+            let deadline = window_end.min(tokio::time::Instant::now() + BATCH_GAP);
             match tokio::time::timeout_at(deadline, rx.recv()).await {
                 Ok(Some(r)) => batch.push(r),
                 _ => break,
@@ -821,6 +825,10 @@ impl PowerSource for Ec2Source {
 
     fn read_reply(&self) -> BoxFuture<'_, Reply> {
         Box::pin(self.reader.read_one(&self.instance_id))
+    }
+
+    fn batches_reads(&self) -> bool {
+        true
     }
 }
 

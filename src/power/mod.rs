@@ -56,6 +56,13 @@ pub trait PowerSource: Send + Sync {
             Reply::without_identity(self.read().await, "this power source cannot report one")
         })
     }
+
+    /// Whether the source folds the reads in flight into shared calls, one call at a time, and
+    /// so bounds its own load (EC2). The daemon takes no read slot for such a read: slots bound
+    /// BMC sessions, and would cut the source's batches down to their count.
+    fn batches_reads(&self) -> bool {
+        false
+    }
 }
 
 /// Builds the power source a `[[bmc]]` entry describes for one node.
