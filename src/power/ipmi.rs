@@ -31,6 +31,7 @@
 
 pub mod commands;
 mod link;
+pub mod rakp;
 
 use std::collections::HashMap;
 use std::fmt;

@@ -352,7 +352,7 @@ pub fn free_udp_port() -> u16 {
         .port()
 }
 
-fn which(program: &str) -> PathBuf {
+pub fn which(program: &str) -> PathBuf {
     for dir in ["/usr/bin", "/usr/sbin", "/usr/local/bin", "/bin"] {
         let p = Path::new(dir).join(program);
         if p.is_file() {
