@@ -1219,3 +1219,123 @@ async fn session_keys_agree_with_ipmitool_and_ipmi_sim() {
         }
     }
 }
+
+/// `ipmitool -I lanplus -C SUITE -L PRIVILEGE` against 127.0.0.1:`port`: (success, stdout,
+/// stderr). Bounded: one retry, a second each.
+async fn ipmitool_at(
+    port: u16,
+    user: &str,
+    password: &str,
+    suite: u8,
+    privilege: &str,
+    args: &[&str],
+) -> (bool, String, String) {
+    let out = tokio::time::timeout(
+        Duration::from_secs(30),
+        tokio::process::Command::new(ipmi_sim::which("ipmitool"))
+            .args(["-I", "lanplus", "-H", "127.0.0.1", "-p", &port.to_string()])
+            .args(["-U", user, "-P", password, "-C", &suite.to_string()])
+            .args(["-L", privilege, "-N", "1", "-R", "1"])
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("ipmitool finished in 30 s")
+    .expect("run ipmitool");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).trim().to_string(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The test BMC that serves cipher suite 17 (which ipmi_sim cannot) is itself checked against
+/// ipmitool before it checks anything of oobfence's: ipmitool reads it with suite 17 and with
+/// suite 3, as Operator and as User, on and off, closing every session; it refuses a wrong
+/// password, a role above the account's, and a suite it was not given.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_suite_17_test_bmc_is_read_by_ipmitool() {
+    use oobfence::power::ipmi::rakp::Suite;
+    use support::rmcp_bmc::{ACCOUNTS, OPERATOR, RmcpBmc, USER};
+    let guid = std::array::from_fn(|i| 0x90 + i as u8);
+    let bmc = RmcpBmc::start(&[Suite::Seventeen, Suite::Three], guid).await;
+    let (reader, oper, admin) = (&ACCOUNTS[0], &ACCOUNTS[1], &ACCOUNTS[2]);
+    let status = ["chassis", "power", "status"];
+    let mut expected_sessions = Vec::new();
+    for (on, word) in [(true, "on"), (false, "off")] {
+        bmc.set_power(on);
+        for (account, privilege, level) in [(oper, "OPERATOR", OPERATOR), (reader, "USER", USER)] {
+            for suite in [17, 3] {
+                let (ok, out, err) = ipmitool_at(
+                    bmc.port(),
+                    account.name,
+                    account.password,
+                    suite,
+                    privilege,
+                    &status,
+                )
+                .await;
+                assert!(ok, "suite {suite} as {}: {out} {err}", account.name);
+                assert_eq!(out, format!("Chassis Power is {word}"), "{err}");
+                expected_sessions.push((suite, level));
+                assert_eq!(bmc.open_sessions(), 0, "ipmitool closes its session");
+            }
+        }
+    }
+    bmc.seen(|s| {
+        assert_eq!(s.activated, expected_sessions);
+        assert_eq!(s.closed, expected_sessions.len());
+        // Get Chassis Status was asked in each session.
+        assert_eq!(
+            s.commands.iter().filter(|c| **c == (0x00, 0x01)).count(),
+            expected_sessions.len(),
+            "{:?}",
+            s.commands
+        );
+    });
+    // Refusals, each before a session exists.
+    let wrong_password = ipmitool_at(
+        bmc.port(),
+        admin.name,
+        "not-it",
+        17,
+        "ADMINISTRATOR",
+        &status,
+    )
+    .await;
+    assert!(
+        !wrong_password.0,
+        "a wrong password was accepted: {wrong_password:?}"
+    );
+    let above_role = ipmitool_at(
+        bmc.port(),
+        oper.name,
+        oper.password,
+        17,
+        "ADMINISTRATOR",
+        &status,
+    )
+    .await;
+    assert!(
+        !above_role.0,
+        "Administrator granted to an Operator account: {above_role:?}"
+    );
+    let only_17 = RmcpBmc::start(&[Suite::Seventeen], guid).await;
+    let suite_3 = ipmitool_at(
+        only_17.port(),
+        oper.name,
+        oper.password,
+        3,
+        "OPERATOR",
+        &status,
+    )
+    .await;
+    assert!(
+        !suite_3.0,
+        "suite 3 accepted by a suite-17 BMC: {suite_3:?}"
+    );
+    bmc.seen(|s| assert_eq!(s.activated.len(), expected_sessions.len()));
+    assert_eq!(only_17.seen(|s| s.activated.len()), 0);
+}

@@ -14,6 +14,7 @@ pub mod k8s;
 pub mod moto;
 pub mod odd_bmc;
 pub mod redfish_farm;
+pub mod rmcp_bmc;
 pub mod scenario;
 pub mod sushy;
 

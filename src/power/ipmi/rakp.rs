@@ -213,19 +213,26 @@ impl Exchange<'_> {
         )
     }
 
-    /// Whether RAKP 4's integrity check value (over Rm, SIDc, GUIDc, under the SIK, truncated
-    /// to the suite's tag) is right: the BMC derived the same session keys.
+    /// RAKP 4's integrity check value: over Rm, SIDc and GUIDc, under the SIK, truncated to
+    /// the suite's tag. What the BMC proves it derived the same session keys with.
+    pub fn rakp4_icv(&self, suite: Suite, sik: &[u8]) -> Vec<u8> {
+        let mut icv = suite.mac(sik, &[&self.rakp4_input()]);
+        icv.truncate(suite.tag_len());
+        icv
+    }
+
+    /// Whether RAKP 4's integrity check value is right, in constant time.
     pub fn rakp4_matches(&self, suite: Suite, sik: &[u8], icv: &[u8]) -> bool {
-        icv.len() == suite.tag_len()
-            && suite.verify(
-                sik,
-                &[
-                    &self.console_random,
-                    &self.bmc_session.to_le_bytes(),
-                    &self.bmc_guid,
-                ],
-                icv,
-            )
+        icv.len() == suite.tag_len() && suite.verify(sik, &[&self.rakp4_input()], icv)
+    }
+
+    fn rakp4_input(&self) -> Vec<u8> {
+        [
+            &self.console_random[..],
+            &self.bmc_session.to_le_bytes(),
+            &self.bmc_guid,
+        ]
+        .concat()
     }
 }
 

@@ -82,6 +82,7 @@ fn both_suites_derive_the_known_answers() {
         assert_eq!(ex.rakp3_code(s, &kuid), hex(a.rakp3), "suite {}", s.id());
         let sik = ex.sik(s, &kuid);
         assert_eq!(sik, hex(a.sik), "suite {}", s.id());
+        assert_eq!(ex.rakp4_icv(s, &sik), hex(a.rakp4), "suite {}", s.id());
         assert!(ex.rakp4_matches(s, &sik, &hex(a.rakp4)), "suite {}", s.id());
         let keys = SessionKeys::new(s, &sik);
         assert_eq!(keys.auth_code(&signed()), hex(a.auth), "suite {}", s.id());
