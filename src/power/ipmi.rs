@@ -32,6 +32,7 @@
 pub mod commands;
 mod link;
 pub mod rakp;
+pub mod session;
 
 use std::collections::HashMap;
 use std::fmt;

@@ -1,0 +1,674 @@
+//! A native RMCP+ (IPMI 2.0 "lanplus") session on tokio's `UdpSocket`: Get Channel
+//! Authentication Capabilities, Open Session, RAKP 1–4, Set Session Privilege Level, then
+//! encrypted and signed requests, and Close Session. Cipher suites 3 and 17 ([`rakp`]), any
+//! role from User up.
+//!
+//! What a session accepts as an answer, it checks itself:
+//! - IPMI 1.5 is never spoken beyond the session-less capabilities question: a BMC that does
+//!   not offer IPMI 2.0 is refused (IPMI 1.5 sends the password in clear or as MD5).
+//! - The BMC must take exactly the algorithms of the configured suite, and prove in RAKP 2 and
+//!   RAKP 4 that it knows the password and derived the same keys.
+//! - In session: only encrypted, signed answers carrying our session ID, whose AuthCode checks
+//!   out, whose sequence number is above every one accepted before (no replay), and which answer
+//!   the request in flight (NetFn, command and request sequence). Anything else is dropped and
+//!   counted, never taken as an answer; when no answer comes, the read fails with the first
+//!   reason seen.
+//! - Every exchange is resent a bounded number of times and bounded in time; an ICMP "port
+//!   unreachable" is reported as such.
+//!
+//! [`rakp`]: super::rakp
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::net::UdpSocket;
+use tokio::time::Instant;
+
+use super::link::Trouble;
+use super::rakp::{BLOCK, Exchange, Key, SessionKeys, Suite};
+use crate::power::ReadErrorKind;
+
+/// Privilege levels as IPMI numbers them (table 22-27 and RAKP 1's role field).
+pub const USER: u8 = 2;
+pub const OPERATOR: u8 = 3;
+pub const ADMINISTRATOR: u8 = 4;
+
+/// RAKP 1's role bit: look the user up by name (and role), as ipmitool does.
+const NAME_ONLY_LOOKUP: u8 = 0x10;
+
+/// The largest datagram taken in.
+const MAX_DATAGRAM: usize = 1024;
+/// Datagrams one exchange looks at before it gives up, on top of its time bound.
+const MAX_DATAGRAMS_PER_EXCHANGE: usize = 256;
+
+const RMCP_HEADER: [u8; 4] = [0x06, 0x00, 0xff, 0x07];
+const AUTH_NONE: u8 = 0x00;
+const AUTH_RMCP_PLUS: u8 = 0x06;
+const PT_IPMI: u8 = 0x00;
+const PT_OPEN_REQUEST: u8 = 0x10;
+const PT_OPEN_RESPONSE: u8 = 0x11;
+const PT_RAKP1: u8 = 0x12;
+const PT_RAKP2: u8 = 0x13;
+const PT_RAKP3: u8 = 0x14;
+const PT_RAKP4: u8 = 0x15;
+/// Payload type bits: encrypted and authenticated.
+const PROTECTED: u8 = 0xC0;
+/// The BMC's and our IPMB addresses in LAN messages.
+const BMC_ADDRESS: u8 = 0x20;
+const CONSOLE_ADDRESS: u8 = 0x81;
+const NETFN_CHASSIS: u8 = 0x00;
+const NETFN_APP: u8 = 0x06;
+
+/// Who logs in, and how.
+pub struct Login<'a> {
+    pub suite: Suite,
+    /// The role asked for: [`USER`], [`OPERATOR`] or [`ADMINISTRATOR`].
+    pub privilege: u8,
+    pub username: &'a [u8],
+    pub kuid: &'a Key,
+}
+
+/// How long to wait for each answer, and how often to send a request again.
+#[derive(Clone, Copy, Debug)]
+pub struct Timing {
+    pub per_try: Duration,
+    pub resends: u32,
+}
+
+/// An answer inside the session: the completion code and the data after it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Answer {
+    pub completion: u8,
+    pub data: Vec<u8>,
+}
+
+/// An established RMCP+ session.
+pub struct Session {
+    wire: Wire,
+    suite: Suite,
+    keys: SessionKeys,
+    console_id: u32,
+    bmc_id: u32,
+    out_seq: u32,
+    last_in_seq: u32,
+    rq_seq: u8,
+    privilege: u8,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("peer", &self.wire.peer)
+            .field("suite", &self.suite.id())
+            .field("privilege", &self.privilege)
+            .field("bmc_id", &format_args!("{:#010x}", self.bmc_id))
+            .finish_non_exhaustive()
+    }
+}
+
+/// What to do with one datagram received during an exchange.
+enum Take<T> {
+    Answer(T),
+    /// Not the answer: dropped, with why when that may explain a failure.
+    Drop(Option<Trouble>),
+    Fail(Trouble),
+}
+
+fn random<const N: usize>() -> Result<[u8; N], Trouble> {
+    let mut b = [0u8; N];
+    getrandom::fill(&mut b).map_err(|e| {
+        Trouble::new(
+            ReadErrorKind::Protocol,
+            format!("no random numbers from the OS: {e}"),
+        )
+    })?;
+    Ok(b)
+}
+
+fn checksum(b: &[u8]) -> u8 {
+    b.iter().fold(0u8, |a, x| a.wrapping_add(*x)).wrapping_neg()
+}
+
+/// An IPMI LAN request message to the BMC.
+fn request_message(netfn: u8, cmd: u8, rq_seq: u8, data: &[u8]) -> Vec<u8> {
+    let mut m = vec![BMC_ADDRESS, netfn << 2];
+    m.push(checksum(&m));
+    m.extend([CONSOLE_ADDRESS, rq_seq << 2, cmd]);
+    m.extend_from_slice(data);
+    m.push(checksum(&m[3..]));
+    m
+}
+
+/// The answer in `m` if it is the BMC's response to (netfn, cmd, rq_seq) with both checksums
+/// right.
+fn response_of(m: &[u8], netfn: u8, cmd: u8, rq_seq: u8) -> Option<Answer> {
+    if m.len() < 8 || checksum(&m[..2]) != m[2] || checksum(&m[3..m.len() - 1]) != m[m.len() - 1] {
+        return None;
+    }
+    let ours = m[0] == CONSOLE_ADDRESS
+        && m[1] >> 2 == netfn | 1
+        && m[3] == BMC_ADDRESS
+        && m[4] >> 2 == rq_seq
+        && m[5] == cmd;
+    ours.then(|| Answer {
+        completion: m[6],
+        data: m[7..m.len() - 1].to_vec(),
+    })
+}
+
+/// An RMCP+ handshake packet (outside any session: session ID and sequence 0).
+fn handshake_packet(payload_type: u8, payload: &[u8]) -> Vec<u8> {
+    let mut p = RMCP_HEADER.to_vec();
+    p.extend([AUTH_RMCP_PLUS, payload_type]);
+    p.extend([0u8; 8]);
+    p.extend((payload.len() as u16).to_le_bytes());
+    p.extend_from_slice(payload);
+    p
+}
+
+/// The payload of an RMCP+ datagram of `payload_type` (all eight bits) with session ID 0.
+fn handshake_payload(d: &[u8], payload_type: u8) -> Option<&[u8]> {
+    if d.len() < 16 || d[..4] != RMCP_HEADER || d[4] != AUTH_RMCP_PLUS || d[5] != payload_type {
+        return None;
+    }
+    let len = usize::from(u16::from_le_bytes([d[14], d[15]]));
+    d.get(16..16 + len)
+}
+
+/// An RMCP+ status code in a handshake answer (IPMI 2.0 table 13-15), as a read failure.
+fn status_trouble(step: &str, code: u8, login: &Login<'_>) -> Trouble {
+    let suite = login.suite.id();
+    let role = role_name(login.privilege);
+    let (kind, what) = match code {
+        0x01 => (
+            ReadErrorKind::Protocol,
+            "insufficient resources to create a session (all session slots in use?)".to_string(),
+        ),
+        0x02 => (ReadErrorKind::Protocol, "invalid session ID".into()),
+        0x03 => (ReadErrorKind::Protocol, "invalid payload type".into()),
+        0x04..=0x07 | 0x10 | 0x11 => (
+            ReadErrorKind::Protocol,
+            format!(
+                "cipher suite {suite} refused by the BMC (enable it there, or set cipher_suite)"
+            ),
+        ),
+        0x08 => (ReadErrorKind::Protocol, "inactive session ID".into()),
+        0x09 | 0x0A => (
+            ReadErrorKind::Auth,
+            format!("the user may not log in as {role} (set privilege to its role)"),
+        ),
+        0x0B => (
+            ReadErrorKind::Protocol,
+            "insufficient resources to create a session at the requested role".into(),
+        ),
+        0x0C => (ReadErrorKind::Auth, "invalid user name length".into()),
+        0x0D => (
+            ReadErrorKind::Auth,
+            format!("unauthorized name: the BMC has no such user, or not with the {role} role"),
+        ),
+        0x0E => (ReadErrorKind::Auth, "unauthorized GUID".into()),
+        0x0F => (
+            ReadErrorKind::Auth,
+            "invalid integrity check value (wrong password?)".into(),
+        ),
+        0x12 => (
+            ReadErrorKind::Protocol,
+            "illegal or unrecognized parameter".into(),
+        ),
+        _ => (ReadErrorKind::Protocol, "unknown status code".into()),
+    };
+    Trouble::new(kind, format!("{step} has status {code:#04x}: {what}"))
+}
+
+pub fn role_name(privilege: u8) -> &'static str {
+    match privilege {
+        USER => "User",
+        OPERATOR => "Operator",
+        ADMINISTRATOR => "Administrator",
+        _ => "an unknown role",
+    }
+}
+
+fn io_trouble(e: &std::io::Error, peer: SocketAddr) -> Trouble {
+    if e.kind() == std::io::ErrorKind::ConnectionRefused {
+        Trouble::new(
+            ReadErrorKind::Unreachable,
+            format!("nothing listens on UDP {peer} (ICMP port unreachable)"),
+        )
+    } else {
+        Trouble::new(ReadErrorKind::Unreachable, format!("UDP {peer}: {e}"))
+    }
+}
+
+/// The socket to one BMC, and what its exchanges counted.
+struct Wire {
+    socket: UdpSocket,
+    peer: SocketAddr,
+    timing: Timing,
+    /// Datagrams dropped: not an answer to the request in flight, or not ours.
+    stray: u32,
+    /// Requests sent again for want of an answer.
+    resent: u32,
+}
+
+impl Wire {
+    /// Sends `datagram` and waits for an answer `take` accepts, sending it again after each
+    /// `per_try` without one, `resends` times at most. Returns the answer, the first failure `take`
+    /// reports, or a timeout naming `what` and the first reason an answer was dropped.
+    async fn exchange<T>(
+        &mut self,
+        what: &str,
+        datagram: &[u8],
+        mut take: impl FnMut(&[u8]) -> Take<T>,
+    ) -> Result<T, Trouble> {
+        let (socket, peer, timing) = (&self.socket, self.peer, self.timing);
+        let mut buf = [0u8; MAX_DATAGRAM];
+        let mut seen = 0usize;
+        let mut dropped_why: Option<Trouble> = None;
+        for attempt in 0..=timing.resends {
+            if attempt > 0 {
+                self.resent += 1;
+            }
+            socket
+                .send(datagram)
+                .await
+                .map_err(|e| io_trouble(&e, peer))?;
+            let until = Instant::now() + timing.per_try;
+            loop {
+                let n = match tokio::time::timeout_at(until, socket.recv(&mut buf)).await {
+                    Err(_) => break,
+                    Ok(Err(e)) => return Err(io_trouble(&e, peer)),
+                    Ok(Ok(n)) => n,
+                };
+                seen += 1;
+                if seen > MAX_DATAGRAMS_PER_EXCHANGE {
+                    return Err(Trouble::new(
+                        ReadErrorKind::Protocol,
+                        format!(
+                            "{what}: more than {MAX_DATAGRAMS_PER_EXCHANGE} datagrams and none the answer"
+                        ),
+                    ));
+                }
+                match take(&buf[..n]) {
+                    Take::Answer(t) => return Ok(t),
+                    Take::Fail(t) => return Err(t),
+                    Take::Drop(why) => {
+                        self.stray += 1;
+                        if dropped_why.is_none() {
+                            dropped_why = why;
+                        }
+                    }
+                }
+            }
+        }
+        let waited = timing.per_try * (timing.resends + 1);
+        Err(match dropped_why {
+            Some(t) => Trouble::new(
+                t.kind,
+                format!("{what}: no valid answer in {waited:?}; {}", t.detail),
+            ),
+            None => Trouble::new(
+                ReadErrorKind::Timeout,
+                format!("{what}: no answer from {peer} in {waited:?}"),
+            ),
+        })
+    }
+}
+
+impl Session {
+    /// Logs in to the BMC at `peer` and raises the session to the login's role.
+    pub async fn open(
+        peer: SocketAddr,
+        login: &Login<'_>,
+        timing: Timing,
+    ) -> Result<Session, Trouble> {
+        if login.username.len() > 16 {
+            return Err(Trouble::new(
+                ReadErrorKind::Config,
+                "user names are at most 16 bytes in IPMI 2.0",
+            ));
+        }
+        let local: SocketAddr = if peer.is_ipv4() {
+            "0.0.0.0:0".parse().expect("an address")
+        } else {
+            "[::]:0".parse().expect("an address")
+        };
+        let socket = UdpSocket::bind(local)
+            .await
+            .map_err(|e| io_trouble(&e, peer))?;
+        socket
+            .connect(peer)
+            .await
+            .map_err(|e| io_trouble(&e, peer))?;
+        let mut wire = Wire {
+            socket,
+            peer,
+            timing,
+            stray: 0,
+            resent: 0,
+        };
+
+        // 1. Does the BMC speak IPMI 2.0 at all? (IPMI 1.5, session-less.)
+        let caps = {
+            let msg = request_message(NETFN_APP, 0x38, 0, &[0x8e, login.privilege]);
+            let mut p = RMCP_HEADER.to_vec();
+            p.extend([AUTH_NONE, 0, 0, 0, 0, 0, 0, 0, 0, msg.len() as u8]);
+            p.extend(msg);
+            p
+        };
+        let offered = wire.exchange(
+            "Get Channel Authentication Capabilities",
+            &caps,
+            |d| {
+                if d.len() < 14 || d[..4] != RMCP_HEADER || d[4] != AUTH_NONE {
+                    return Take::Drop(None);
+                }
+                let len = usize::from(d[13]);
+                let Some(answer) = d.get(14..14 + len).and_then(|m| response_of(m, NETFN_APP, 0x38, 0)) else {
+                    return Take::Drop(None);
+                };
+                if answer.completion != 0 || answer.data.len() < 4 {
+                    return Take::Fail(Trouble::new(
+                        ReadErrorKind::Protocol,
+                        format!(
+                            "Get Channel Authentication Capabilities refused (completion code {:#04x})",
+                            answer.completion
+                        ),
+                    ));
+                }
+                Take::Answer(answer.data[1] & 0x80 != 0 && answer.data[3] & 0x02 != 0)
+            },
+        )
+        .await?;
+        if !offered {
+            return Err(Trouble::new(
+                ReadErrorKind::Protocol,
+                "the BMC does not offer IPMI 2.0 (RMCP+) on this channel; IPMI 1.5 is refused \
+                 (it sends the password in clear or as MD5): enable IPMI 2.0 on the BMC",
+            ));
+        }
+
+        // 2. Open Session: our session ID and the suite's algorithms.
+        let console_id = loop {
+            let id = u32::from_le_bytes(random::<4>()?);
+            if id != 0 {
+                break id;
+            }
+        };
+        let (auth, integrity, conf) = login.suite.algorithms();
+        let tag = random::<1>()?[0];
+        let mut open = vec![tag, login.privilege, 0, 0];
+        open.extend(console_id.to_le_bytes());
+        for (kind, alg) in [(0u8, auth), (1, integrity), (2, conf)] {
+            open.extend([kind, 0, 0, 8, alg, 0, 0, 0]);
+        }
+        let bmc_id = wire
+            .exchange(
+                "Open Session",
+                &handshake_packet(PT_OPEN_REQUEST, &open),
+                |d| {
+                    let Some(p) = handshake_payload(d, PT_OPEN_RESPONSE) else {
+                        return Take::Drop(None);
+                    };
+                    if p.len() < 8 || p[0] != tag || p[4..8] != console_id.to_le_bytes() {
+                        return Take::Drop(None);
+                    }
+                    if p[1] != 0 {
+                        return Take::Fail(status_trouble("Open Session Response", p[1], login));
+                    }
+                    if p.len() < 36 {
+                        return Take::Fail(Trouble::new(
+                            ReadErrorKind::Protocol,
+                            format!("Open Session Response of {} bytes (36 expected)", p.len()),
+                        ));
+                    }
+                    let chosen = (p[16], p[24], p[32]);
+                    if chosen != (auth, integrity, conf) {
+                        return Take::Fail(Trouble::new(
+                            ReadErrorKind::Protocol,
+                            format!(
+                                "the BMC chose algorithms {chosen:?}, not cipher suite {}'s {:?}",
+                                login.suite.id(),
+                                (auth, integrity, conf)
+                            ),
+                        ));
+                    }
+                    let bmc_id = u32::from_le_bytes([p[8], p[9], p[10], p[11]]);
+                    if bmc_id == 0 {
+                        return Take::Fail(Trouble::new(
+                            ReadErrorKind::Protocol,
+                            "Open Session Response names session ID 0",
+                        ));
+                    }
+                    Take::Answer(bmc_id)
+                },
+            )
+            .await?;
+
+        // 3. RAKP 1 and 2: the BMC proves it knows the password.
+        let console_random = random::<16>()?;
+        let role = login.privilege | NAME_ONLY_LOOKUP;
+        let tag = random::<1>()?[0];
+        let mut rakp1 = vec![tag, 0, 0, 0];
+        rakp1.extend(bmc_id.to_le_bytes());
+        rakp1.extend(console_random);
+        rakp1.extend([role, 0, 0, login.username.len() as u8]);
+        rakp1.extend_from_slice(login.username);
+        let hash_len = login.suite.hash_len();
+        let (bmc_random, bmc_guid) = wire
+            .exchange("RAKP message 1", &handshake_packet(PT_RAKP1, &rakp1), |d| {
+                let Some(p) = handshake_payload(d, PT_RAKP2) else {
+                    return Take::Drop(None);
+                };
+                if p.len() < 8 || p[0] != tag || p[4..8] != console_id.to_le_bytes() {
+                    return Take::Drop(None);
+                }
+                if p[1] != 0 {
+                    return Take::Fail(status_trouble("RAKP message 2", p[1], login));
+                }
+                if p.len() != 40 + hash_len {
+                    return Take::Fail(Trouble::new(
+                        ReadErrorKind::Protocol,
+                        format!(
+                            "RAKP message 2 of {} bytes ({} expected)",
+                            p.len(),
+                            40 + hash_len
+                        ),
+                    ));
+                }
+                let rc: [u8; 16] = p[8..24].try_into().expect("16 bytes");
+                let guid: [u8; 16] = p[24..40].try_into().expect("16 bytes");
+                let ex = Exchange {
+                    console_session: console_id,
+                    bmc_session: bmc_id,
+                    console_random,
+                    bmc_random: rc,
+                    bmc_guid: guid,
+                    role,
+                    username: login.username,
+                };
+                if !ex.rakp2_matches(login.suite, login.kuid, &p[40..]) {
+                    return Take::Fail(Trouble::new(
+                        ReadErrorKind::Auth,
+                        "RAKP message 2: the BMC's key exchange code does not match the \
+                         password (wrong password, or not the BMC answering)",
+                    ));
+                }
+                Take::Answer((rc, guid))
+            })
+            .await?;
+        let ex = Exchange {
+            console_session: console_id,
+            bmc_session: bmc_id,
+            console_random,
+            bmc_random,
+            bmc_guid,
+            role,
+            username: login.username,
+        };
+
+        // 4. RAKP 3 and 4: we prove it, the BMC proves it derived the same keys.
+        let sik = ex.sik(login.suite, login.kuid);
+        let tag = random::<1>()?[0];
+        let mut rakp3 = vec![tag, 0, 0, 0];
+        rakp3.extend(bmc_id.to_le_bytes());
+        rakp3.extend(ex.rakp3_code(login.suite, login.kuid));
+        let tag_len = login.suite.tag_len();
+        wire.exchange("RAKP message 3", &handshake_packet(PT_RAKP3, &rakp3), |d| {
+            let Some(p) = handshake_payload(d, PT_RAKP4) else {
+                return Take::Drop(None);
+            };
+            if p.len() < 8 || p[0] != tag || p[4..8] != console_id.to_le_bytes() {
+                return Take::Drop(None);
+            }
+            if p[1] != 0 {
+                return Take::Fail(status_trouble("RAKP message 4", p[1], login));
+            }
+            if p.len() != 8 + tag_len || !ex.rakp4_matches(login.suite, &sik, &p[8..]) {
+                return Take::Fail(Trouble::new(
+                    ReadErrorKind::Auth,
+                    "RAKP message 4: the integrity check value does not match the session \
+                         keys",
+                ));
+            }
+            Take::Answer(())
+        })
+        .await?;
+
+        let mut session = Session {
+            wire,
+            suite: login.suite,
+            keys: SessionKeys::new(login.suite, &sik),
+            console_id,
+            bmc_id,
+            out_seq: 0,
+            last_in_seq: 0,
+            rq_seq: 0,
+            privilege: USER,
+        };
+        // 5. A session starts at User level; raise it when more was asked for.
+        if login.privilege > USER {
+            let a = session.request(NETFN_APP, 0x3b, &[login.privilege]).await?;
+            if a.completion != 0 {
+                session.close().await;
+                return Err(Trouble::new(
+                    ReadErrorKind::Auth,
+                    format!(
+                        "Set Session Privilege Level to {} refused (completion code {:#04x})",
+                        role_name(login.privilege),
+                        a.completion
+                    ),
+                ));
+            }
+            session.privilege = login.privilege;
+        }
+        Ok(session)
+    }
+
+    pub fn suite(&self) -> Suite {
+        self.suite
+    }
+
+    /// The session's privilege level now.
+    pub fn privilege(&self) -> u8 {
+        self.privilege
+    }
+
+    /// The BMC's ID of this session.
+    pub fn bmc_id(&self) -> u32 {
+        self.bmc_id
+    }
+
+    /// Datagrams dropped so far (not ours, stale, or failing a check) and requests resent.
+    pub fn stray_and_resent(&self) -> (u32, u32) {
+        (self.wire.stray, self.wire.resent)
+    }
+
+    /// One request inside the session, and its answer.
+    pub async fn request(&mut self, netfn: u8, cmd: u8, data: &[u8]) -> Result<Answer, Trouble> {
+        self.rq_seq = (self.rq_seq + 1) & 0x3f;
+        self.out_seq = self.out_seq.wrapping_add(1).max(1);
+        let rq_seq = self.rq_seq;
+        let message = request_message(netfn, cmd, rq_seq, data);
+        let sealed = self.keys.seal(random::<BLOCK>()?, &message);
+        let mut p = RMCP_HEADER.to_vec();
+        p.extend([AUTH_RMCP_PLUS, PROTECTED | PT_IPMI]);
+        p.extend(self.bmc_id.to_le_bytes());
+        p.extend(self.out_seq.to_le_bytes());
+        p.extend((sealed.len() as u16).to_le_bytes());
+        p.extend(sealed);
+        // Integrity pad: from AuthType to Next Header, a multiple of four bytes.
+        let pad = (4 - (p.len() - 4 + 2) % 4) % 4;
+        p.extend(std::iter::repeat_n(0xffu8, pad));
+        p.extend([pad as u8, 0x07]);
+        let code = self.keys.auth_code(&p[4..]);
+        p.extend(code);
+
+        let what = format!("NetFn {netfn:#04x} command {cmd:#04x}");
+        let (keys, console_id, tag_len) = (&self.keys, self.console_id, self.suite.tag_len());
+        let last_in_seq = self.last_in_seq;
+        let (answer, seq) = self
+            .wire
+            .exchange(&what, &p, |d| {
+                let drop = |why: &str| {
+                    Take::Drop(Some(Trouble::new(ReadErrorKind::Protocol, why.to_string())))
+                };
+                if d.len() < 16 || d[..4] != RMCP_HEADER || d[4] != AUTH_RMCP_PLUS {
+                    return Take::Drop(None);
+                }
+                if d[5] != PROTECTED | PT_IPMI {
+                    return drop("an answer that was not encrypted and signed");
+                }
+                if d[6..10] != console_id.to_le_bytes() {
+                    return Take::Drop(None);
+                }
+                let len = usize::from(u16::from_le_bytes([d[14], d[15]]));
+                if d.len() < 16 + len + 2 + tag_len {
+                    return drop("an answer cut short");
+                }
+                let trailer = d.len() - tag_len;
+                if d[trailer - 1] != 0x07 || usize::from(d[trailer - 2]) != trailer - 2 - (16 + len)
+                {
+                    return drop("an answer with a malformed session trailer");
+                }
+                if !keys.auth_code_matches(&d[4..trailer], &d[trailer..]) {
+                    return drop("an answer whose AuthCode does not check out");
+                }
+                let seq = u32::from_le_bytes([d[10], d[11], d[12], d[13]]);
+                if seq <= last_in_seq {
+                    return drop("an answer replayed (its session sequence number is not new)");
+                }
+                let Ok(message) = keys.open(&d[16..16 + len]) else {
+                    return drop("an answer that does not decrypt");
+                };
+                match response_of(&message, netfn, cmd, rq_seq) {
+                    Some(a) => Take::Answer((a, seq)),
+                    None => drop("an answer to another request"),
+                }
+            })
+            .await?;
+        self.last_in_seq = seq;
+        Ok(answer)
+    }
+
+    /// Get Chassis Status: the answer's data.
+    pub async fn chassis_status(&mut self) -> Result<Answer, Trouble> {
+        self.request(NETFN_CHASSIS, 0x01, &[]).await
+    }
+
+    /// Get System GUID: the answer's data.
+    pub async fn system_guid(&mut self) -> Result<Answer, Trouble> {
+        self.request(NETFN_APP, 0x37, &[]).await
+    }
+
+    /// Close Session, waiting at most one try's time for the answer; failures are ignored (the
+    /// BMC times the session out anyway).
+    pub async fn close(mut self) {
+        self.wire.timing.resends = 0;
+        let id = self.bmc_id.to_le_bytes();
+        let _ = self.request(NETFN_APP, 0x3c, &id).await;
+    }
+}
+
+#[cfg(test)]
+mod tests;
