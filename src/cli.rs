@@ -381,9 +381,14 @@ async fn check_config(path: &Path, probe: bool) -> Result<ExitCode, ExitCode> {
                         None if !checked => format!("{verdict} (identity unchecked)"),
                         None => verdict.to_string(),
                     };
+                    // How the read logged in, where the backend says (IPMI: suite and role).
+                    let backend = match r.details.iter().find(|d| d.name == "session") {
+                        Some(d) => format!("{} ({})", source.backend(), d.value),
+                        None => source.backend().to_string(),
+                    };
                     Row {
                         node: name,
-                        backend: source.backend().to_string(),
+                        backend,
                         address: source.address(),
                         state: format!(
                             "{} ({:.3}s)",

@@ -21,9 +21,25 @@ use support::cli::oobfence;
 use support::ipmi_sim::{self, IpmiSim};
 use support::scenario::{Scenario, parsed_bmc_entry};
 
-/// A `[[bmc]]` entry built through the real config parser. `extra` adds TOML keys.
+/// ipmi_sim speaks cipher suite 3 only (oobfence's default is 17).
+const SUITE_3: &str = "cipher_suite = 3\n";
+
+/// A `[[bmc]]` entry built through the real config parser, for ipmi_sim's suite 3 unless
+/// `extra` names a suite. `extra` adds TOML keys.
 fn bmc(dir: &Path, address: &str, user: &str, password: &str, extra: &str) -> BmcEntry {
-    parsed_bmc_entry("ipmi", dir, address, user, password, extra)
+    let suite = if extra.contains("cipher_suite") {
+        ""
+    } else {
+        SUITE_3
+    };
+    parsed_bmc_entry(
+        "ipmi",
+        dir,
+        address,
+        user,
+        password,
+        &format!("{suite}{extra}"),
+    )
 }
 
 fn admin_source(sim: &IpmiSim, extra: &str) -> IpmiSource {
@@ -503,34 +519,38 @@ async fn unknown_user_is_auth() {
     assert!(detail.contains("no such user"), "{detail}");
 }
 
-/// ipmi-rs always asks for the Administrator role in RAKP message 1, so an Operator-only
-/// account is refused by the BMC: this is why the config refuses `privilege = "operator"`.
+/// An Operator-only account reads as Operator and as User (the default), its session at that
+/// level as ipmi_sim reports it. (ipmi_sim grants such an account Administrator too when asked
+/// by name alone, as ipmitool asks: the test BMC, which refuses it, checks that refusal.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_operator_only_account_is_refused_because_the_library_asks_for_administrator() {
+async fn an_operator_account_reads_as_operator_and_as_user() {
     let sim = IpmiSim::start();
-    let e = bmc(
-        sim.dir(),
-        &sim.address(),
-        ipmi_sim::OPERATOR,
-        ipmi_sim::OPERATOR_PASSWORD,
-        "",
-    );
-    let state = IpmiSource::new(&e, "n1").unwrap().read().await;
-    let (kind, detail) = error_of(&state);
-    assert_eq!(kind, ReadErrorKind::Auth, "{detail}");
-    assert!(detail.contains("Administrator role"), "{detail}");
-    // The same account works for ipmitool, which can ask for the Operator role.
-    let out = std::process::Command::new("ipmitool")
-        .args(["-I", "lanplus", "-H", "127.0.0.1", "-p"])
-        .arg(sim.port().to_string())
-        .args(["-U", ipmi_sim::OPERATOR, "-P", ipmi_sim::OPERATOR_PASSWORD])
-        .args(["-L", "OPERATOR", "-C", "3", "chassis", "power", "status"])
-        .output()
-        .unwrap();
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout).trim(),
-        "Chassis Power is on"
-    );
+    let source = |privilege: &str| {
+        let extra = if privilege.is_empty() {
+            String::new()
+        } else {
+            format!("privilege = \"{privilege}\"")
+        };
+        let e = bmc(
+            sim.dir(),
+            &sim.address(),
+            ipmi_sim::OPERATOR,
+            ipmi_sim::OPERATOR_PASSWORD,
+            &extra,
+        );
+        IpmiSource::new(&e, "n1").unwrap()
+    };
+    for (privilege, level) in [("operator", "OPERATOR"), ("", "USER")] {
+        let src = source(privilege);
+        assert_eq!(src.read().await, PowerState::On, "as {privilege:?}");
+        // Ours (kept for the next read) and ipmitool's own, which asks as Administrator.
+        let mut levels = sim.session_privileges();
+        levels.sort();
+        assert_eq!(levels, ["ADMINISTRATOR", level], "as {privilege:?}");
+        drop(src);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(sim.other_sessions(), 0, "closed when its source went");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -560,7 +580,10 @@ async fn a_silent_peer_times_out_within_the_deadline_after_resending() {
     let took = start.elapsed();
     let (kind, detail) = error_of(&state);
     assert_eq!(kind, ReadErrorKind::Timeout, "{detail}");
-    assert!(detail.contains("presence ping"), "{detail}");
+    assert!(
+        detail.contains("Get Channel Authentication Capabilities: no answer"),
+        "{detail}"
+    );
     assert!(took >= Duration::from_millis(900), "{took:?}");
     assert!(took < Duration::from_millis(1600), "{took:?}");
     // The ping went out three times: once, then twice more while no answer came.
@@ -773,12 +796,17 @@ protocol = "ipmi"
 address = "{address}"
 username = "{}"
 password_file = "{}"
-{extra}
+{}{extra}
 "#,
         kubeconfig.display(),
         support::k8s::free_port(),
         ipmi_sim::USERNAME,
-        dir.join("pw").display()
+        dir.join("pw").display(),
+        if extra.contains("cipher_suite") {
+            ""
+        } else {
+            SUITE_3
+        },
     )
 }
 
@@ -798,6 +826,8 @@ fn probe_reads_an_ipmi_node_from_the_config_alone() {
     let out = text(&o.stdout);
     assert!(out.starts_with("rack1-01: On"), "{out}");
     assert!(out.contains(&format!("ipmi {}", sim.address())), "{out}");
+    // Logged in as the default role with the entry's suite, and says so.
+    assert!(out.contains("session: cipher suite 3, User"), "{out}");
 
     sim.set_power(false);
     let o = oobfence(&["probe", "rack1-01"], &path);
@@ -836,18 +866,37 @@ fn unsupported_ipmi_settings_are_config_errors() {
     let o = oobfence(&["check-config"], &path);
     assert!(o.status.success(), "{}", text(&o.stderr));
 
+    // Suite 17, 17 then 3, and every role from User up are accepted.
+    for (suite, privilege) in [
+        ("17", "user"),
+        ("[17, 3]", "operator"),
+        ("3", "administrator"),
+    ] {
+        let cfg = good.replace("cipher_suite = 3", &format!("cipher_suite = {suite}"))
+            + &format!("privilege = \"{privilege}\"\n");
+        std::fs::write(&path, &cfg).unwrap();
+        let o = oobfence(&["check-config"], &path);
+        assert!(
+            o.status.success(),
+            "{suite}/{privilege}: {}",
+            text(&o.stderr)
+        );
+    }
+
     let with = |extra: &str| good.clone() + extra + "\n";
+    let suite = |s: &str| good.replace("cipher_suite = 3", &format!("cipher_suite = {s}"));
     let cases: Vec<(String, &str, &str)> = vec![
         (
-            with("cipher_suite = 17"),
+            suite("5"),
             "bmc[0].cipher_suite",
-            "cipher suite 17 is not supported by this build",
+            "cipher suite 5 is not spoken by oobfence: use 17",
         ),
-        (with("cipher_suite = 0"), "bmc[0].cipher_suite", "refused"),
+        (suite("0"), "bmc[0].cipher_suite", "refused"),
+        (suite("[3, 3]"), "bmc[0].cipher_suite", "two different ones"),
         (
-            with("privilege = \"operator\""),
+            with("privilege = \"root\""),
             "bmc[0].privilege",
-            "privilege = \"operator\" is not supported by this build",
+            "\"root\" is not a privilege",
         ),
         (
             with("system = \"/redfish/v1/Systems/1\""),
@@ -924,6 +973,11 @@ async fn check_config_probe_reads_ipmi_nodes_of_the_cluster() {
         .unwrap_or_else(|| panic!("{out}"));
     assert!(row.contains("ipmi") && row.contains(" On"), "{row}");
     assert!(row.contains("match: system UUID"), "{row}");
+    // The suite and role the read logged in with (the scenario's entries: 3, Administrator).
+    assert!(
+        row.contains("ipmi (cipher suite 3, Administrator)"),
+        "{row}"
+    );
     assert_eq!(sim.other_sessions(), 0);
     a.delete().await;
 }
@@ -1349,10 +1403,13 @@ mod native_session {
     use oobfence::power::ipmi::session::{ADMINISTRATOR, Login, OPERATOR, Session, Timing, USER};
     use support::rmcp_bmc::{ACCOUNTS, RmcpBmc};
 
-    const TIMING: Timing = Timing {
-        per_try: Duration::from_millis(500),
-        resends: 2,
-    };
+    fn timing() -> Timing {
+        Timing {
+            resend_every: Duration::from_millis(500),
+            resends: 2,
+            deadline: tokio::time::Instant::now() + Duration::from_millis(1500),
+        }
+    }
 
     fn guid() -> [u8; 16] {
         std::array::from_fn(|i| 0x40 + i as u8)
@@ -1372,7 +1429,7 @@ mod native_session {
             username: user.as_bytes(),
             kuid: &kuid,
         };
-        Session::open(addr.parse().unwrap(), &login, TIMING)
+        Session::open(addr.parse().unwrap(), &login, timing())
             .await
             .map_err(|t| {
                 eprintln!("{suite:?} as {user}: {}", t.detail);

@@ -122,7 +122,7 @@ pub(super) struct RawBmc {
     tls_insecure: bool,
     #[serde(default = "default_bmc_timeout", with = "humantime_serde")]
     timeout: Duration,
-    cipher_suite: Option<u8>,
+    cipher_suite: Option<ipmi::CipherSuiteSetting>,
     privilege: Option<String>,
     #[serde(default)]
     identity: IdentityCheck,
@@ -205,12 +205,18 @@ impl RawBmc {
         }
         let ipmi_options = match self.protocol {
             Protocol::Ipmi => {
-                let suite = self.cipher_suite.unwrap_or(ipmi::CIPHER_SUITE);
-                let privilege = self.privilege.as_deref().unwrap_or("administrator");
+                let defaults = ipmi::IpmiOptions::default();
                 Some(ipmi::IpmiOptions {
-                    cipher_suite: ipmi::check_cipher_suite(suite)
-                        .map_err(|e| err("cipher_suite", e))?,
-                    privilege: ipmi::check_privilege(privilege).map_err(|e| err("privilege", e))?,
+                    cipher_suites: match &self.cipher_suite {
+                        None => defaults.cipher_suites,
+                        Some(s) => {
+                            ipmi::check_cipher_suites(s).map_err(|e| err("cipher_suite", e))?
+                        }
+                    },
+                    privilege: match self.privilege.as_deref() {
+                        None => defaults.privilege,
+                        Some(p) => ipmi::check_privilege(p).map_err(|e| err("privilege", e))?,
+                    },
                 })
             }
             _ => {

@@ -9,8 +9,12 @@ use crate::secret::Secret;
 /// The RMCP+ port (IANA "asf-rmcp").
 pub const DEFAULT_PORT: u16 = 623;
 
-/// The one cipher suite this build speaks: RAKP-HMAC-SHA1, HMAC-SHA1-96, AES-CBC-128.
-pub const CIPHER_SUITE: u8 = 3;
+/// The cipher suite used unless the entry says otherwise: 17 (RAKP-HMAC-SHA256,
+/// HMAC-SHA256-128, AES-CBC-128), what OpenBMC enables by default and hardening guides require.
+pub const DEFAULT_CIPHER_SUITE: u8 = 17;
+
+/// The suites this build speaks.
+const SPOKEN: [u8; 2] = [17, 3];
 
 /// The most a user name may have: 16 bytes in RAKP message 1.
 const MAX_USERNAME: usize = 16;
@@ -21,20 +25,55 @@ const MAX_PASSWORD: usize = 20;
 /// IPMI-only settings of a `[[bmc]]` entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct IpmiOptions {
-    pub cipher_suite: u8,
+    pub cipher_suites: CipherSuites,
     pub privilege: Privilege,
 }
 
 impl Default for IpmiOptions {
     fn default() -> Self {
         IpmiOptions {
-            cipher_suite: CIPHER_SUITE,
-            privilege: Privilege::Administrator,
+            cipher_suites: CipherSuites {
+                first: DEFAULT_CIPHER_SUITE,
+                then: None,
+            },
+            privilege: Privilege::User,
         }
     }
 }
 
-/// The role an account logs in with (requested maximum privilege level in RAKP message 1).
+/// The cipher suite to log in with, or two in order (`cipher_suite = [17, 3]`): the second is
+/// tried only when the BMC refuses the first suite itself, never silently otherwise.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CipherSuites {
+    pub first: u8,
+    pub then: Option<u8>,
+}
+
+impl CipherSuites {
+    pub fn in_order(self) -> impl Iterator<Item = u8> {
+        std::iter::once(self.first).chain(self.then)
+    }
+}
+
+impl std::fmt::Display for CipherSuites {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.then {
+            None => write!(f, "{}", self.first),
+            Some(then) => write!(f, "{}, then {then}", self.first),
+        }
+    }
+}
+
+/// The `cipher_suite` key: one suite, or a list of two tried in order.
+#[derive(Clone, Debug, serde::Deserialize)]
+#[serde(untagged)]
+pub enum CipherSuiteSetting {
+    One(i64),
+    InOrder(Vec<i64>),
+}
+
+/// The role an account logs in with (RAKP message 1's requested maximum privilege, then Set
+/// Session Privilege Level).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Privilege {
     User,
@@ -50,53 +89,74 @@ impl Privilege {
             Privilege::Administrator => "administrator",
         }
     }
+
+    /// The IPMI privilege level number.
+    pub fn level(self) -> u8 {
+        match self {
+            Privilege::User => 2,
+            Privilege::Operator => 3,
+            Privilege::Administrator => 4,
+        }
+    }
 }
 
-/// Validates the `cipher_suite` key: only suite 3 can be spoken by this build.
-pub fn check_cipher_suite(suite: u8) -> Result<u8, String> {
-    match suite {
-        CIPHER_SUITE => Ok(suite),
-        0..=2 => Err(format!(
-            "cipher suite {suite} has no {}: refused; use 3",
-            if suite == 2 {
+/// Validates one suite number.
+fn check_one_suite(suite: i64) -> Result<u8, String> {
+    match u8::try_from(suite) {
+        Ok(s) if SPOKEN.contains(&s) => Ok(s),
+        Ok(s @ 0..=2) => Err(format!(
+            "cipher suite {s} has no {}: refused; use 17 (or 3)",
+            if s == 2 {
                 "encryption"
             } else {
                 "integrity protection"
             }
         )),
-        4..=19 => Err(format!(
-            "cipher suite {suite} is not supported by this build (its IPMI library, ipmi-rs 0.6, \
-             speaks only suite 3: RAKP-HMAC-SHA1, HMAC-SHA1-96, AES-CBC-128); enable suite 3 \
-             on the BMC, or use protocol = \"redfish\""
+        Ok(s @ 4..=19) => Err(format!(
+            "cipher suite {s} is not spoken by oobfence: use 17 (RAKP-HMAC-SHA256, \
+             HMAC-SHA256-128, AES-CBC-128) or 3 (RAKP-HMAC-SHA1, HMAC-SHA1-96, AES-CBC-128)"
         )),
         _ => Err(format!(
-            "{suite} is not an IPMI cipher suite (0 to 19); use 3"
+            "{suite} is not an IPMI cipher suite (0 to 19); use 17 (or 3)"
         )),
     }
 }
 
-/// Validates the `privilege` key. Only "administrator" can work with this build.
+/// Validates the `cipher_suite` key.
+pub fn check_cipher_suites(setting: &CipherSuiteSetting) -> Result<CipherSuites, String> {
+    match setting {
+        CipherSuiteSetting::One(s) => Ok(CipherSuites {
+            first: check_one_suite(*s)?,
+            then: None,
+        }),
+        CipherSuiteSetting::InOrder(list) => match list.as_slice() {
+            [only] => Ok(CipherSuites {
+                first: check_one_suite(*only)?,
+                then: None,
+            }),
+            [a, b] if a != b => Ok(CipherSuites {
+                first: check_one_suite(*a)?,
+                then: Some(check_one_suite(*b)?),
+            }),
+            _ => Err(format!(
+                "{list:?} is not a list of suites to try in order: give one suite (17) or two \
+                 different ones ([17, 3])"
+            )),
+        },
+    }
+}
+
+/// Validates the `privilege` key.
 pub fn check_privilege(s: &str) -> Result<Privilege, String> {
-    let p = match s {
-        "administrator" => return Ok(Privilege::Administrator),
-        "operator" => Privilege::Operator,
-        "user" => Privilege::User,
-        other => {
-            return Err(format!(
-                "{other:?} is not a privilege: use \"administrator\" (\"operator\" and \"user\" \
-                 are not supported by this build)"
-            ));
-        }
-    };
-    Err(format!(
-        "privilege = \"{}\" is not supported by this build: its IPMI library (ipmi-rs 0.6) \
-         always asks for the Administrator role when logging in, which the BMC refuses to a \
-         {} account; use an account with the Administrator role (oobfence only reads: its \
-         sessions stay at the User level, and it never sends a power command), or use protocol \
-         = \"redfish\"",
-        p.as_str(),
-        p.as_str()
-    ))
+    match s {
+        "user" => Ok(Privilege::User),
+        "operator" => Ok(Privilege::Operator),
+        "administrator" => Ok(Privilege::Administrator),
+        other => Err(format!(
+            "{other:?} is not a privilege: use \"user\" (enough to read the power state), \
+             \"operator\" or \"administrator\""
+        )),
+    }
 }
 
 /// Validates an IPMI user name: at most 16 printable ASCII characters. (The library silently
@@ -232,25 +292,49 @@ mod tests {
 
     #[test]
     fn suites_and_privileges() {
-        assert_eq!(check_cipher_suite(3), Ok(3));
-        let e = check_cipher_suite(17).unwrap_err();
-        assert!(
-            e.starts_with("cipher suite 17 is not supported by this build"),
-            "{e}"
+        use CipherSuiteSetting::{InOrder, One};
+        let only = |s| CipherSuites {
+            first: s,
+            then: None,
+        };
+        assert_eq!(check_cipher_suites(&One(17)), Ok(only(17)));
+        assert_eq!(check_cipher_suites(&One(3)), Ok(only(3)));
+        assert_eq!(check_cipher_suites(&InOrder(vec![3])), Ok(only(3)));
+        assert_eq!(
+            check_cipher_suites(&InOrder(vec![17, 3])).map(|s| s.to_string()),
+            Ok("17, then 3".to_string())
         );
-        assert!(check_cipher_suite(0).unwrap_err().contains("refused"));
-        assert!(check_cipher_suite(2).unwrap_err().contains("encryption"));
         assert!(
-            check_cipher_suite(20)
+            check_cipher_suites(&One(0))
+                .unwrap_err()
+                .contains("refused")
+        );
+        assert!(
+            check_cipher_suites(&One(2))
+                .unwrap_err()
+                .contains("encryption")
+        );
+        assert!(
+            check_cipher_suites(&One(8))
+                .unwrap_err()
+                .contains("not spoken")
+        );
+        assert!(
+            check_cipher_suites(&One(20))
                 .unwrap_err()
                 .contains("not an IPMI cipher suite")
         );
-        assert_eq!(
-            check_privilege("administrator"),
-            Ok(Privilege::Administrator)
-        );
-        let e = check_privilege("operator").unwrap_err();
-        assert!(e.contains("not supported by this build"), "{e}");
+        assert!(check_cipher_suites(&One(-1)).is_err());
+        assert!(check_cipher_suites(&InOrder(vec![])).is_err());
+        assert!(check_cipher_suites(&InOrder(vec![3, 3])).is_err());
+        for (s, p) in [
+            ("user", Privilege::User),
+            ("operator", Privilege::Operator),
+            ("administrator", Privilege::Administrator),
+        ] {
+            assert_eq!(check_privilege(s), Ok(p));
+            assert_eq!(p.as_str(), s);
+        }
         assert!(
             check_privilege("Admin")
                 .unwrap_err()

@@ -228,15 +228,46 @@ fn ipmi_entries_get_defaults_and_keep_to_their_keys() {
     assert_eq!(b.ipmi, Some(ipmi::IpmiOptions::default()));
     assert_eq!(b.address_for("rack1-07"), "rack1-07-ipmi.dc1.example");
     assert_eq!(b.timeout, Duration::from_secs(5));
-    let e = parse(&format!("{ipmi}cipher_suite = 17\n"))
-        .unwrap_err()
-        .to_string();
-    assert!(
-        e.starts_with(
-            "dc1.toml: bmc[0].cipher_suite: cipher suite 17 is not supported by this build"
-        ),
-        "{e}"
+    // Suite 17 as User by default; 3, or 17 then 3, and the other roles when asked for.
+    let options = |extra: &str| parse(&format!("{ipmi}{extra}")).map(|c| c.bmc[0].ipmi.unwrap());
+    let default = options("").unwrap();
+    assert_eq!(default.cipher_suites.to_string(), "17");
+    assert_eq!(default.privilege, ipmi::Privilege::User);
+    assert_eq!(
+        options("cipher_suite = 3\n")
+            .unwrap()
+            .cipher_suites
+            .to_string(),
+        "3"
     );
+    let both = options("cipher_suite = [17, 3]\nprivilege = \"operator\"\n").unwrap();
+    assert_eq!(both.cipher_suites.to_string(), "17, then 3");
+    assert_eq!(both.cipher_suites.in_order().collect::<Vec<_>>(), [17, 3]);
+    assert_eq!(both.privilege, ipmi::Privilege::Operator);
+    for (extra, want) in [
+        (
+            "cipher_suite = 5\n",
+            "cipher suite 5 is not spoken by oobfence: use 17",
+        ),
+        (
+            "cipher_suite = 0\n",
+            "cipher suite 0 has no integrity protection",
+        ),
+        ("cipher_suite = [17, 17]\n", "two different ones"),
+        ("cipher_suite = [17, 3, 1]\n", "two different ones"),
+        (
+            "cipher_suite = [17, 2]\n",
+            "cipher suite 2 has no encryption",
+        ),
+        ("cipher_suite = \"17\"\n", "bmc"),
+        (
+            "privilege = \"root\"\n",
+            "\"root\" is not a privilege: use \"user\"",
+        ),
+    ] {
+        let e = options(extra).unwrap_err().to_string();
+        assert!(e.contains(want), "{extra}: {e}");
+    }
     let e = parse(&format!("{ipmi}ca_file = \"/x\"\n"))
         .unwrap_err()
         .to_string();

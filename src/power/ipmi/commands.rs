@@ -1,42 +1,9 @@
-//! The IPMI commands oobfence sends, defined through ipmi-rs's public `IpmiCommand` trait and
-//! `Message` type (the crate has no chassis, GUID or session-management commands of its own).
+//! What oobfence reads out of the BMC's answers: Get Chassis Status (NetFn Chassis 00h,
+//! command 01h) and Get System GUID (NetFn App 06h, command 37h; the machine's identity, see
+//! [`crate::identity::uuid_forms_of_ipmi_guid`]). The requests themselves are sent by
+//! [`super::session`].
 
 use std::fmt;
-
-use ipmi_rs::connection::{IpmiCommand, Message, NetFn};
-
-/// Get Chassis Status: NetFn Chassis (00h), command 01h, no request data.
-pub struct GetChassisStatus;
-
-impl From<GetChassisStatus> for Message {
-    fn from(_: GetChassisStatus) -> Message {
-        Message::new_request(NetFn::Chassis, 0x01, Vec::new())
-    }
-}
-
-impl IpmiCommand for GetChassisStatus {
-    type Output = ChassisStatus;
-    type Error = WrongLength;
-
-    fn parse_success_response(data: &[u8]) -> Result<ChassisStatus, WrongLength> {
-        ChassisStatus::parse(data)
-    }
-}
-
-/// Get System GUID: NetFn App (06h), command 37h, no request data; the reply data is the 16
-/// bytes of the GUID (IPMI 2.0 section 22.14). The machine's identity, see
-/// [`crate::identity::uuid_forms_of_ipmi_guid`].
-///
-/// Sent through the connection itself rather than `Ipmi::send_recv`: that one reports a refusal
-/// as ipmi-rs's `CompletionErrorCode`, which keeps no way back to the byte the BMC sent, and the
-/// byte is what an operator looks up. [`GuidReply::parse`] reads the answer.
-pub struct GetSystemGuid;
-
-impl From<GetSystemGuid> for Message {
-    fn from(_: GetSystemGuid) -> Message {
-        Message::new_request(NetFn::App, 0x37, Vec::new())
-    }
-}
 
 /// What a BMC answered to Get System GUID.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,17 +26,6 @@ impl GuidReply {
             Ok(guid) => GuidReply::Guid(guid),
             Err(_) => GuidReply::WrongLength(data.len()),
         }
-    }
-}
-
-/// Close Session: NetFn App (06h), command 3Ch, data = the BMC's (managed system) session ID.
-pub struct CloseSession {
-    pub bmc_session_id: u32,
-}
-
-impl From<CloseSession> for Message {
-    fn from(c: CloseSession) -> Message {
-        Message::new_request(NetFn::App, 0x3C, c.bmc_session_id.to_le_bytes().to_vec())
     }
 }
 
@@ -223,21 +179,5 @@ mod tests {
         long.push(0);
         assert_eq!(GuidReply::parse(0x00, &long), GuidReply::WrongLength(17));
         assert_eq!(GuidReply::parse(0x00, &[]), GuidReply::WrongLength(0));
-    }
-
-    #[test]
-    fn request_encodings() {
-        let m: Message = GetChassisStatus.into();
-        assert_eq!((m.netfn_raw(), m.cmd(), m.data()), (0x00, 0x01, &[][..]));
-        let m: Message = GetSystemGuid.into();
-        assert_eq!((m.netfn_raw(), m.cmd(), m.data()), (0x06, 0x37, &[][..]));
-        let m: Message = CloseSession {
-            bmc_session_id: 0x0A0B0C0D,
-        }
-        .into();
-        assert_eq!(
-            (m.netfn_raw(), m.cmd(), m.data()),
-            (0x06, 0x3C, &[0x0D, 0x0C, 0x0B, 0x0A][..])
-        );
     }
 }

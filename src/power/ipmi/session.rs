@@ -24,7 +24,6 @@ use std::time::Duration;
 use tokio::net::UdpSocket;
 use tokio::time::Instant;
 
-use super::link::Trouble;
 use super::rakp::{BLOCK, Exchange, Key, SessionKeys, Suite};
 use crate::power::ReadErrorKind;
 
@@ -36,8 +35,9 @@ pub const ADMINISTRATOR: u8 = 4;
 /// RAKP 1's role bit: look the user up by name (and role), as ipmitool does.
 const NAME_ONLY_LOOKUP: u8 = 0x10;
 
-/// The largest datagram taken in.
-const MAX_DATAGRAM: usize = 1024;
+/// The largest datagram taken in; a larger one is refused (nothing a BMC says to these
+/// requests comes near it).
+pub const MAX_DATAGRAM: usize = 1024;
 /// Datagrams one exchange looks at before it gives up, on top of its time bound.
 const MAX_DATAGRAMS_PER_EXCHANGE: usize = 256;
 
@@ -59,6 +59,25 @@ const CONSOLE_ADDRESS: u8 = 0x81;
 const NETFN_CHASSIS: u8 = 0x00;
 const NETFN_APP: u8 = 0x06;
 
+/// A reason a read fails, found on the wire or in the BMC's answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Trouble {
+    pub kind: ReadErrorKind,
+    pub detail: String,
+    /// The BMC refused the cipher suite itself (Open Session status): another suite may do.
+    pub suite_refused: bool,
+}
+
+impl Trouble {
+    pub fn new(kind: ReadErrorKind, detail: impl Into<String>) -> Trouble {
+        Trouble {
+            kind,
+            detail: detail.into(),
+            suite_refused: false,
+        }
+    }
+}
+
 /// Who logs in, and how.
 pub struct Login<'a> {
     pub suite: Suite,
@@ -68,11 +87,13 @@ pub struct Login<'a> {
     pub kuid: &'a Key,
 }
 
-/// How long to wait for each answer, and how often to send a request again.
+/// How often a request is sent again for want of an answer, and when the whole read ends.
 #[derive(Clone, Copy, Debug)]
 pub struct Timing {
-    pub per_try: Duration,
+    pub resend_every: Duration,
     pub resends: u32,
+    /// No exchange waits past this; after the last resend, one waits until it.
+    pub deadline: Instant,
 }
 
 /// An answer inside the session: the completion code and the data after it.
@@ -217,7 +238,10 @@ fn status_trouble(step: &str, code: u8, login: &Login<'_>) -> Trouble {
         ),
         _ => (ReadErrorKind::Protocol, "unknown status code".into()),
     };
-    Trouble::new(kind, format!("{step} has status {code:#04x}: {what}"))
+    Trouble {
+        suite_refused: matches!(code, 0x04..=0x07 | 0x10 | 0x11),
+        ..Trouble::new(kind, format!("{step} has status {code:#04x}: {what}"))
+    }
 }
 
 pub fn role_name(privilege: u8) -> &'static str {
@@ -227,6 +251,13 @@ pub fn role_name(privilege: u8) -> &'static str {
         ADMINISTRATOR => "Administrator",
         _ => "an unknown role",
     }
+}
+
+/// The first bytes of a datagram in hex, for an error message.
+fn hex_head(d: &[u8]) -> String {
+    let head: Vec<String> = d.iter().take(12).map(|b| format!("{b:02x}")).collect();
+    let more = if d.len() > 12 { " ..." } else { "" };
+    format!("{} bytes: {}{more}", d.len(), head.join(" "))
 }
 
 fn io_trouble(e: &std::io::Error, peer: SocketAddr) -> Trouble {
@@ -262,10 +293,15 @@ impl Wire {
         mut take: impl FnMut(&[u8]) -> Take<T>,
     ) -> Result<T, Trouble> {
         let (socket, peer, timing) = (&self.socket, self.peer, self.timing);
-        let mut buf = [0u8; MAX_DATAGRAM];
+        let started = Instant::now();
+        let mut buf = [0u8; MAX_DATAGRAM + 1];
         let mut seen = 0usize;
         let mut dropped_why: Option<Trouble> = None;
+        let mut sends = 0u32;
         for attempt in 0..=timing.resends {
+            if Instant::now() >= timing.deadline {
+                break;
+            }
             if attempt > 0 {
                 self.resent += 1;
             }
@@ -273,7 +309,12 @@ impl Wire {
                 .send(datagram)
                 .await
                 .map_err(|e| io_trouble(&e, peer))?;
-            let until = Instant::now() + timing.per_try;
+            sends += 1;
+            let until = if attempt == timing.resends {
+                timing.deadline
+            } else {
+                (Instant::now() + timing.resend_every).min(timing.deadline)
+            };
             loop {
                 let n = match tokio::time::timeout_at(until, socket.recv(&mut buf)).await {
                     Err(_) => break,
@@ -283,13 +324,33 @@ impl Wire {
                 seen += 1;
                 if seen > MAX_DATAGRAMS_PER_EXCHANGE {
                     return Err(Trouble::new(
-                        ReadErrorKind::Protocol,
+                        ReadErrorKind::BadReply,
                         format!(
                             "{what}: more than {MAX_DATAGRAMS_PER_EXCHANGE} datagrams and none the answer"
                         ),
                     ));
                 }
-                match take(&buf[..n]) {
+                // The socket takes datagrams from the BMC's address only: one that is not RMCP
+                // (IPMI) at all is no BMC speaking, and fails the read at once.
+                let d = &buf[..n];
+                if n > MAX_DATAGRAM {
+                    return Err(Trouble::new(
+                        ReadErrorKind::BadReply,
+                        format!(
+                            "{what}: answered with a datagram of more than {MAX_DATAGRAM} bytes"
+                        ),
+                    ));
+                }
+                if d.len() < 5 || d[0] != RMCP_HEADER[0] || d[3] != RMCP_HEADER[3] {
+                    return Err(Trouble::new(
+                        ReadErrorKind::BadReply,
+                        format!(
+                            "{what}: answered with a datagram that is not RMCP/IPMI ({})",
+                            hex_head(d)
+                        ),
+                    ));
+                }
+                match take(d) {
                     Take::Answer(t) => return Ok(t),
                     Take::Fail(t) => return Err(t),
                     Take::Drop(why) => {
@@ -301,7 +362,7 @@ impl Wire {
                 }
             }
         }
-        let waited = timing.per_try * (timing.resends + 1);
+        let waited = started.elapsed();
         Err(match dropped_why {
             Some(t) => Trouble::new(
                 t.kind,
@@ -309,7 +370,11 @@ impl Wire {
             ),
             None => Trouble::new(
                 ReadErrorKind::Timeout,
-                format!("{what}: no answer from {peer} in {waited:?}"),
+                format!(
+                    "{what}: no answer from {peer} within the deadline ({:.1}s, sent {} times)",
+                    waited.as_secs_f64(),
+                    sends
+                ),
             ),
         })
     }
@@ -455,7 +520,7 @@ impl Session {
         rakp1.extend([role, 0, 0, login.username.len() as u8]);
         rakp1.extend_from_slice(login.username);
         let hash_len = login.suite.hash_len();
-        let (bmc_random, bmc_guid) = wire
+        let rakp2 = wire
             .exchange("RAKP message 1", &handshake_packet(PT_RAKP1, &rakp1), |d| {
                 let Some(p) = handshake_payload(d, PT_RAKP2) else {
                     return Take::Drop(None);
@@ -488,15 +553,26 @@ impl Session {
                     username: login.username,
                 };
                 if !ex.rakp2_matches(login.suite, login.kuid, &p[40..]) {
-                    return Take::Fail(Trouble::new(
-                        ReadErrorKind::Auth,
-                        "RAKP message 2: the BMC's key exchange code does not match the \
-                         password (wrong password, or not the BMC answering)",
-                    ));
+                    return Take::Answer(None);
                 }
-                Take::Answer((rc, guid))
+                Take::Answer(Some((rc, guid)))
             })
             .await?;
+        let Some((bmc_random, bmc_guid)) = rakp2 else {
+            // Tell the BMC, as ipmitool does, so that it drops the half-open session now rather
+            // than at its timeout: RAKP 3 with status "invalid integrity check value".
+            let mut refusal = vec![random::<1>()?[0], 0x0f, 0, 0];
+            refusal.extend(bmc_id.to_le_bytes());
+            let _ = wire
+                .socket
+                .send(&handshake_packet(PT_RAKP3, &refusal))
+                .await;
+            return Err(Trouble::new(
+                ReadErrorKind::Auth,
+                "RAKP message 2: the BMC's key exchange code does not match the password \
+                 (wrong password, or not the BMC answering)",
+            ));
+        };
         let ex = Exchange {
             console_session: console_id,
             bmc_session: bmc_id,
@@ -565,6 +641,41 @@ impl Session {
         Ok(session)
     }
 
+    /// Logs in with the first of `suites` the BMC accepts: the next is tried only when the BMC
+    /// refuses the suite itself (Open Session status), never after a failed login.
+    pub async fn open_first(
+        peer: SocketAddr,
+        suites: &[Suite],
+        privilege: u8,
+        username: &[u8],
+        kuid: &Key,
+        timing: Timing,
+    ) -> Result<Session, Trouble> {
+        let mut refused: Vec<String> = Vec::new();
+        for suite in suites {
+            let login = Login {
+                suite: *suite,
+                privilege,
+                username,
+                kuid,
+            };
+            match Session::open(peer, &login, timing).await {
+                Ok(s) => return Ok(s),
+                Err(t) if t.suite_refused => refused.push(t.detail),
+                Err(mut t) => {
+                    if !refused.is_empty() {
+                        t.detail = format!("{} (after: {})", t.detail, refused.join("; "));
+                    }
+                    return Err(t);
+                }
+            }
+        }
+        Err(Trouble {
+            suite_refused: true,
+            ..Trouble::new(ReadErrorKind::Protocol, refused.join("; "))
+        })
+    }
+
     pub fn suite(&self) -> Suite {
         self.suite
     }
@@ -572,6 +683,11 @@ impl Session {
     /// The session's privilege level now.
     pub fn privilege(&self) -> u8 {
         self.privilege
+    }
+
+    /// How the exchanges from now on resend and end.
+    pub fn set_timing(&mut self, timing: Timing) {
+        self.wire.timing = timing;
     }
 
     /// The BMC's ID of this session.
@@ -584,12 +700,16 @@ impl Session {
         (self.wire.stray, self.wire.resent)
     }
 
-    /// One request inside the session, and its answer.
-    pub async fn request(&mut self, netfn: u8, cmd: u8, data: &[u8]) -> Result<Answer, Trouble> {
+    /// The next request as a datagram, encrypted and signed, with its request sequence number.
+    fn sealed_request(
+        &mut self,
+        netfn: u8,
+        cmd: u8,
+        data: &[u8],
+    ) -> Result<(Vec<u8>, u8), Trouble> {
         self.rq_seq = (self.rq_seq + 1) & 0x3f;
         self.out_seq = self.out_seq.wrapping_add(1).max(1);
-        let rq_seq = self.rq_seq;
-        let message = request_message(netfn, cmd, rq_seq, data);
+        let message = request_message(netfn, cmd, self.rq_seq, data);
         let sealed = self.keys.seal(random::<BLOCK>()?, &message);
         let mut p = RMCP_HEADER.to_vec();
         p.extend([AUTH_RMCP_PLUS, PROTECTED | PT_IPMI]);
@@ -603,6 +723,12 @@ impl Session {
         p.extend([pad as u8, 0x07]);
         let code = self.keys.auth_code(&p[4..]);
         p.extend(code);
+        Ok((p, self.rq_seq))
+    }
+
+    /// One request inside the session, and its answer.
+    pub async fn request(&mut self, netfn: u8, cmd: u8, data: &[u8]) -> Result<Answer, Trouble> {
+        let (p, rq_seq) = self.sealed_request(netfn, cmd, data)?;
 
         let what = format!("NetFn {netfn:#04x} command {cmd:#04x}");
         let (keys, console_id, tag_len) = (&self.keys, self.console_id, self.suite.tag_len());
@@ -611,7 +737,7 @@ impl Session {
             .wire
             .exchange(&what, &p, |d| {
                 let drop = |why: &str| {
-                    Take::Drop(Some(Trouble::new(ReadErrorKind::Protocol, why.to_string())))
+                    Take::Drop(Some(Trouble::new(ReadErrorKind::BadReply, why.to_string())))
                 };
                 if d.len() < 16 || d[..4] != RMCP_HEADER || d[4] != AUTH_RMCP_PLUS {
                     return Take::Drop(None);
@@ -620,7 +746,7 @@ impl Session {
                     return drop("an answer that was not encrypted and signed");
                 }
                 if d[6..10] != console_id.to_le_bytes() {
-                    return Take::Drop(None);
+                    return drop("an answer for a session not ours (another session ID)");
                 }
                 let len = usize::from(u16::from_le_bytes([d[14], d[15]]));
                 if d.len() < 16 + len + 2 + tag_len {
@@ -636,7 +762,10 @@ impl Session {
                 }
                 let seq = u32::from_le_bytes([d[10], d[11], d[12], d[13]]);
                 if seq <= last_in_seq {
-                    return drop("an answer replayed (its session sequence number is not new)");
+                    return drop(
+                        "an answer replayed or reordered (its session sequence number is not \
+                         above the last one accepted)",
+                    );
                 }
                 let Ok(message) = keys.open(&d[16..16 + len]) else {
                     return drop("an answer that does not decrypt");
@@ -661,10 +790,25 @@ impl Session {
         self.request(NETFN_APP, 0x37, &[]).await
     }
 
+    /// Sends Close Session without waiting for the answer, from any context (a `Drop`, a
+    /// runtime shutting down): a UDP send does not block. Failures are ignored (the BMC times
+    /// the session out anyway).
+    pub fn close_now(mut self) {
+        let id = self.bmc_id.to_le_bytes();
+        if let Ok((p, _)) = self.sealed_request(NETFN_APP, 0x3c, &id) {
+            let _ = self.wire.socket.try_send(&p);
+        }
+    }
+
     /// Close Session, waiting at most one try's time for the answer; failures are ignored (the
     /// BMC times the session out anyway).
     pub async fn close(mut self) {
-        self.wire.timing.resends = 0;
+        let wait = self.wire.timing.resend_every;
+        self.wire.timing = Timing {
+            resend_every: wait,
+            resends: 0,
+            deadline: Instant::now() + wait,
+        };
         let id = self.bmc_id.to_le_bytes();
         let _ = self.request(NETFN_APP, 0x3c, &id).await;
     }
