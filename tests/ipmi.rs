@@ -1574,3 +1574,103 @@ mod native_session {
         );
     }
 }
+
+/// The whole read path (`IpmiSource`, as the daemon reads) with the defaults — suite 17, the
+/// User role — and with an Operator account, against the suite-17 test BMC; `[17, 3]` falls
+/// back to suite 3 on a BMC that refuses 17, and only there; a BMC without either suite is an
+/// error read naming both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_read_path_logs_in_with_suite_17_as_user_by_default_and_falls_back_only_when_asked() {
+    use oobfence::power::ipmi::rakp::Suite;
+    use support::rmcp_bmc::{ACCOUNTS, RmcpBmc};
+    let guid: [u8; 16] = std::array::from_fn(|i| 0x60 + i as u8);
+    let dir = tempfile::tempdir().unwrap();
+    let (reader, oper) = (&ACCOUNTS[0], &ACCOUNTS[1]);
+    let source = |addr: &str, account: &support::rmcp_bmc::Account, extra: &str| {
+        // Not through `bmc()`: these entries keep oobfence's own default suite.
+        let e = parsed_bmc_entry(
+            "ipmi",
+            dir.path(),
+            addr,
+            account.name,
+            account.password,
+            extra,
+        );
+        IpmiSource::new(&e, "n1").unwrap()
+    };
+    let session_of = |reply: &oobfence::power::Reply| {
+        reply
+            .details
+            .iter()
+            .find(|d| d.name == "session")
+            .map(|d| d.value.clone())
+            .unwrap_or_default()
+    };
+
+    let only_17 = RmcpBmc::start(&[Suite::Seventeen], guid).await;
+    for (account, extra, session) in [
+        (reader, "", "cipher suite 17, User"),
+        (
+            oper,
+            "privilege = \"operator\"",
+            "cipher suite 17, Operator",
+        ),
+    ] {
+        let src = source(&only_17.address(), account, extra);
+        for on in [true, false] {
+            only_17.set_power(on);
+            let reply = src.read_reply().await;
+            let want = if on { PowerState::On } else { PowerState::Off };
+            assert_eq!(reply.state, want, "{reply:?}");
+            assert_eq!(session_of(&reply), session);
+            let MachineIdentity::SystemUuid { forms, .. } = &reply.identity else {
+                panic!("{:?}", reply.identity);
+            };
+            assert_eq!(forms, &oobfence::identity::uuid_forms_of_ipmi_guid(&guid));
+        }
+        drop(src);
+        // Closed without waiting for the answer: give the datagram a moment.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(only_17.open_sessions(), 0, "closed when its source went");
+    }
+    // Suite 3 on a suite-17 BMC: refused, and said so; never Off.
+    let state = source(&only_17.address(), reader, "cipher_suite = 3")
+        .read()
+        .await;
+    let (kind, detail) = error_of(&state);
+    assert_eq!(kind, ReadErrorKind::Protocol, "{detail}");
+    assert!(detail.contains("cipher suite 3 refused"), "{detail}");
+
+    // [17, 3] on a suite-3 BMC: 17 is refused by the BMC, 3 reads.
+    let only_3 = RmcpBmc::start(&[Suite::Three], guid).await;
+    only_3.set_power(false);
+    let reply = source(
+        &only_3.address(),
+        oper,
+        "cipher_suite = [17, 3]\nprivilege = \"operator\"",
+    )
+    .read_reply()
+    .await;
+    assert_eq!(reply.state, PowerState::Off, "{reply:?}");
+    assert_eq!(session_of(&reply), "cipher suite 3, Operator");
+    // The default (17 alone) does not fall back.
+    let state = source(&only_3.address(), oper, "").read().await;
+    let (kind, detail) = error_of(&state);
+    assert_eq!(kind, ReadErrorKind::Protocol, "{detail}");
+    assert!(detail.contains("cipher suite 17 refused"), "{detail}");
+    // A wrong password on the first suite is not a reason to try the second.
+    let state = source(
+        &only_17.address(),
+        &support::rmcp_bmc::Account {
+            password: "nope",
+            ..oper.clone()
+        },
+        "cipher_suite = [17, 3]",
+    )
+    .read()
+    .await;
+    let (kind, detail) = error_of(&state);
+    assert_eq!(kind, ReadErrorKind::Auth, "{detail}");
+    // One session per account, kept for its second read; none for the refused logins.
+    assert_eq!(only_17.seen(|s| s.activated.len()), 2);
+}
