@@ -196,6 +196,26 @@ fn handshake_payload(d: &[u8], payload_type: u8) -> Option<&[u8]> {
     d.get(16..16 + len)
 }
 
+/// The payload of the BMC's handshake answer of `payload_type` to our message `tag` for our
+/// session `console_id`, its status checked: `None` when the datagram is not that answer.
+fn handshake_answer<'d>(
+    d: &'d [u8],
+    payload_type: u8,
+    tag: u8,
+    console_id: u32,
+    step: &str,
+    login: &Login<'_>,
+) -> Option<Result<&'d [u8], Trouble>> {
+    let p = handshake_payload(d, payload_type)?;
+    if p.len() < 8 || p[0] != tag || p[4..8] != console_id.to_le_bytes() {
+        return None;
+    }
+    Some(match p[1] {
+        0 => Ok(p),
+        status => Err(status_trouble(step, status, login)),
+    })
+}
+
 /// An RMCP+ status code in a handshake answer (IPMI 2.0 table 13-15), as a read failure.
 fn status_trouble(step: &str, code: u8, login: &Login<'_>) -> Trouble {
     let suite = login.suite.id();
@@ -472,15 +492,18 @@ impl Session {
                 "Open Session",
                 &handshake_packet(PT_OPEN_REQUEST, &open),
                 |d| {
-                    let Some(p) = handshake_payload(d, PT_OPEN_RESPONSE) else {
-                        return Take::Drop(None);
+                    let p = match handshake_answer(
+                        d,
+                        PT_OPEN_RESPONSE,
+                        tag,
+                        console_id,
+                        "Open Session Response",
+                        login,
+                    ) {
+                        None => return Take::Drop(None),
+                        Some(Err(t)) => return Take::Fail(t),
+                        Some(Ok(p)) => p,
                     };
-                    if p.len() < 8 || p[0] != tag || p[4..8] != console_id.to_le_bytes() {
-                        return Take::Drop(None);
-                    }
-                    if p[1] != 0 {
-                        return Take::Fail(status_trouble("Open Session Response", p[1], login));
-                    }
                     if p.len() < 36 {
                         return Take::Fail(Trouble::new(
                             ReadErrorKind::Protocol,
@@ -522,15 +545,12 @@ impl Session {
         let hash_len = login.suite.hash_len();
         let rakp2 = wire
             .exchange("RAKP message 1", &handshake_packet(PT_RAKP1, &rakp1), |d| {
-                let Some(p) = handshake_payload(d, PT_RAKP2) else {
-                    return Take::Drop(None);
-                };
-                if p.len() < 8 || p[0] != tag || p[4..8] != console_id.to_le_bytes() {
-                    return Take::Drop(None);
-                }
-                if p[1] != 0 {
-                    return Take::Fail(status_trouble("RAKP message 2", p[1], login));
-                }
+                let p =
+                    match handshake_answer(d, PT_RAKP2, tag, console_id, "RAKP message 2", login) {
+                        None => return Take::Drop(None),
+                        Some(Err(t)) => return Take::Fail(t),
+                        Some(Ok(p)) => p,
+                    };
                 if p.len() != 40 + hash_len {
                     return Take::Fail(Trouble::new(
                         ReadErrorKind::Protocol,
@@ -591,15 +611,11 @@ impl Session {
         rakp3.extend(ex.rakp3_code(login.suite, login.kuid));
         let tag_len = login.suite.tag_len();
         wire.exchange("RAKP message 3", &handshake_packet(PT_RAKP3, &rakp3), |d| {
-            let Some(p) = handshake_payload(d, PT_RAKP4) else {
-                return Take::Drop(None);
+            let p = match handshake_answer(d, PT_RAKP4, tag, console_id, "RAKP message 4", login) {
+                None => return Take::Drop(None),
+                Some(Err(t)) => return Take::Fail(t),
+                Some(Ok(p)) => p,
             };
-            if p.len() < 8 || p[0] != tag || p[4..8] != console_id.to_le_bytes() {
-                return Take::Drop(None);
-            }
-            if p[1] != 0 {
-                return Take::Fail(status_trouble("RAKP message 4", p[1], login));
-            }
             if p.len() != 8 + tag_len || !ex.rakp4_matches(login.suite, &sik, &p[8..]) {
                 return Take::Fail(Trouble::new(
                     ReadErrorKind::Auth,
