@@ -1482,6 +1482,7 @@ mod native_session {
             (ipmi_sim::USERNAME, ipmi_sim::PASSWORD, ADMINISTRATOR),
             (ipmi_sim::OPERATOR, ipmi_sim::OPERATOR_PASSWORD, OPERATOR),
             (ipmi_sim::OPERATOR, ipmi_sim::OPERATOR_PASSWORD, USER),
+            (ipmi_sim::READER, ipmi_sim::READER_PASSWORD, USER),
         ] {
             for on in [true, false] {
                 sim.set_power(on);

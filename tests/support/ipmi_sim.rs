@@ -27,6 +27,9 @@ pub const PASSWORD: &str = "password";
 /// An account whose role is Operator only.
 pub const OPERATOR: &str = "oper";
 pub const OPERATOR_PASSWORD: &str = "operpass";
+/// An account whose role is User only: enough to read the power state.
+pub const READER: &str = "reader";
+pub const READER_PASSWORD: &str = "readerpass";
 
 /// How long the simulator may take to answer an RMCP ping after being started.
 const START_DEADLINE: Duration = Duration::from_secs(15);
@@ -308,6 +311,7 @@ set_working_mc 0x20
   user 1 false ""      "test"     user  10 none md2 md5 straight
   user 2 true  "{USERNAME}" "{PASSWORD}" admin 10 none md2 md5 straight
   user 3 true  "{OPERATOR}" "{OPERATOR_PASSWORD}" operator 10 none md2 md5 straight
+  user 4 true  "{READER}" "{READER_PASSWORD}" user 10 none md2 md5 straight
 "#,
         hook.display(),
         power.display()
