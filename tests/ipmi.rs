@@ -152,7 +152,8 @@ async fn both_say(src: &IpmiSource, sim: &IpmiSim, want: PowerState) -> Duration
         [
             "chassis power faults",
             "last power event",
-            "chassis status bytes"
+            "chassis status bytes",
+            "session"
         ]
     );
     assert_eq!(details[0].value, "none", "{details:?}");
