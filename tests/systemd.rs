@@ -413,3 +413,66 @@ async fn a_stuck_decision_loop_stops_the_keepalives() {
     assert!(exit.success(), "exit after SIGTERM: {exit}");
     node.delete().await;
 }
+
+/// The `[Service]` settings of systemd/oobfence@.service, as (key, value) in order.
+fn unit_service_settings() -> Vec<(String, String)> {
+    let unit = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("systemd/oobfence@.service"),
+    )
+    .expect("read the unit");
+    let mut section = String::new();
+    let mut out = Vec::new();
+    for line in unit.lines().map(str::trim) {
+        if line.starts_with('[') {
+            section = line.to_string();
+        } else if section == "[Service]"
+            && !line.starts_with('#')
+            && let Some((k, v)) = line.split_once('=')
+        {
+            out.push((k.trim().to_string(), v.trim().to_string()));
+        }
+    }
+    out
+}
+
+/// A bad config must stop the unit, not restart it every RestartSec forever. systemd.service(5):
+/// Restart= covers the processes of ExecStartPre= as well as the main one, but
+/// RestartPreventExitStatus= looks at the main process only. So the config is checked by the
+/// main process (`oobfence run` exits 2 on a bad config, shown here), and no other process of the
+/// start may fail it.
+#[test]
+fn a_bad_config_stops_the_unit_instead_of_restarting_it_forever() {
+    let settings = unit_service_settings();
+    let get = |key: &str| {
+        settings
+            .iter()
+            .filter(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(get("Restart"), ["on-failure"]);
+    assert_eq!(get("RestartPreventExitStatus"), ["2"]);
+    for key in ["ExecStartPre", "ExecStartPost", "ExecCondition"] {
+        assert!(
+            get(key).is_empty(),
+            "{key}={:?}: its failure would be restarted whatever its exit status",
+            get(key)
+        );
+    }
+    let start = get("ExecStart");
+    assert_eq!(start.len(), 1);
+    assert!(start[0].contains("oobfence run --config"), "{start:?}");
+
+    // The main process's answer to a bad config: exit status 2, at once, one clear line.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("dc1.toml");
+    std::fs::write(
+        &path,
+        "datacenter = \"dc1\"\n[policy]\nnot_ready_grace = \"soon\"\n",
+    )
+    .unwrap();
+    let o = support::cli::oobfence(&["run"], &path);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("not_ready_grace"), "{err}");
+}
