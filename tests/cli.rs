@@ -229,3 +229,35 @@ fn pause_and_resume_manage_the_pause_file() {
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("oobfence.io/paused"), "{}", stderr(&o));
 }
+
+/// The test control plane's start, when it fails: it is tried once more on fresh ports, and each
+/// attempt's logs are kept (and their tails printed), so that the message's pointer to them
+/// leads somewhere. A kube-apiserver given an unknown flag fails every time.
+#[test]
+fn a_failed_control_plane_start_is_retried_once_and_keeps_each_attempts_logs() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/test-cluster");
+    let o = std::process::Command::new(&script)
+        .arg("start")
+        .arg(dir.path())
+        .env("OOBFENCE_TEST_APISERVER_ARGS", "--no-such-flag")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run scripts/test-cluster");
+    let _ = std::process::Command::new(&script)
+        .arg("stop")
+        .arg(dir.path())
+        .output();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(err.contains("retrying once"), "{err}");
+    assert!(err.contains("each attempt's logs are in"), "{err}");
+    // The tails were printed, and the logs are still there.
+    assert!(err.contains("unknown flag: --no-such-flag"), "{err}");
+    for attempt in ["attempt-1", "attempt-2"] {
+        let log = std::fs::read_to_string(dir.path().join(attempt).join("kube-apiserver.log"))
+            .unwrap_or_else(|e| panic!("{attempt}'s kube-apiserver.log: {e}"));
+        assert!(log.contains("unknown flag: --no-such-flag"), "{log}");
+    }
+    assert!(!dir.path().join("attempt-3").exists(), "retried only once");
+}
