@@ -581,7 +581,7 @@ fn print_journal(cfg: &Config, node: &str, daemon_answered: bool) {
     let path = &cfg.journal.path;
     if !daemon_answered {
         println!(
-            "node {node} (datacenter {}): the daemon did not answer; its decision journal says:",
+            "node {node} (datacenter {}): no live report from the daemon; its decision journal says:",
             cfg.datacenter
         );
     }
@@ -636,6 +636,13 @@ async fn ask_daemon(
     })?;
     let status = resp.status();
     let body = resp.text().await.map_err(fail)?;
+    if status == reqwest::StatusCode::NOT_FOUND {
+        return Err(fail(format!(
+            "unknown node {node:?}: the daemon of datacenter {} watches no node of that name \
+             (check it with `kubectl get node {node}`, and the config's [kubernetes] node_selector)",
+            cfg.datacenter
+        )));
+    }
     if !status.is_success() {
         let msg = serde_json::from_str::<serde_json::Value>(&body)
             .ok()

@@ -172,6 +172,17 @@ async fn never_fences_when_the_bmc_is_unreachable_and_why_says_why() {
     assert!(stdout.contains("NotReady since"), "{stdout}");
     assert!(stdout.contains("power reads (newest last)"), "{stdout}");
     assert!(!stdout.contains(UNREACHABLE_BMC_PASSWORD), "{stdout}");
+
+    // A name the daemon does not watch: said in those words, not as an HTTP error.
+    let ghost = format!("{name}-typo");
+    let out = support::cli::oobfence_async(&["why", &ghost], &daemon.config_path).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("unknown node {ghost:?}")),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("404"), "{stderr}");
     daemon.stop().await;
     node.delete().await;
 }
