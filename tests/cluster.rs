@@ -17,7 +17,7 @@ use support::k8s::{
     FakeNode, KubeletIdentity, TEST_LABEL, annotation, events_for, keep_taint, taints,
     taints_owner, unique, volume_attachment, wait_for,
 };
-use support::scenario::{Scenario, UNREACHABLE_BMC_PASSWORD};
+use support::scenario::{FIRST_BOOT, Scenario, UNREACHABLE_BMC_PASSWORD};
 
 const POWER_CHANGE: Duration = Duration::from_secs(30);
 const DECISION: Duration = Duration::from_secs(45);
@@ -36,6 +36,9 @@ async fn fences_a_dead_node_whose_bmc_reads_off_and_unfences_it_on_return() {
     s.map("b", 1);
     let healthy = s.node_reporting("b", "boot-9", s.identity(1).await).await;
     let dead_name = dead.name.clone();
+    // Live kubelets: a Lease left to go stale would make the node a suspect, not healthy.
+    let kubelet = FakeNode::keep_alive(&[&dead], FIRST_BOOT);
+    let _healthy_kubelet = FakeNode::keep_alive(&[&healthy], "boot-9");
     let daemon = s.daemon().await;
 
     // While healthy, oobfence learns that each BMC answers for its node's machine.
@@ -51,6 +54,7 @@ async fn fences_a_dead_node_whose_bmc_reads_off_and_unfences_it_on_return() {
 
     emu.set_power(0, false).await;
     emu.wait_power(0, "Off", POWER_CHANGE).await;
+    kubelet.stop().await;
     dead.die("boot-1").await;
 
     let fenced = wait_for("out-of-service taint", DECISION, || {
@@ -636,6 +640,7 @@ async fn a_bmc_that_answers_for_another_machine_never_fences() {
     s.map("a", 0);
     let node = s.node_reporting("a", "boot-1", s.identity(1).await).await;
     let name = node.name.clone();
+    let kubelet = FakeNode::keep_alive(&[&node], "boot-1");
     let daemon = s.daemon().await;
     let report = daemon.wait_identity(&name, "mismatch", DECISION).await;
     assert_eq!(report["state"], "healthy");
@@ -655,6 +660,7 @@ async fn a_bmc_that_answers_for_another_machine_never_fences() {
     // Machine 0 powers off and the node dies: Off from the wrong machine is no proof.
     emu.set_power(0, false).await;
     emu.wait_power(0, "Off", POWER_CHANGE).await;
+    kubelet.stop().await;
     node.die("boot-1").await;
     let report = daemon.wait_rule(&name, "identity-mismatch", DECISION).await;
     assert_eq!(report["state"], "blocked");

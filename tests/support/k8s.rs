@@ -423,6 +423,15 @@ pub fn free_port() -> u16 {
 /// Heartbeats of [`FakeNode::keep_alive`]; they stop when this is dropped.
 pub struct KeepAlive(tokio::task::JoinHandle<()>);
 
+impl KeepAlive {
+    /// Stops the heartbeats and waits until none is left in flight, so that what the test
+    /// writes next (a NotReady status) is not overwritten by a late one.
+    pub async fn stop(mut self) {
+        self.0.abort();
+        let _ = (&mut self.0).await;
+    }
+}
+
 impl Drop for KeepAlive {
     fn drop(&mut self) {
         self.0.abort();
