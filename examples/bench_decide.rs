@@ -56,6 +56,7 @@ fn main() {
             other_remediator: None,
             has_power_source: true,
             mapping_conflict: None,
+            off_while_alive: None,
             identity: NodeIdentity {
                 system_uuid: uuid.clone(),
                 addresses: vec![format!("10.0.{}.{}", i / 250, i % 250)],

@@ -60,6 +60,7 @@ pub mod reasons {
     pub const VOLUMES_RELEASED: &str = "OobfenceVolumesReleased";
     pub const VOLUMES_STILL_ATTACHED: &str = "OobfenceVolumesStillAttached";
     pub const IDENTITY_MISMATCH: &str = "OobfenceIdentityMismatch";
+    pub const OFF_WHILE_ALIVE: &str = "OobfencePowerSourceOffWhileAlive";
 }
 
 /// API calls other than watches must finish within this.
@@ -422,6 +423,7 @@ pub fn node_facts(node: &Node, lease: Option<&Lease>, me: &str) -> NodeFacts {
         other_remediator: other_remediator(node),
         has_power_source: false,
         mapping_conflict: None,
+        off_while_alive: None,
         identity: node_identity(node),
         identity_check: IdentityCheck::Checked,
         identity_binding: None,

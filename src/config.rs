@@ -68,6 +68,10 @@ pub struct Config {
     pub policy: Policy,
     /// At most this many power reads run at once, so one slow rack cannot starve the rest.
     pub max_concurrent_reads: usize,
+    /// Every mapped machine of a healthy node is read about this often (jittered), so that a
+    /// broken BMC, a wrong mapping or a BMC that says Off for a running machine shows up
+    /// before the node fails, not when it does.
+    pub health_read_interval: Duration,
     pub server: ServerConfig,
     pub bmc: Vec<BmcEntry>,
     pub aws: Option<AwsConfig>,
@@ -139,6 +143,11 @@ impl fmt::Display for ConfigMapRef {
         write!(f, "{}/{}", self.namespace, self.name)
     }
 }
+
+/// `[policy] health_read_interval`: how often a healthy node's machine is read by default.
+pub const DEFAULT_HEALTH_READ_INTERVAL: Duration = Duration::from_secs(600);
+/// The shortest `health_read_interval` accepted.
+pub const MIN_HEALTH_READ_INTERVAL: Duration = Duration::from_secs(10);
 
 /// The default pause file of a datacenter.
 pub fn default_pause_file(datacenter: &str) -> PathBuf {
@@ -734,6 +743,8 @@ struct RawPolicy {
     untaint_on_recovery: bool,
     dry_run: bool,
     max_concurrent_reads: usize,
+    #[serde(with = "humantime_serde")]
+    health_read_interval: Duration,
     flap_limit: u32,
     #[serde(with = "humantime_serde")]
     flap_window: Duration,
@@ -755,6 +766,7 @@ impl Default for RawPolicy {
             untaint_on_recovery: p.untaint_on_recovery,
             dry_run: p.dry_run,
             max_concurrent_reads: 16,
+            health_read_interval: DEFAULT_HEALTH_READ_INTERVAL,
             flap_limit: p.flap_limit,
             flap_window: p.flap_window,
             pre_attest: p.pre_attest_after.is_some(),
@@ -822,6 +834,16 @@ impl RawConfig {
             return Err(err(
                 "policy.max_concurrent_reads",
                 "must be at least 1".into(),
+            ));
+        }
+        if p.health_read_interval < MIN_HEALTH_READ_INTERVAL {
+            return Err(err(
+                "policy.health_read_interval",
+                format!(
+                    "{} is shorter than {}: every mapped machine is read this often while healthy, and BMCs are slow, shared controllers (10m, the default, is what most want)",
+                    humantime::format_duration(p.health_read_interval),
+                    humantime::format_duration(MIN_HEALTH_READ_INTERVAL)
+                ),
             ));
         }
         let lease_stale_after = Renewals::new(p.lease_stale_after).ok_or_else(|| {
@@ -930,6 +952,7 @@ impl RawConfig {
             },
             policy,
             max_concurrent_reads: p.max_concurrent_reads,
+            health_read_interval: p.health_read_interval,
             server: ServerConfig { listen },
             bmc,
             aws,

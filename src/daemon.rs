@@ -60,9 +60,6 @@ const FAILING_WINDOW: Duration = Duration::from_secs(600);
 const DELETED_FENCE_KEPT: Duration = Duration::from_secs(3600);
 /// At shutdown, queued journal records get this long to reach the disk.
 const JOURNAL_FLUSH: Duration = Duration::from_secs(5);
-/// How often a healthy node's machine is read to learn (and re-check) that it is the node's:
-/// a low rate, so that a wrong mapping shows up before the node ever fails.
-const IDENTITY_REFRESH: Duration = Duration::from_secs(600);
 /// A healthy node's power source whose last read failed is read again this soon: a freeze
 /// (too many sources failing) thaws once they answer, and a broken BMC shows before its node
 /// fails.
@@ -487,7 +484,7 @@ impl Daemon {
                 let failing = tracker.and_then(|t| {
                     t.last_read
                         .filter(|(at, _)| decision_elapsed(*at, now) <= FAILING_WINDOW)
-                        .map(|(_, failing)| failing)
+                        .map(|(_, failure)| failure.is_some())
                 });
                 // The Lease as the last pass (or this one's quiet check) saw it.
                 let lease_stale = tracker.and_then(|t| {
@@ -761,6 +758,19 @@ impl Daemon {
         let policy = self.cfg.policy.clone();
         let tracker = self.trackers.get_mut(&name).expect("inserted above");
         tracker.observe(&mut facts, now);
+        let newly_proven = match tracker.off_while_alive.as_mut() {
+            Some(o)
+                if !o.reported && facts.off_while_alive.as_ref().is_some_and(|f| f.proven()) =>
+            {
+                o.reported = true;
+                Some((o.read_at, o.signs))
+            }
+            _ => None,
+        };
+        if let Some((read_at, signs)) = newly_proven {
+            self.report_off_while_alive(node, read_at, signs);
+        }
+        let tracker = self.trackers.get_mut(&name).expect("inserted above");
         tracker.lease_duration = facts.lease_duration;
         let decision = decision::decide(&facts, &tracker.reads, &policy, now);
 
@@ -775,6 +785,7 @@ impl Daemon {
                 uid.clone(),
                 src.clone(),
                 ReadPurpose::Decision,
+                facts.readiness == Readiness::Ready,
                 self.read_slots.clone(),
                 self.reads_tx.clone(),
             );
@@ -784,14 +795,16 @@ impl Daemon {
             && tracker.identity_due.is_none_or(|t| Instant::now() >= t)
             && self.read_slots.identity_room()
         {
-            // A healthy node: learn (and re-check) that its power source reads its machine.
+            // A healthy node: learn (and re-check) that its power source answers, for its
+            // machine, and says it runs.
             tracker.read_in_flight = true;
-            tracker.identity_due = Some(Instant::now() + IDENTITY_REFRESH);
+            tracker.identity_due = Some(Instant::now() + jittered(self.cfg.health_read_interval));
             spawn_read(
                 name.clone(),
                 uid.clone(),
                 src.clone(),
-                ReadPurpose::Identity,
+                ReadPurpose::Health,
+                true,
                 self.read_slots.clone(),
                 self.reads_tx.clone(),
             );
@@ -893,6 +906,10 @@ impl Daemon {
             power_source: source.as_ref().map(|s| PowerSourceReport {
                 backend: s.source.backend().to_string(),
                 address: s.source.address(),
+                last_answer: tracker.last_answer,
+                last_read: tracker.last_read.map(|(at, _)| at),
+                last_read_failed: tracker.last_read.is_some_and(|(_, e)| e.is_some()),
+                off_while_alive: facts.off_while_alive.clone(),
             }),
             dry_run: self.cfg.policy.dry_run,
             read_in_flight: tracker.read_in_flight,
@@ -986,9 +1003,27 @@ impl Daemon {
             return;
         }
         t.read_in_flight = false;
-        let failed = matches!(done.reading.state, PowerState::Error { .. });
-        t.last_read = Some((done.reading.at, failed));
-        if failed && done.purpose == ReadPurpose::Identity {
+        let failure = match &done.reading.state {
+            PowerState::Error { kind, .. } => Some(*kind),
+            _ => None,
+        };
+        let failed = failure.is_some();
+        t.last_read = Some((done.reading.at, failure));
+        if !failed {
+            t.last_answer = Some(done.reading.at);
+        }
+        t.power_answered(
+            &done.reading.state,
+            done.reading.at,
+            done.ready_when_started,
+            Timestamp::now(),
+        );
+        m.power_source_answered(
+            &done.node,
+            done.backend,
+            (!failed).then(|| done.reading.at.as_millisecond() as f64 / 1000.0),
+        );
+        if failed && done.purpose == ReadPurpose::Health {
             t.identity_due = Some(Instant::now() + FAILED_SOURCE_RETRY);
         }
         let node = self.nodes.get(&ObjectRef::new(&done.node));
@@ -1070,6 +1105,13 @@ fn guards_summary(c: &Calm) -> impl PartialEq + use<'_> {
 }
 
 /// The node's failure domain: the value of `label` (None: no such label, or no label set).
+/// `interval`, give or take a tenth at random: health reads spread out instead of coming back
+/// in one burst every interval after a start.
+fn jittered(interval: Duration) -> Duration {
+    let r = getrandom::u32().unwrap_or(u32::MAX / 2);
+    interval.mul_f64(0.9 + 0.2 * f64::from(r) / f64::from(u32::MAX))
+}
+
 fn failure_domain(node: &Node, label: Option<&str>) -> Option<String> {
     node.labels().get(label?).cloned()
 }

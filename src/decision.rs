@@ -42,7 +42,7 @@ use crate::identity::{self, IdentityCheck, Verdict};
 
 pub use facts::{
     DEFAULT_LEASE_DURATION, FenceAction, FenceRecord, IdentityBinding, MappingConflict, NodeFacts,
-    Policy, Readiness, Renewals,
+    OFF_WHILE_ALIVE_PROOF, OffWhileAlive, Policy, Readiness, Renewals,
 };
 pub use guard::{FreshNode, GuardPurpose, WriteGuard, recheck};
 pub use holds::{Hold, HoldKind, Holds};
@@ -113,6 +113,7 @@ pub enum Rule {
     RegionMismatch,
     SharedMachine,
     IdentityMismatch,
+    OffWhileAlive,
     IdentityUnverified,
     LeaseRenewedRecently,
     PreAttested,
@@ -157,6 +158,7 @@ impl Rule {
             Rule::RegionMismatch => "region-mismatch",
             Rule::SharedMachine => "shared-machine",
             Rule::IdentityMismatch => "identity-mismatch",
+            Rule::OffWhileAlive => "off-while-alive",
             Rule::IdentityUnverified => "identity-unverified",
             Rule::LeaseRenewedRecently => "lease-renewed-recently",
             Rule::PreAttested => "pre-attested",
@@ -666,6 +668,24 @@ fn attest(
             ),
         )
         .read_at(plus(b.at, policy.recheck_interval));
+    }
+
+    // A source that said Off while the kubelet went on living reads another machine or
+    // misreports: none of its Off reads proves anything until it says On again.
+    if let Some(o) = &facts.off_while_alive
+        && o.proven()
+    {
+        return Decision::new(
+            S::Blocked,
+            Step::Idle,
+            Rule::OffWhileAlive,
+            format!(
+                "the power source read Off at {} while the node was Ready, and its kubelet showed life {} times after that: it reads another machine or misreports this one; never fenced until it reads On again",
+                o.read_at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                o.signs_of_life_after
+            ),
+        )
+        .read_at(plus(o.read_at, policy.recheck_interval));
     }
 
     // A pre-attested node's Lease is stale by definition; otherwise a renewal within the grace

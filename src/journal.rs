@@ -264,6 +264,7 @@ pub fn refusal(rule: Rule, previous: Option<Rule>) -> Option<Rule> {
         | Rule::RegionMismatch
         | Rule::SharedMachine
         | Rule::IdentityMismatch
+        | Rule::OffWhileAlive
         | Rule::IdentityUnverified
         | Rule::LeaseRenewedRecently
         | Rule::RecoveredSameBootId

@@ -41,6 +41,12 @@ pub struct NodeLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NodeBackendLabels {
+    pub node: String,
+    pub backend: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct NodeReasonLabels {
     pub node: String,
     pub reason: &'static str,
@@ -146,7 +152,7 @@ pub const ALL_STATES: [NodeState; 6] = [
 
 /// The reasons a NotReady node's fencing can be refused for, as `blocked{reason}` and
 /// `node_blocked{reason}` label values (the decision rules' names).
-pub const BLOCKED_REASONS: [&str; 19] = [
+pub const BLOCKED_REASONS: [&str; 20] = [
     "power-on",
     "power-unknown",
     "power-transitional",
@@ -154,6 +160,7 @@ pub const BLOCKED_REASONS: [&str; 19] = [
     "no-power-source",
     "lease-renewed-recently",
     "identity-mismatch",
+    "off-while-alive",
     "identity-unverified",
     "region-mismatch",
     "shared-machine",
@@ -211,6 +218,7 @@ pub struct Metrics {
     pub fence_to_recovery: Histogram,
     pub fenced_since: Family<NodeActionLabels, FloatGauge>,
     pub taint_age: Family<NodeLabels, FloatGauge>,
+    pub power_source_last_success: Family<NodeBackendLabels, FloatGauge>,
     pub foreign_taints: Family<ReadyLabels, Gauge>,
     pub fenced_volume_attachments: Family<NodeLabels, Gauge>,
     pub volume_watch_up: Gauge,
@@ -305,7 +313,7 @@ impl Metrics {
         let power_sources_failing = Family::<FailingLabels, Gauge>::default();
         registry.register(
             "power_sources_failing",
-            "Nodes whose latest power read, taken in the last 10 minutes, failed, by backend and error_kind; many at once with error_kind unreachable or timeout points at the management network rather than the machines",
+            "Nodes whose latest power read (a healthy node's health read too), taken in the last 10 minutes, failed, by backend and error_kind; many at once with error_kind unreachable or timeout points at the management network rather than the machines",
             Listed(power_sources_failing.clone()),
         );
         let notready_to_fence = Histogram::new([
@@ -359,6 +367,12 @@ impl Metrics {
             "Age of each out-of-service taint oobfence placed and that is still on its node. Joined with oobfence_node_state{state=\"recovering\"}: a node that is Ready again but still fenced (a taint left behind)",
             Listed(taint_age.clone()),
         );
+        let power_source_last_success = Family::<NodeBackendLabels, FloatGauge>::default();
+        registry.register(
+            "power_source_last_success_timestamp_seconds",
+            "When each node's power source last answered a read (any answer but an error), Unix seconds; 0 while it has not answered since oobfence started. Healthy nodes' machines are read every [policy] health_read_interval (default 10m), so `time() - this` well above that is a BMC or mapping that would fail the day its node dies",
+            Listed(power_source_last_success.clone()),
+        );
         let foreign_taints = Family::<ReadyLabels, Gauge>::default();
         registry.register(
             "foreign_out_of_service_taints",
@@ -409,7 +423,7 @@ impl Metrics {
         let node_identity_problem = Family::<NodeProblemLabels, Gauge>::default();
         registry.register(
             "node_identity_problem",
-            "1 for a node whose mapping cannot be trusted, healthy or not: identity-mismatch (its power source answers for another machine), region-mismatch (EC2 providerID zone outside [aws] region), shared-machine (another node maps to the same machine). Such a node is never fenced until the config is fixed",
+            "1 for a node whose mapping cannot be trusted, healthy or not: identity-mismatch (its power source answers for another machine), region-mismatch (EC2 providerID zone outside [aws] region), shared-machine (another node maps to the same machine), off-while-alive (its power source read Off while the node was Ready and its kubelet went on living: it reads another machine or misreports; cleared when it reads On). Such a node is never fenced until the config is fixed",
             Listed(node_identity_problem.clone()),
         );
         let identity_unchecked = Gauge::default();
@@ -542,6 +556,7 @@ impl Metrics {
             fence_to_recovery,
             fenced_since,
             taint_age,
+            power_source_last_success,
             foreign_taints,
             fenced_volume_attachments,
             volume_watch_up,
@@ -598,10 +613,33 @@ impl Metrics {
         }
         self.set_node_blocked(node, None);
         self.set_taint_age(node, None);
+        self.forget_power_source(node);
         self.fenced_since.remove(&NodeActionLabels {
             node: node.to_string(),
             action: "taint",
         });
+    }
+
+    /// A read of `node`'s power source ended: an answer dates its last success; an error
+    /// leaves it, creating the series at 0 if the source never answered.
+    pub fn power_source_answered(&self, node: &str, backend: &'static str, at: Option<f64>) {
+        let labels = NodeBackendLabels {
+            node: node.to_string(),
+            backend,
+        };
+        let gauge = self.power_source_last_success.get_or_create(&labels);
+        if let Some(at) = at {
+            gauge.set(at);
+        }
+    }
+
+    fn forget_power_source(&self, node: &str) {
+        for backend in crate::power::BACKENDS {
+            self.power_source_last_success.remove(&NodeBackendLabels {
+                node: node.to_string(),
+                backend,
+            });
+        }
     }
 
     /// Sets or removes a node's taint fence series (from its fence record, every pass). A

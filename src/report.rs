@@ -57,6 +57,18 @@ pub struct NodeReport {
 pub struct PowerSourceReport {
     pub backend: String,
     pub address: String,
+    /// When it last answered a read (any answer but an error), if it has since the start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_answer: Option<Timestamp>,
+    /// When it was last read, and whether that read failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_read: Option<Timestamp>,
+    #[serde(default)]
+    pub last_read_failed: bool,
+    /// It read Off while the node was Ready: when, and the kubelet's signs of life since
+    /// (two prove it wrong: rule off-while-alive).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub off_while_alive: Option<crate::decision::OffWhileAlive>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -267,9 +279,38 @@ impl NodeReport {
             "  power source: {}",
             self.power_source
                 .as_ref()
-                .map(|p| format!("{} {}", p.backend, p.address))
+                .map(|p| {
+                    let last = match (p.last_read, p.last_answer) {
+                        (None, _) => "not read yet".to_string(),
+                        (Some(r), _) if !p.last_read_failed => format!("answered {}", ago(r)),
+                        (Some(r), Some(a)) => {
+                            format!("last read {} FAILED; last answer {}", ago(r), ago(a))
+                        }
+                        (Some(r), None) => {
+                            format!("last read {} FAILED; no answer since the start", ago(r))
+                        }
+                    };
+                    format!("{} {} ({last})", p.backend, p.address)
+                })
                 .unwrap_or_else(|| "none: no [[bmc]] entry matches this node".into())
         );
+        if let Some(o) = self
+            .power_source
+            .as_ref()
+            .and_then(|p| p.off_while_alive.as_ref())
+        {
+            let verdict = if o.proven() {
+                "UNTRUSTED: the kubelet went on living"
+            } else {
+                "watching the kubelet"
+            };
+            let _ = writeln!(
+                s,
+                "  power source: read Off {} while the node was Ready; {} sign(s) of life since ({verdict})",
+                ago(o.read_at),
+                o.signs_of_life_after
+            );
+        }
         let id = &self.identity;
         let _ = writeln!(
             s,

@@ -176,6 +176,16 @@ async fn never_fences_when_the_bmc_is_unreachable_and_why_says_why() {
     assert!(stdout.contains("NotReady since"), "{stdout}");
     assert!(stdout.contains("power reads (newest last)"), "{stdout}");
     assert!(!stdout.contains(UNREACHABLE_BMC_PASSWORD), "{stdout}");
+    assert!(
+        stdout.contains("FAILED; no answer since the start"),
+        "{stdout}"
+    );
+    // A source that never answered: its last success is 0, which the shipped alert catches.
+    let metrics = daemon.metrics().await;
+    let never = format!(
+        "oobfence_power_source_last_success_timestamp_seconds{{node=\"{name}\",backend=\"redfish\"}} 0"
+    );
+    assert!(metrics.contains(&never), "{metrics}");
 
     // A name the daemon does not watch: said in those words, not as an HTTP error.
     let ghost = format!("{name}-typo");
@@ -187,6 +197,76 @@ async fn never_fences_when_the_bmc_is_unreachable_and_why_says_why() {
         "{stderr}"
     );
     assert!(!stderr.contains("404"), "{stderr}");
+    daemon.stop().await;
+    node.delete().await;
+}
+
+/// A BMC that says Off while its node's kubelet goes on living reads another machine or
+/// misreports this one: found while the node is healthy (metric, Event, `why`), and its Off
+/// never fences the node when it does go NotReady.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bmc_that_reads_off_while_its_node_lives_is_never_trusted_to_fence() {
+    let s = Scenario::redfish("offalive", 1).await;
+    let (client, emu) = (s.client.clone(), s.redfish_emulator());
+    // The BMC says Off from the start; the kubelet is alive all along.
+    emu.set_power(0, false).await;
+    emu.wait_power(0, "Off", POWER_CHANGE).await;
+    let node = s.node("a", 0).await;
+    let name = node.name.clone();
+    let kubelet = FakeNode::keep_alive(&[&node], FIRST_BOOT);
+    let daemon = s.daemon().await;
+
+    let problem =
+        format!("oobfence_node_identity_problem{{node=\"{name}\",problem=\"off-while-alive\"}} 1");
+    let metrics = wait_for("the contradiction in the metrics", DECISION, || async {
+        let m = daemon.metrics().await;
+        m.contains(&problem).then_some(m)
+    })
+    .await;
+    // The health read answered (Off is an answer): its time is the source's last success.
+    let prefix = format!(
+        "oobfence_power_source_last_success_timestamp_seconds{{node=\"{name}\",backend=\"redfish\"}} "
+    );
+    let last_success: f64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .unwrap_or_else(|| panic!("no {prefix} in {metrics}"))
+        .parse()
+        .unwrap();
+    let now = jiff::Timestamp::now().as_second() as f64;
+    assert!(
+        (now - 120.0..=now + 1.0).contains(&last_success),
+        "{last_success} vs now {now}"
+    );
+    let report = daemon.report(&name).await.unwrap();
+    assert_eq!(report["state"], "healthy", "{report}");
+    let events = events_for(&client, &name).await;
+    let event = events
+        .iter()
+        .find(|e| e.reason.as_deref() == Some("OobfencePowerSourceOffWhileAlive"))
+        .unwrap_or_else(|| panic!("no OobfencePowerSourceOffWhileAlive Event: {events:?}"));
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    let out = support::cli::oobfence_async(&["why", &name], &daemon.config_path).await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("UNTRUSTED: the kubelet went on living"),
+        "{stdout}"
+    );
+
+    // The node dies now: the BMC's Off is no proof, however often it repeats it.
+    kubelet.stop().await;
+    node.die(FIRST_BOOT).await;
+    let report = daemon.wait_rule(&name, "off-while-alive", DECISION).await;
+    assert_eq!(report["state"], "blocked");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(!FakeNode::has_oos_taint(&node.get().await));
+    let metrics = daemon.metrics().await;
+    assert!(
+        metrics.contains(&format!(
+            "oobfence_node_blocked{{node=\"{name}\",reason=\"off-while-alive\"}} 1"
+        )),
+        "{metrics}"
+    );
     daemon.stop().await;
     node.delete().await;
 }

@@ -463,6 +463,19 @@ fn lease_stale_after_is_checked_and_pre_attest_can_be_turned_off() {
     assert!(e.contains("guards.max_stale_leases"), "{e}");
 }
 
+#[test]
+fn health_read_interval_has_a_default_and_a_floor() {
+    let cfg = parse("datacenter = \"dc1\"\n").unwrap();
+    assert_eq!(cfg.health_read_interval, Duration::from_secs(600));
+    let cfg = parse("datacenter = \"dc1\"\n[policy]\nhealth_read_interval = \"2m\"\n").unwrap();
+    assert_eq!(cfg.health_read_interval, Duration::from_secs(120));
+    let e = parse("datacenter = \"dc1\"\n[policy]\nhealth_read_interval = \"1s\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("policy.health_read_interval"), "{e}");
+    assert!(e.contains("shorter than 10s"), "{e}");
+}
+
 /// Found by the fuzz test: a value with a line break, quoted by the TOML parser in its error,
 /// broke the one-line error promise.
 #[test]

@@ -11,9 +11,7 @@ use kube::ResourceExt;
 use super::writer::{ActionDone, action_label};
 use super::{DELETED_FENCE_KEPT, Daemon, FAILING_WINDOW};
 use crate::cluster::{self, EventType, reasons};
-use crate::decision::{
-    self, Decision, FenceAction, IdentityBinding, MappingConflict, PowerState, Step,
-};
+use crate::decision::{self, Decision, FenceAction, IdentityBinding, MappingConflict, Step};
 use crate::identity::{IdentityCheck, Verdict};
 use crate::journal::{self, RecordKind};
 use crate::metrics::{self, FailingLabels, Metrics};
@@ -110,6 +108,40 @@ impl Daemon {
             &uid,
             RecordKind::Observation,
             rule,
+            journal::Inputs::default(),
+        );
+        record.result = "observed".into();
+        record.message = message;
+        self.journal.submit(&record);
+    }
+
+    /// A power source said Off for a node whose kubelet went on living: logged, journaled
+    /// and an Event, once per episode; the core refuses its Off reads (`off-while-alive`).
+    pub(super) fn report_off_while_alive(&self, node: &Arc<Node>, read_at: Timestamp, signs: u32) {
+        let name = node.name_any();
+        let message = format!(
+            "the node's power source read Off at {} while the node was Ready, and its kubelet showed life {signs} times since: the [[bmc]] entry reads another machine or the BMC misreports; its Off reads never fence this node until it reads On again (rule off-while-alive)",
+            read_at.strftime("%Y-%m-%dT%H:%M:%SZ")
+        );
+        tracing::error!(node = %name, "{message}");
+        let cluster = self.cluster.clone();
+        let event_node = node.clone();
+        let event = message.clone();
+        tokio::spawn(async move {
+            cluster
+                .event(
+                    &event_node,
+                    EventType::Warning,
+                    reasons::OFF_WHILE_ALIVE,
+                    &event,
+                )
+                .await
+        });
+        let mut record = self.journal.record(
+            &name,
+            &node.uid().unwrap_or_default(),
+            RecordKind::Observation,
+            "off-while-alive",
             journal::Inputs::default(),
         );
         record.result = "observed".into();
@@ -222,9 +254,10 @@ impl Daemon {
             if let Some(reason) = t.refusal.and_then(metrics::blocked_reason) {
                 *blocked.entry(reason).or_default() += 1;
             }
-            if let Some(last) = t.reads.last()
-                && let PowerState::Error { kind, .. } = &last.state
-                && seconds_between(last.at, now) <= FAILING_WINDOW.as_secs_f64()
+            // The last read for any purpose: a healthy node's health read counts, so that a
+            // management network gone shows before the nodes behind it fail.
+            if let Some((at, Some(kind))) = t.last_read
+                && seconds_between(at, now) <= FAILING_WINDOW.as_secs_f64()
             {
                 let backend = t
                     .source
@@ -267,6 +300,11 @@ impl Daemon {
                 .is_some_and(|b| b.verdict.label() == "mismatch")
             {
                 problems.insert((name.clone(), "identity-mismatch"));
+            }
+        }
+        for (name, t) in &self.trackers {
+            if t.off_while_alive.as_ref().is_some_and(|o| o.reported) {
+                problems.insert((name.clone(), "off-while-alive"));
             }
         }
         for (name, c) in &self.conflicts {

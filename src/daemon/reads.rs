@@ -17,8 +17,9 @@ use crate::power::{self, MappedSource, PowerSource};
 pub(super) enum ReadPurpose {
     /// The decision asked for it (a NotReady or recovering node).
     Decision,
-    /// A healthy node's identity check.
-    Identity,
+    /// A healthy node's health read (every `health_read_interval`): is the power source
+    /// answering, for the node's machine, and saying it runs?
+    Health,
 }
 
 pub(super) struct ReadDone {
@@ -27,9 +28,11 @@ pub(super) struct ReadDone {
     pub(super) reading: PowerReading,
     pub(super) backend: &'static str,
     pub(super) purpose: ReadPurpose,
+    /// The node was Ready when the read was started.
+    pub(super) ready_when_started: bool,
 }
 
-/// The read semaphores: every read takes a `read` slot; a healthy node's identity read first
+/// The read semaphores: every read takes a `read` slot; a healthy node's health read first
 /// takes one of the fewer `identity` slots, so that a rack of broken BMCs re-read in the
 /// background never holds up the reads a decision waits on.
 #[derive(Clone)]
@@ -86,10 +89,11 @@ pub(super) fn spawn_read(
     uid: String,
     src: MappedSource,
     purpose: ReadPurpose,
+    ready_when_started: bool,
     slots: ReadSlots,
     tx: mpsc::Sender<ReadDone>,
 ) {
-    let queued = (purpose == ReadPurpose::Identity).then(|| {
+    let queued = (purpose == ReadPurpose::Health).then(|| {
         slots.identity_queued.fetch_add(1, Ordering::Relaxed);
         Queued(slots.identity_queued.clone())
     });
@@ -97,7 +101,7 @@ pub(super) fn spawn_read(
         let _queued = queued;
         let slotted = !src.source.batches_reads();
         let _identity = match purpose {
-            ReadPurpose::Identity if slotted => Some(slots.identity.acquire_owned().await),
+            ReadPurpose::Health if slotted => Some(slots.identity.acquire_owned().await),
             _ => None,
         };
         let _permit = match slotted {
@@ -114,6 +118,7 @@ pub(super) fn spawn_read(
                 reading,
                 backend: src.source.backend(),
                 purpose,
+                ready_when_started,
             })
             .await;
     });

@@ -7,7 +7,9 @@ use std::time::Instant;
 use jiff::Timestamp;
 
 use crate::config::{Config, Mapping};
-use crate::decision::{self, IdentityBinding, MappingConflict, PowerReading, Readiness, Rule};
+use crate::decision::{
+    self, IdentityBinding, MappingConflict, OffWhileAlive, PowerReading, Readiness, Rule,
+};
 use crate::power::{self, MappedSource};
 
 /// NotReady transitions remembered per node: more than any sensible `flap_limit`.
@@ -42,8 +44,10 @@ pub(super) struct Tracker {
     pub(super) not_ready_seen: Vec<Timestamp>,
     /// The bootID the kept reads were taken against.
     pub(super) reads_boot_id: Option<String>,
-    /// The last read of the node's machine, for any purpose: when, and whether it failed.
-    pub(super) last_read: Option<(Timestamp, bool)>,
+    /// The last read of the node's machine, for any purpose: when, and how it failed if it did.
+    pub(super) last_read: Option<(Timestamp, Option<decision::ReadErrorKind>)>,
+    /// The last read of the node's machine that was answered (not an error).
+    pub(super) last_answer: Option<Timestamp>,
     /// The state `oobfence_node_state` shows for the node.
     pub(super) metric_state: Option<decision::NodeState>,
     /// The node was last decided healthy (Ready, a fresh Lease, no fence) on this
@@ -58,10 +62,32 @@ pub(super) struct Tracker {
     /// The identity check of the config's mapping for the node (`Some(None)`: unmapped),
     /// matched once: the mapping's name patterns are not matched every pass.
     pub(super) mapping_identity: Option<Option<crate::identity::IdentityCheck>>,
+    /// The node's power source said Off while the node was Ready (since its last On), and the
+    /// signs of life seen since.
+    pub(super) off_while_alive: Option<OffSeen>,
     /// The key of the node's Lease in the cache.
     pub(super) lease_ref:
         Option<kube::runtime::reflector::ObjectRef<k8s_openapi::api::coordination::v1::Lease>>,
 }
+
+/// An Off read of a Ready node's machine, and the kubelet's signs of life seen after it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct OffSeen {
+    pub(super) read_at: Timestamp,
+    /// When the read's answer arrived (oobfence's clock): only later signs count.
+    pub(super) answered_at: Timestamp,
+    pub(super) signs: u32,
+    pub(super) last_sign: Option<Timestamp>,
+    /// Whether the proof was reported (log, Event, journal).
+    pub(super) reported: bool,
+    /// The bootID then: signs of life from another boot prove nothing (the machine may well
+    /// have been off, then started again).
+    pub(super) boot_id: Option<String>,
+}
+
+/// Signs of life closer together than this count once: a watch that lagged delivers a
+/// renewal and a heartbeat written before the read in one burst after it.
+const SIGNS_APART: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// What a node was last decided healthy on.
 pub(super) struct Quiet {
@@ -97,6 +123,26 @@ impl Tracker {
             }
         }
         facts.heartbeat_seen = self.heartbeat.map(|(_, at)| at);
+        if self
+            .off_while_alive
+            .as_ref()
+            .is_some_and(|o| o.boot_id.as_deref() != Some(facts.boot_id.as_str()))
+        {
+            self.off_while_alive = None;
+        }
+        if (renewed || beat)
+            && let Some(o) = &mut self.off_while_alive
+            && now > o.answered_at
+            && o.last_sign
+                .is_none_or(|last| now.duration_since(last) >= SIGNS_APART.try_into().unwrap())
+        {
+            o.signs += 1;
+            o.last_sign = Some(now);
+        }
+        facts.off_while_alive = self.off_while_alive.as_ref().map(|o| OffWhileAlive {
+            read_at: o.read_at,
+            signs_of_life_after: o.signs,
+        });
         let came_back = ready && self.was_ready == Some(false);
         if facts.fence.is_none() && (renewed || beat || came_back) {
             self.reads.clear();
@@ -123,6 +169,32 @@ impl Tracker {
 }
 
 impl Tracker {
+    /// Takes what a read said about the power source's truthfulness: an Off for a node that was
+    /// Ready when the read started opens a watch for the kubelet's signs of life; an On closes
+    /// it (the source reads a running machine again).
+    pub(super) fn power_answered(
+        &mut self,
+        state: &decision::PowerState,
+        read_at: Timestamp,
+        ready_when_read: bool,
+        now: Timestamp,
+    ) {
+        match state {
+            decision::PowerState::On => self.off_while_alive = None,
+            decision::PowerState::Off if ready_when_read && self.off_while_alive.is_none() => {
+                self.off_while_alive = Some(OffSeen {
+                    read_at,
+                    answered_at: now,
+                    signs: 0,
+                    last_sign: None,
+                    reported: false,
+                    boot_id: self.reads_boot_id.clone(),
+                });
+            }
+            _ => {}
+        }
+    }
+
     /// The last sign of life seen from the kubelet (oobfence's clock), as
     /// [`decision::last_sign_of_life`] computes it from the facts; `None` without a Lease.
     pub(super) fn last_alive(&self) -> Option<Timestamp> {
@@ -231,6 +303,67 @@ mod tests {
         assert_eq!(observe_lease(&mut seen, Some(renewed), t(40)), Some(t(40)));
         // No Lease: nothing to judge by.
         assert_eq!(observe_lease(&mut seen, None, t(50)), None);
+    }
+
+    /// An Off read of a Ready node opens a watch: signs of life after the answer (a second
+    /// apart, from the same boot) count; an On read closes it, and so does another boot.
+    #[test]
+    fn signs_of_life_after_an_off_read_of_a_ready_node_are_counted() {
+        let mut tracker = Tracker::default();
+        let mut facts = crate::cluster::node_facts(&Node::default(), None, "me");
+        facts.readiness = Readiness::Ready;
+        facts.boot_id = "boot-1".into();
+        let mut renew = 0;
+        let pass = |tracker: &mut Tracker,
+                    facts: &mut decision::NodeFacts,
+                    renew: &mut i64,
+                    renewal: bool,
+                    at: i64| {
+            if renewal {
+                *renew += 1;
+            }
+            facts.lease_renew_time = Some(t(*renew));
+            tracker.observe(facts, t(at));
+            facts.off_while_alive.clone().map(|o| o.signs_of_life_after)
+        };
+        assert_eq!(pass(&mut tracker, &mut facts, &mut renew, true, 0), None);
+        // An Off read of a node that was NotReady when it started opens nothing.
+        tracker.power_answered(&PowerState::Off, t(1), false, t(2));
+        assert_eq!(pass(&mut tracker, &mut facts, &mut renew, true, 3), None);
+        // Ready when read: watched from the answer on.
+        tracker.power_answered(&PowerState::Off, t(4), true, t(5));
+        assert_eq!(
+            pass(&mut tracker, &mut facts, &mut renew, false, 5),
+            Some(0)
+        );
+        assert_eq!(pass(&mut tracker, &mut facts, &mut renew, true, 6), Some(1));
+        let renewed_twice_in_one_burst = pass(&mut tracker, &mut facts, &mut renew, true, 6);
+        assert_eq!(
+            renewed_twice_in_one_burst,
+            Some(1),
+            "a second apart at least"
+        );
+        assert_eq!(
+            pass(&mut tracker, &mut facts, &mut renew, true, 16),
+            Some(2)
+        );
+        assert!(facts.off_while_alive.as_ref().unwrap().proven());
+        // Another Off keeps the count; an On drops it.
+        tracker.power_answered(&PowerState::Off, t(20), true, t(21));
+        assert_eq!(
+            pass(&mut tracker, &mut facts, &mut renew, false, 22),
+            Some(2)
+        );
+        tracker.power_answered(&PowerState::On, t(30), true, t(31));
+        assert_eq!(pass(&mut tracker, &mut facts, &mut renew, true, 32), None);
+        // Signs of life from another boot prove nothing: the machine may have been off.
+        tracker.power_answered(&PowerState::Off, t(40), true, t(41));
+        assert_eq!(
+            pass(&mut tracker, &mut facts, &mut renew, true, 42),
+            Some(1)
+        );
+        facts.boot_id = "boot-2".into();
+        assert_eq!(pass(&mut tracker, &mut facts, &mut renew, true, 52), None);
     }
 
     /// Each transition into NotReady is dated by oobfence's clock, once; staying NotReady adds

@@ -166,6 +166,31 @@ impl fmt::Display for MappingConflict {
     }
 }
 
+/// A read of the node's machine said Off while the node was Ready, and the kubelet has shown
+/// signs of life since (Lease renewals, Ready heartbeats, seen by oobfence's clock after the
+/// read ended): the power source reads another machine, or misreports this one. Its Off can
+/// never prove the node dead until a read of it says On again.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OffWhileAlive {
+    /// When the Off read was taken.
+    pub read_at: Timestamp,
+    /// Signs of life seen after the read, at least a second apart (a watch that lagged and
+    /// delivers two updates at once counts once).
+    pub signs_of_life_after: u32,
+}
+
+/// Signs of life after an Off read that prove the power source wrong: one could be a renewal
+/// written before the machine lost power and delivered late; a second one, a renewal interval
+/// later, cannot.
+pub const OFF_WHILE_ALIVE_PROOF: u32 = 2;
+
+impl OffWhileAlive {
+    /// Whether the kubelet has shown enough life since the Off read to prove the source wrong.
+    pub fn proven(&self) -> bool {
+        self.signs_of_life_after >= OFF_WHILE_ALIVE_PROOF
+    }
+}
+
 /// The last identity verification of the node's machine from a read, made while it was healthy
 /// or since: proof that the power source knows this node's machine.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -215,6 +240,9 @@ pub struct NodeFacts {
     pub identity_check: IdentityCheck,
     /// The last identity verification from a read, if any.
     pub identity_binding: Option<IdentityBinding>,
+    /// The node's power source said Off while its kubelet was alive, if it did since its last
+    /// On.
+    pub off_while_alive: Option<OffWhileAlive>,
     /// What holds back writes from outside the node: a pause, a stale view, a storm, a freeze,
     /// the fence budget ([`super::holds`]).
     pub holds: super::holds::Holds,

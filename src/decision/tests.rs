@@ -75,6 +75,7 @@ fn dead() -> NodeFacts {
         other_remediator: None,
         has_power_source: true,
         mapping_conflict: None,
+        off_while_alive: None,
         identity: NodeIdentity {
             system_uuid: UUID.to_uppercase(),
             addresses: vec!["10.0.0.5".into()],
@@ -935,6 +936,57 @@ fn property_fence_only_on_fresh_confirmed_off() {
         fences > 0,
         "the property never saw a fence: the generator is wrong"
     );
+}
+
+/// A source that said Off while the kubelet went on living is refused: its Off reads never
+/// fence, whatever they say later, until the tracker sees it read On (and drops the fact).
+/// One sign of life after the Off is not enough: it may be a renewal delivered late.
+#[test]
+fn a_source_that_read_off_while_the_kubelet_lived_never_fences() {
+    let reads = [off(60), off(65)];
+    let watching = NodeFacts {
+        off_while_alive: Some(OffWhileAlive {
+            read_at: t(-300),
+            signs_of_life_after: OFF_WHILE_ALIVE_PROOF - 1,
+        }),
+        ..dead()
+    };
+    let d = decide(&watching, &reads, &policy(), t(66));
+    assert_eq!(d.step, Step::Fence(FenceAction::Taint), "{d:?}");
+    let proven = NodeFacts {
+        off_while_alive: Some(OffWhileAlive {
+            read_at: t(-300),
+            signs_of_life_after: OFF_WHILE_ALIVE_PROOF,
+        }),
+        ..dead()
+    };
+    for facts in [
+        proven.clone(),
+        NodeFacts {
+            identity_check: IdentityCheck::Unchecked,
+            ..proven.clone()
+        },
+    ] {
+        let d = decide(&facts, &reads, &policy(), t(66));
+        assert_eq!(
+            (d.state, d.step, d.rule),
+            (NodeState::Blocked, Step::Idle, Rule::OffWhileAlive),
+            "{d:?}"
+        );
+        assert!(
+            d.reason.contains("never fenced until it reads On"),
+            "{}",
+            d.reason
+        );
+        assert!(d.next_read_at.is_some(), "read again, to see it say On");
+    }
+    // Ready: healthy as ever (the problem shows in metrics, Events and `why`).
+    let ready = NodeFacts {
+        readiness: Readiness::Ready,
+        lease_renewal_seen: Some(t(60)),
+        ..proven
+    };
+    assert_eq!(decide(&ready, &[], &policy(), t(66)).rule, Rule::NodeReady);
 }
 
 /// An opt-out or another remediator can only ever block: whatever the reads, no fence.

@@ -16,6 +16,9 @@ use crate::identity::MachineIdentity;
 // The core owns these words; sources and their callers use them from here too.
 pub use crate::decision::reading::{PowerReading, PowerState, ReadDetail, ReadErrorKind};
 
+/// Every value [`PowerSource::backend`] takes.
+pub const BACKENDS: [&str; 3] = ["redfish", "ipmi", "ec2"];
+
 /// Everything one read of a power source returns.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Reply {
