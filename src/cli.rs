@@ -312,7 +312,27 @@ async fn shutdown_signal() {
 }
 
 async fn check_config(path: &Path, probe: bool) -> Result<ExitCode, ExitCode> {
+    use crate::config::checks::{self, Severity};
     let cfg = load(path)?;
+    let mut findings = checks::kubeconfig(&cfg.kubernetes, jiff::Timestamp::now());
+    findings.extend(checks::warnings(&cfg));
+    let errors = findings
+        .iter()
+        .filter(|f| f.severity == Severity::Error)
+        .count();
+    for f in &findings {
+        match f.severity {
+            Severity::Note => println!("{}: {f}", path.display()),
+            _ => eprintln!("{}: {f}", path.display()),
+        }
+    }
+    if errors > 0 {
+        eprintln!(
+            "{}: {errors} error(s): `oobfence run` would not work with this config",
+            path.display()
+        );
+        return Err(ExitCode::from(2));
+    }
     println!(
         "{}: OK (datacenter {}, {} [[bmc]] entries, action {}{})",
         path.display(),

@@ -15,7 +15,9 @@ use serde::Deserialize;
 use crate::decision::holds::{GuardPolicy, Limit};
 use crate::decision::{FenceAction, Policy, Renewals};
 mod bmc;
+pub mod checks;
 pub mod ipmi;
+mod selector;
 #[cfg(test)]
 mod tests;
 
@@ -889,6 +891,12 @@ impl RawConfig {
                         "must be a single-line label selector such as \"topology.kubernetes.io/zone=dc1\"".into(),
                     ));
                 }
+                selector::check(sel).map_err(|problem| {
+                    err(
+                        "kubernetes.node_selector",
+                        format!("{sel:?} is not a label selector: {problem}"),
+                    )
+                })?;
                 Some(sel.to_string())
             }
         };

@@ -41,7 +41,7 @@ use crate::cluster::{self, Cluster, EventType, reasons};
 use crate::config::Config;
 use crate::decision::holds::{Calm, Census, CensusNode, Hold, HoldKind, View};
 use crate::decision::{self, Decision, MappingConflict, Readiness, Rule, Step};
-use crate::identity::{self, IdentityCheck};
+use crate::identity;
 use crate::journal::Journal;
 use crate::metrics::{BackendLabels, ReadLabels, WouldActLabels};
 use crate::power::{MappedSource, PowerSources, PowerState};
@@ -125,6 +125,7 @@ pub async fn run(
         })?;
     tracing::info!(listen = %cfg.server.listen, "serving /metrics, /healthz, /readyz, /nodes");
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    spawn_token_expiry_watch(cfg.kubernetes.clone(), shared.clone(), stop_rx.clone());
     let http = tokio::spawn(crate::http::serve(
         listener,
         shared.clone(),
@@ -316,44 +317,50 @@ fn notify_systemd(states: &[sd_notify::NotifyState<'_>]) {
     let _ = sd_notify::notify(states);
 }
 
-fn log_startup_warnings(cfg: &Config) {
-    for b in &cfg.bmc {
-        if b.tls == crate::config::BmcTls::Insecure {
-            tracing::warn!(
-                entry = format!("bmc[{}]", b.index),
-                address = %b.address,
-                "TLS certificate verification is OFF for this [[bmc]] entry (tls_insecure = true): anyone on the management network could answer as this BMC"
-            );
+/// Keeps `oobfence_kubeconfig_token_expiry_timestamp_seconds` current: a token file may be
+/// replaced under the running daemon (kube re-reads it), so it is read again every 10 minutes.
+fn spawn_token_expiry_watch(
+    k: crate::config::KubernetesConfig,
+    shared: Arc<Shared>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    tokio::spawn(async move {
+        let mut logged = None;
+        loop {
+            let k2 = k.clone();
+            let expiry = tokio::task::spawn_blocking(move || {
+                crate::config::checks::configured_token_expiry(&k2)
+            })
+            .await
+            .ok()
+            .flatten();
+            shared
+                .metrics
+                .kubeconfig_token_expiry
+                .set(expiry.map_or(0.0, |t| t.as_millisecond() as f64 / 1000.0));
+            if let Some(t) = expiry
+                && logged != Some(t)
+            {
+                logged = Some(t);
+                let left = t.duration_since(Timestamp::now());
+                if left < crate::config::checks::TOKEN_EXPIRY_WARNING {
+                    tracing::warn!(expires = %t, "the kubeconfig's token expires in less than a week: mint a new one (oobfence make-kubeconfig)");
+                } else {
+                    tracing::info!(expires = %t, "the kubeconfig's token expires then");
+                }
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_secs(600)) => {}
+                _ = stop.changed() => return,
+            }
         }
-    }
-    if cfg.policy.dry_run {
-        tracing::warn!(
-            "dry_run = true: decisions are logged and reported, nothing is written to any Node"
-        );
-    }
-    if cfg.policy.confirm_reads < 2 {
-        tracing::warn!("confirm_reads = 1: a single Off read is enough to fence");
-    }
-    for b in cfg
-        .bmc
-        .iter()
-        .filter(|b| b.identity == IdentityCheck::Unchecked)
-    {
-        tracing::warn!(
-            entry = format!("bmc[{}]", b.index),
-            address = %b.address,
-            "identity = \"unchecked\" for this [[bmc]] entry: an Off read counts without the machine proving it is the node's; a wrong mapping can fence a running node"
-        );
-    }
-    if let Some(a) = cfg
-        .aws
-        .as_ref()
-        .filter(|a| a.identity == IdentityCheck::Unchecked)
-    {
-        tracing::warn!(
-            region = %a.region,
-            "identity = \"unchecked\" for [aws]: a stopped instance counts without its private address matching the node's"
-        );
+    });
+}
+
+fn log_startup_warnings(cfg: &Config) {
+    // The same findings `check-config` prints, one WARN line each.
+    for f in crate::config::checks::warnings(cfg) {
+        tracing::warn!(key = %f.key, "{}", f.problem);
     }
 }
 

@@ -224,6 +224,7 @@ pub struct Metrics {
     pub volume_watch_up: Gauge,
     pub journal_records: Family<JournalLabels, Counter>,
     pub last_sync: FloatGauge,
+    pub kubeconfig_token_expiry: FloatGauge,
     /// Counters the EC2 reader feeds (registered whether or not [aws] is configured).
     pub ec2: crate::power::ec2::Ec2Stats,
     pub nodes_watched: Gauge,
@@ -403,6 +404,12 @@ impl Metrics {
             "Unix time of the last decision pass over a synced node cache while the Kubernetes API answered; if it stops advancing, oobfence is not watching and will not fence",
             Listed(last_sync.clone()),
         );
+        let kubeconfig_token_expiry = FloatGauge::default();
+        registry.register(
+            "kubeconfig_token_expiry_timestamp_seconds",
+            "When the token in oobfence's kubeconfig expires (its JWT exp), Unix seconds, read at start and every 10 minutes; 0 when it has none (client certificates, an exec plugin, a token without exp). Once it passes, the API server refuses oobfence and nothing is fenced: mint a new one with `oobfence make-kubeconfig` before then",
+            Listed(kubeconfig_token_expiry.clone()),
+        );
         let nodes_watched = Gauge::default();
         registry.register(
             "nodes_watched",
@@ -562,6 +569,7 @@ impl Metrics {
             volume_watch_up,
             journal_records,
             last_sync,
+            kubeconfig_token_expiry,
             nodes_watched,
             identity_nodes,
             identity_unchecked,

@@ -3,6 +3,7 @@
 
 mod support;
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Output;
 
@@ -19,9 +20,34 @@ fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
+/// A kubeconfig `check-config` accepts without reaching any cluster.
+const OFFLINE_KUBECONFIG: &str = "apiVersion: v1
+kind: Config
+current-context: dc1
+clusters:
+- name: dc1
+  cluster:
+    server: https://127.0.0.1:6443
+contexts:
+- name: dc1
+  context:
+    cluster: dc1
+    user: oobfence
+users:
+- name: oobfence
+  user:
+    token: not-a-jwt
+";
+
 fn valid_config(dir: &Path, address: &str, extra: &str) -> String {
     let pw = dir.join("pw");
     std::fs::write(&pw, "sup3r-secret-pw\n").unwrap();
+    std::fs::set_permissions(&pw, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let kubeconfig = dir.join("kubeconfig");
+    if !kubeconfig.exists() {
+        std::fs::write(&kubeconfig, OFFLINE_KUBECONFIG).unwrap();
+        std::fs::set_permissions(&kubeconfig, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
     format!(
         r#"datacenter = "dc1"
 [kubernetes]
@@ -97,6 +123,79 @@ fn bad_configs_exit_2_with_one_line_naming_file_and_key() {
     // A missing config file is a config error too.
     let o = oobfence(&["check-config"], &dir.path().join("absent.toml"));
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+}
+
+/// What `run` needs beyond the file's syntax: a kubeconfig that is there, whole and names its
+/// context; a node_selector the API server would accept. Errors exit 2, each naming its key;
+/// settings that weaken the proof or expose a secret are warned about, and pass.
+#[test]
+fn check_config_covers_what_run_needs() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("dc1.toml");
+    let strict = valid_config(
+        dir.path(),
+        "https://{node}-bmc.example",
+        &format!("ca_file = \"{}\"", dir.path().join("ca.pem").display()),
+    );
+    // A CA certificate the loader accepts: the test suite's own.
+    let (cert, _key) = support::sushy::self_signed_cert(dir.path(), "bmc");
+    std::fs::copy(cert, dir.path().join("ca.pem")).unwrap();
+    std::fs::write(&path, &strict).unwrap();
+    let o = oobfence(&["check-config"], &path);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).trim().is_empty(), "no warning: {}", stderr(&o));
+
+    let errors: Vec<(&str, String, &str)> = vec![
+        (
+            "missing kubeconfig",
+            strict.replace("/kubeconfig\"", "/absent-kubeconfig\""),
+            "kubernetes.kubeconfig: cannot load",
+        ),
+        (
+            "unknown context",
+            strict.replace("[kubernetes]", "[kubernetes]\ncontext = \"dc2\""),
+            "kubernetes.context: context \"dc2\" is not in",
+        ),
+        (
+            "malformed node_selector",
+            strict.replace(
+                "[kubernetes]",
+                "[kubernetes]\nnode_selector = \"topology.kubernetes.io/zone in (dc1\"",
+            ),
+            "kubernetes.node_selector",
+        ),
+    ];
+    for (what, text, says) in errors {
+        std::fs::write(&path, text).unwrap();
+        let o = oobfence(&["check-config"], &path);
+        assert_eq!(o.status.code(), Some(2), "{what}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains(says),
+            "{what}: expected {says:?} in {}",
+            stderr(&o)
+        );
+        assert!(!stdout(&o).contains("OK"), "{what}: {}", stdout(&o));
+    }
+
+    // Warnings: the run works, with less safety or secrecy than it should.
+    std::fs::write(&path, good_config(dir.path())).unwrap();
+    std::fs::set_permissions(
+        dir.path().join("pw"),
+        std::fs::Permissions::from_mode(0o644),
+    )
+    .unwrap();
+    let o = oobfence(&["check-config"], &path);
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains("warning: bmc[0].tls_insecure: TLS certificate verification is off"),
+        "{err}"
+    );
+    assert!(
+        err.contains("warning: bmc[0].password_file:") && err.contains("readable by every user"),
+        "{err}"
+    );
+    assert!(!err.contains("sup3r-secret-pw"), "{err}");
 }
 
 #[test]

@@ -574,7 +574,7 @@ tls_insecure = true
     assert!(
         lines
             .iter()
-            .any(|l| l.starts_with("<4>") && l.contains("TLS certificate verification is OFF")),
+            .any(|l| l.starts_with("<4>") && l.contains("TLS certificate verification is off")),
         "{text}"
     );
     assert!(

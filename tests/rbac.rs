@@ -484,6 +484,18 @@ async fn the_daemon_fences_with_nothing_but_the_minted_kubeconfig() {
         .filter(|l| l.starts_with("oobfence_actions") && l.contains("result=\"failure\""))
         .collect();
     assert!(failed.is_empty(), "failed actions: {failed:?}");
+    // The minted token's expiry (1h) is exported, for the alert that comes before it.
+    let expiry: f64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("oobfence_kubeconfig_token_expiry_timestamp_seconds "))
+        .unwrap_or_else(|| panic!("no token expiry in {metrics}"))
+        .parse()
+        .unwrap();
+    let left = expiry - jiff::Timestamp::now().as_second() as f64;
+    assert!(
+        (3000.0..=3660.0).contains(&left),
+        "token expires in {left}s, minted for 1h"
+    );
     daemon.stop().await;
     node.delete().await;
 }

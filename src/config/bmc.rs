@@ -46,6 +46,8 @@ pub struct BmcEntry {
     pub system: Option<String>,
     pub username: String,
     pub password: Secret,
+    /// Where the password came from (`password_file`), for the check of its permissions.
+    pub password_file: Option<std::path::PathBuf>,
     pub tls: BmcTls,
     pub timeout: Duration,
     /// `protocol = "ipmi"` only: cipher suite and privilege.
@@ -326,6 +328,7 @@ impl RawBmc {
             system: self.system,
             username: self.username,
             password,
+            password_file: self.password_file.clone(),
             tls,
             timeout: self.timeout,
             ipmi: ipmi_options,
