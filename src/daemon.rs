@@ -10,6 +10,7 @@
 
 mod observe;
 mod reads;
+mod reload;
 mod tracker;
 mod writer;
 
@@ -116,6 +117,7 @@ pub async fn run(
     log_startup_warnings(&cfg);
     let client = cluster::connect(&cfg.kubernetes).await?;
     let shared = Shared::new(&cfg.datacenter);
+    shared.metrics.set_config_info(&cfg);
 
     let listener = tokio::net::TcpListener::bind(cfg.server.listen)
         .await
@@ -238,6 +240,12 @@ pub async fn run(
         sd_notify::NotifyState::Status(&synced_status),
     ]);
 
+    shared
+        .metrics
+        .config_reload_time
+        .set(Timestamp::now().as_millisecond() as f64 / 1000.0);
+    // `systemctl reload` sends SIGHUP (ExecReload=): the config and its secrets are read again.
+    let mut hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_status = Instant::now() - Duration::from_secs(3600);
@@ -259,6 +267,28 @@ pub async fn run(
             Some(done) = reads_rx.recv() => daemon.read_done(done),
             Some(name) = changed_rx.recv() => daemon.node_changed(&name),
             Some(done) = actions_rx.recv() => daemon.action_done(done),
+            Some(()) = async {
+                match hangups.as_mut() {
+                    Some(h) => h.recv().await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                notify_systemd(&[sd_notify::NotifyState::Reloading]);
+                let result = daemon.reload().await;
+                let m = &daemon.shared.metrics;
+                match result {
+                    Ok(summary) => {
+                        m.config_reload_ok.set(1);
+                        m.config_reload_time.set(Timestamp::now().as_millisecond() as f64 / 1000.0);
+                        tracing::info!("{summary}");
+                    }
+                    Err(why) => {
+                        m.config_reload_ok.set(0);
+                        tracing::error!("config reload refused, the daemon runs on with the config it had: {why}");
+                    }
+                }
+                notify_systemd(&[sd_notify::NotifyState::Ready]);
+            }
         }
     }
     tracing::info!("shutting down");
@@ -360,7 +390,7 @@ fn spawn_token_expiry_watch(
 fn log_startup_warnings(cfg: &Config) {
     // The same findings `check-config` prints, one WARN line each.
     for f in crate::config::checks::warnings(cfg) {
-        tracing::warn!(key = %f.key, "{}", f.problem);
+        tracing::warn!("{}: {}", f.key, f.problem);
     }
 }
 

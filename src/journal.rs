@@ -311,6 +311,13 @@ impl JournalWriter {
 }
 
 impl Journal {
+    /// The config digest recorded from now on (after a reload).
+    pub fn set_config_digest(&mut self, digest: &str) {
+        self.config_digest = digest.to_string();
+    }
+}
+
+impl Journal {
     /// Starts the writer for `path`. Opening happens in the writer: a journal that cannot be
     /// opened is logged and counted, and retried on every record, but never stops the daemon.
     pub fn start(

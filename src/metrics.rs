@@ -114,6 +114,17 @@ pub struct VerdictLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ConfigLabels {
+    pub datacenter: String,
+    pub action: String,
+    pub dry_run: String,
+    pub pre_attest: String,
+    pub ha: String,
+    /// The first 12 hex digits of the config file's SHA-256 (as in the journal).
+    pub config_sha256: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct DatacenterLabels {
     pub datacenter: String,
 }
@@ -225,6 +236,9 @@ pub struct Metrics {
     pub journal_records: Family<JournalLabels, Counter>,
     pub last_sync: FloatGauge,
     pub kubeconfig_token_expiry: FloatGauge,
+    pub config_reload_ok: Gauge,
+    pub config_info: Family<ConfigLabels, Gauge>,
+    pub config_reload_time: FloatGauge,
     /// Counters the EC2 reader feeds (registered whether or not [aws] is configured).
     pub ec2: crate::power::ec2::Ec2Stats,
     pub nodes_watched: Gauge,
@@ -410,6 +424,25 @@ impl Metrics {
             "When the token in oobfence's kubeconfig expires (its JWT exp), Unix seconds, read at start and every 10 minutes; 0 when it has none (client certificates, an exec plugin, a token without exp). Once it passes, the API server refuses oobfence and nothing is fenced: mint a new one with `oobfence make-kubeconfig` before then",
             Listed(kubeconfig_token_expiry.clone()),
         );
+        let config_reload_ok = Gauge::default();
+        config_reload_ok.set(1);
+        registry.register(
+            "config_last_reload_successful",
+            "1 if the last reload (SIGHUP, systemctl reload) applied the config file, 0 if it was refused and the daemon still runs the config it had (the reason is logged at ERROR); 1 before any reload",
+            Listed(config_reload_ok.clone()),
+        );
+        let config_info = Family::<ConfigLabels, Gauge>::default();
+        registry.register(
+            "config_info",
+            "1, labelled with the config in force: datacenter, action (taint, delete-node), dry_run, pre_attest, ha and the first 12 hex digits of the file's SHA-256 (as in the journal); a new series after each reload that applied a changed file",
+            Listed(config_info.clone()),
+        );
+        let config_reload_time = FloatGauge::default();
+        registry.register(
+            "config_last_reload_success_timestamp_seconds",
+            "When the config in force was loaded (at start, or by the last successful reload), Unix seconds",
+            Listed(config_reload_time.clone()),
+        );
         let nodes_watched = Gauge::default();
         registry.register(
             "nodes_watched",
@@ -570,6 +603,9 @@ impl Metrics {
             journal_records,
             last_sync,
             kubeconfig_token_expiry,
+            config_reload_ok,
+            config_info,
+            config_reload_time,
             nodes_watched,
             identity_nodes,
             identity_unchecked,
@@ -628,6 +664,21 @@ impl Metrics {
         });
     }
 
+    /// The config in force, as `config_info`'s one series.
+    pub fn set_config_info(&self, cfg: &crate::config::Config) {
+        self.config_info.clear();
+        self.config_info
+            .get_or_create(&ConfigLabels {
+                datacenter: cfg.datacenter.clone(),
+                action: cfg.policy.action.to_string(),
+                dry_run: cfg.policy.dry_run.to_string(),
+                pre_attest: cfg.policy.pre_attest_after.is_some().to_string(),
+                ha: cfg.ha.is_some().to_string(),
+                config_sha256: cfg.digest.chars().take(12).collect(),
+            })
+            .set(1);
+    }
+
     /// A read of `node`'s power source ended: an answer dates its last success; an error
     /// leaves it, creating the series at 0 if the source never answered.
     pub fn power_source_answered(&self, node: &str, backend: &'static str, at: Option<f64>) {
@@ -641,7 +692,7 @@ impl Metrics {
         }
     }
 
-    fn forget_power_source(&self, node: &str) {
+    pub fn forget_power_source(&self, node: &str) {
         for backend in crate::power::BACKENDS {
             self.power_source_last_success.remove(&NodeBackendLabels {
                 node: node.to_string(),

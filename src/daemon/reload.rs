@@ -1,0 +1,125 @@
+//! `systemctl reload` (SIGHUP): the config file and the secrets it names are read again and,
+//! when whole, take over from the next pass. What oobfence knows about the nodes (reads, fence
+//! records, identity bindings, the guards' memory) carries over, except where a node's power
+//! source is now another one: its old reads say nothing about the new machine.
+
+use std::sync::Arc;
+
+use kube::runtime::reflector::ObjectRef;
+
+use super::Daemon;
+use super::reads::ReadSlots;
+use crate::config::Config;
+use crate::power::PowerSources;
+
+/// Building the new power sources (an EC2 client) gets this long.
+const SOURCES_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Why a new config cannot be applied without a restart: it changes what the daemon set up
+/// once (watches, listener, journal file, pause watch, leader election).
+pub(super) fn fixed_settings_changed(old: &Config, new: &Config) -> Option<String> {
+    let changed: Vec<&str> = [
+        ("datacenter", old.datacenter != new.datacenter),
+        ("[kubernetes]", old.kubernetes != new.kubernetes),
+        ("server.listen", old.server.listen != new.server.listen),
+        ("journal.path", old.journal.path != new.journal.path),
+        (
+            "[pause]",
+            format!("{:?}", old.pause) != format!("{:?}", new.pause),
+        ),
+        ("[ha]", old.ha != new.ha),
+    ]
+    .into_iter()
+    .filter_map(|(key, differs)| differs.then_some(key))
+    .collect();
+    (!changed.is_empty()).then(|| {
+        format!(
+            "{} changed, which only a restart applies (systemctl restart oobfence@{})",
+            changed.join(", "),
+            old.datacenter
+        )
+    })
+}
+
+impl Daemon {
+    /// Reads the config file again and applies it; on any problem the running config stays
+    /// and the reason is returned (one line).
+    pub(super) async fn reload(&mut self) -> Result<String, String> {
+        let path = self.cfg.source.clone();
+        let new = tokio::task::spawn_blocking(move || Config::load(&path))
+            .await
+            .map_err(|e| format!("reading the config failed: {e}"))?
+            .map_err(|e| e.to_string())?;
+        if let Some(why) = fixed_settings_changed(&self.cfg, &new) {
+            return Err(why);
+        }
+        if new.digest == self.cfg.digest {
+            // The secrets may have changed under the same file: the sources are built again.
+            tracing::debug!("config file unchanged; reading its secrets again");
+        }
+        let new = Arc::new(new);
+        let sources = tokio::time::timeout(
+            SOURCES_DEADLINE,
+            PowerSources::new(new.clone(), self.shared.metrics.ec2.clone()),
+        )
+        .await
+        .map_err(|_| {
+            format!(
+                "setting up the power sources took longer than {SOURCES_DEADLINE:?} ([aws] endpoint?)"
+            )
+        })?;
+        let sources = Arc::new(sources);
+
+        // Nodes whose power source is now another one start afresh; every node's source and
+        // mapping are looked up again on its next decision.
+        let mut remapped = 0;
+        for (name, t) in &mut self.trackers {
+            let node = self.nodes.get(&ObjectRef::new(name));
+            let provider_id = node.as_deref().and_then(crate::cluster::provider_id);
+            let before = self
+                .sources
+                .for_node(name, provider_id)
+                .map(|s| (s.source.backend(), s.source.address()));
+            let now = sources
+                .for_node(name, provider_id)
+                .map(|s| (s.source.backend(), s.source.address()));
+            if before != now {
+                remapped += 1;
+                t.reads.clear();
+                t.binding = None;
+                t.off_while_alive = None;
+                t.last_read = None;
+                t.last_answer = None;
+                t.identity_due = None;
+                self.shared.metrics.forget_power_source(name);
+            }
+            t.source = None;
+            t.mapping_identity = None;
+            t.quiet = None;
+        }
+        if new.max_concurrent_reads != self.cfg.max_concurrent_reads {
+            // Reads under way keep their old slots and finish; new ones take the new ones.
+            self.read_slots = ReadSlots::new(
+                new.max_concurrent_reads,
+                self.shared.metrics.power_reads_in_flight.clone(),
+            );
+        }
+        let summary = format!(
+            "config {} reloaded (sha256 {}…, was {}…): {} [[bmc]] entries, action {}{}; {remapped} node(s) now read through another power source",
+            new.source.display(),
+            &new.digest[..12.min(new.digest.len())],
+            &self.cfg.digest[..12.min(self.cfg.digest.len())],
+            new.bmc.len(),
+            new.policy.action,
+            if new.policy.dry_run { ", dry run" } else { "" },
+        );
+        self.journal.set_config_digest(&new.digest);
+        self.shared.metrics.set_config_info(&new);
+        self.sources = sources;
+        self.cfg = new;
+        self.conflicts_of.clear();
+        self.guards_epoch += 1;
+        super::log_startup_warnings(&self.cfg);
+        Ok(summary)
+    }
+}
