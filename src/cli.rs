@@ -128,7 +128,7 @@ pub fn main() -> ExitCode {
 fn init_logging(format: LogFormat) {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_env("OOBFENCE_LOG")
-        .unwrap_or_else(|_| EnvFilter::new("info,kube=warn,hyper=warn,rustls=warn"));
+        .unwrap_or_else(|_| EnvFilter::new(crate::DEFAULT_LOG_FILTER));
     // Under systemd the journal adds its own timestamps, colours mean nothing, and each line
     // carries its priority so that `journalctl -p warning` and friends work.
     let journald = stderr_is_journal();

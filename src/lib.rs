@@ -36,3 +36,9 @@ pub mod report;
 pub mod secret;
 pub mod status;
 pub mod volumes;
+
+/// The log filter when `OOBFENCE_LOG` is not set (the unit sets the same). The libraries speak
+/// at WARN and up only; the TLS platform verifier not at all: a refused BMC certificate is one
+/// classified read error of oobfence's own (`tls: ...`), not a library ERROR line besides it.
+pub const DEFAULT_LOG_FILTER: &str =
+    "info,kube=warn,hyper=warn,rustls=warn,rustls_platform_verifier=off";

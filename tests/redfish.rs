@@ -20,6 +20,11 @@ fn bmc(dir: &Path, address: &str, password: &str, extra: &str) -> BmcEntry {
     parsed_bmc_entry("redfish", dir, address, sushy::USERNAME, password, extra)
 }
 
+/// An entry for a BMC of the odd server (any password: it asks for none).
+fn bmc_at(dir: &Path, address: &str, extra: &str) -> BmcEntry {
+    bmc(dir, address, "any-Passw0rd", extra)
+}
+
 fn pinned(emu: &SushyEmulator) -> String {
     format!("ca_file = \"{}\"", emu.cert_pem_path().display())
 }
@@ -244,6 +249,86 @@ async fn certificate_verification() {
     let extra = format!("{path}\ntls_insecure = true");
     let entry = bmc(emu.dir(), &emu.base_url(), sushy::PASSWORD, &extra);
     assert_eq!(source(&entry, "node000").read().await, PowerState::On);
+}
+
+/// Most BMCs serve a self-signed certificate made as `openssl req -x509` makes it: CA:TRUE, no
+/// name the BMC is reached by. Given as `ca_file`, or pinned by its SHA-256 (`tls_fingerprint`,
+/// pasted as openssl prints it), it is accepted as the BMC's own, not refused as a CA used as
+/// an end entity; another certificate, or the same one expired, is still refused.
+#[tokio::test]
+async fn a_bmcs_own_self_signed_ca_certificate_can_be_pinned() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = sushy::bmc_style_cert(dir.path(), "rack1-07", 30);
+    let config_dir = tempfile::tempdir().unwrap();
+    let bmc = OddBmc::start_with_cert(dir, cert.clone(), key);
+    let address = format!("https://127.0.0.1:{}", bmc.port);
+    let read = |extra: String| {
+        let entry = bmc_at(
+            config_dir.path(),
+            &address,
+            &format!("system = \"/off\"\n{extra}"),
+        );
+        async move { source(&entry, "rack1-07").read().await }
+    };
+
+    let by_file = read(format!("ca_file = \"{}\"", cert.display())).await;
+    assert_eq!(by_file, PowerState::Off, "{by_file:?}");
+    let fingerprint = sushy::openssl_fingerprint(&cert);
+    assert!(
+        fingerprint.starts_with("sha256 Fingerprint="),
+        "{fingerprint}"
+    );
+    let by_fingerprint = read(format!("tls_fingerprint = \"{fingerprint}\"")).await;
+    assert_eq!(by_fingerprint, PowerState::Off, "{by_fingerprint:?}");
+    let among_others = read(format!(
+        "tls_fingerprint = [\"sha256:{}\", \"{fingerprint}\"]",
+        "00".repeat(32)
+    ))
+    .await;
+    assert_eq!(among_others, PowerState::Off, "{among_others:?}");
+
+    // Another certificate pinned: refused, saying which certificate the BMC served.
+    let wrong = read(format!("tls_fingerprint = \"sha256:{}\"", "ab".repeat(32))).await;
+    let (kind, detail) = error_of(&wrong);
+    assert_eq!(kind, ReadErrorKind::Tls, "{detail}");
+    assert!(
+        detail.contains("is not the one tls_fingerprint pins"),
+        "{detail}"
+    );
+    let other_dir = tempfile::tempdir().unwrap();
+    let (other, _) = sushy::bmc_style_cert(other_dir.path(), "rack1-08", 30);
+    let other_file = read(format!("ca_file = \"{}\"", other.display())).await;
+    assert_eq!(
+        error_of(&other_file).0,
+        ReadErrorKind::Tls,
+        "{other_file:?}"
+    );
+
+    // The pin is no excuse for an expired certificate.
+    let expired_dir = tempfile::tempdir().unwrap();
+    let (expired, expired_key) = sushy::bmc_style_cert(expired_dir.path(), "rack1-09", -1);
+    let expired_bmc = OddBmc::start_with_cert(expired_dir, expired.clone(), expired_key);
+    let address = format!("https://127.0.0.1:{}", expired_bmc.port);
+    for extra in [
+        format!("ca_file = \"{}\"", expired.display()),
+        format!(
+            "tls_fingerprint = \"{}\"",
+            sushy::openssl_fingerprint(&expired)
+        ),
+    ] {
+        let entry = bmc_at(
+            config_dir.path(),
+            &address,
+            &format!("system = \"/off\"\n{extra}"),
+        );
+        let state = source(&entry, "rack1-09").read().await;
+        let (kind, detail) = error_of(&state);
+        assert_eq!(kind, ReadErrorKind::Tls, "{extra}: {detail}");
+        assert!(
+            detail.to_lowercase().contains("expired"),
+            "{extra}: {detail}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

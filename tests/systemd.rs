@@ -98,9 +98,20 @@ struct Daemon {
 
 impl Daemon {
     fn spawn(config: &Path, notify: &Path, listen: &str, dir: &Path) -> Daemon {
+        Daemon::spawn_with_env(config, notify, listen, dir, &[])
+    }
+
+    fn spawn_with_env(
+        config: &Path,
+        notify: &Path,
+        listen: &str,
+        dir: &Path,
+        env: &[(&str, &Path)],
+    ) -> Daemon {
         let log = dir.join("daemon.log");
         let out = std::fs::File::create(&log).expect("create the daemon log");
         let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_oobfence"))
+            .envs(env.iter().map(|(k, v)| (*k, *v)))
             .arg("run")
             .arg("--config")
             .arg(config)
@@ -357,14 +368,25 @@ impl Drop for PemPipe {
 async fn a_stuck_decision_loop_stops_the_keepalives() {
     let s = Scenario::without_machines("wedge").await;
     let (cert, _key) = support::sushy::self_signed_cert(s.dir(), "wedge");
-    let pipe = PemPipe::start(s.dir().join("bmc-ca.pem"), std::fs::read(&cert).unwrap());
-    // The loop builds a node's power source the first time it evaluates the node, reading
-    // ca_file then: with the pipe not serving, that read blocks the loop.
-    s.map_unreachable_with_ca_file("a", &pipe.path);
+    let pipe = PemPipe::start(
+        s.dir().join("system-roots.pem"),
+        std::fs::read(&cert).unwrap(),
+    );
+    // The loop builds a node's power source the first time it evaluates the node, and a
+    // Redfish entry without ca_file loads the system's roots then (SSL_CERT_FILE, a pipe
+    // here): with the pipe not serving, that read blocks the loop. (ca_file and the secrets are
+    // read at load, never on the loop.)
+    s.map_unreachable_with_system_roots("a");
     let mut notify = NotifySocket::bind(s.dir());
     let listen = format!("127.0.0.1:{}", free_port());
     let cfg = s.write_config(&kubeconfig_path(), &listen);
-    let mut daemon = Daemon::spawn(&cfg, &notify.path, &listen, s.dir());
+    let mut daemon = Daemon::spawn_with_env(
+        &cfg,
+        &notify.path,
+        &listen,
+        s.dir(),
+        &[("SSL_CERT_FILE", pipe.path.as_path())],
+    );
 
     assert!(
         notify
@@ -392,8 +414,8 @@ async fn a_stuck_decision_loop_stops_the_keepalives() {
     let during = notify.watchdogs_since(stuck_from + Duration::from_secs(2));
     assert!(
         during.is_empty(),
-        "the loop is stuck on ca_file, yet {} WATCHDOG=1 arrived: the keep-alive must come \
-         from the decision loop (if the loop no longer reads ca_file, this test needs another \
+        "the loop is stuck on the system roots, yet {} WATCHDOG=1 arrived: the keep-alive must \
+         come from the decision loop (if the loop no longer loads them, this test needs another \
          way to stop it); log:\n{}",
         during.len(),
         daemon.log_text()
@@ -697,4 +719,19 @@ fn the_unit_reloads_with_sighup() {
         .map(|(_, v)| v.as_str())
         .collect();
     assert_eq!(reload, ["/bin/kill -HUP $MAINPID"]);
+}
+
+/// The unit's log filter is the daemon's default, which keeps library noise (a TLS verifier's
+/// own ERROR line for a refused BMC certificate) out of the journal.
+#[test]
+fn the_units_log_filter_is_the_default_one() {
+    let settings = unit_service_settings();
+    let env: Vec<&str> = settings
+        .iter()
+        .filter(|(k, _)| k == "Environment")
+        .map(|(_, v)| v.as_str())
+        .collect();
+    let wanted = format!("OOBFENCE_LOG={}", oobfence::DEFAULT_LOG_FILTER);
+    assert!(env.contains(&wanted.as_str()), "{env:?}");
+    assert!(oobfence::DEFAULT_LOG_FILTER.contains("rustls_platform_verifier=off"));
 }

@@ -25,12 +25,48 @@ impl Protocol {
 }
 
 /// How to verify a BMC's TLS certificate.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub enum BmcTls {
-    /// Verify against the system roots, plus `ca_file` when given.
-    Verify { ca_file: Option<PathBuf> },
+    /// The system roots.
+    System,
+    /// Certificates the operator gave: `ca_file`'s (read at load), as roots and each also as a
+    /// pinned BMC certificate, and `tls_fingerprint`'s SHA-256 pins. See
+    /// [`crate::power::redfish::pinning`].
+    Pinned {
+        ca_file: Option<PathBuf>,
+        ca_certs: Vec<rustls::pki_types::CertificateDer<'static>>,
+        fingerprints: Vec<crate::power::redfish::pinning::Fingerprint>,
+    },
     /// Accept any certificate. Logged loudly at start-up.
     Insecure,
+}
+
+impl std::fmt::Debug for BmcTls {
+    /// Counts, not certificate bytes.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BmcTls::System => f.write_str("System"),
+            BmcTls::Insecure => f.write_str("Insecure"),
+            BmcTls::Pinned {
+                ca_file,
+                ca_certs,
+                fingerprints,
+            } => f
+                .debug_struct("Pinned")
+                .field("ca_file", ca_file)
+                .field("ca_certs", &ca_certs.len())
+                .field("fingerprints", &fingerprints.len())
+                .finish(),
+        }
+    }
+}
+
+/// `tls_fingerprint = "sha256:…"` or a list of them.
+#[derive(Deserialize)]
+#[serde(untagged)]
+pub(super) enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
 }
 
 /// One `[[bmc]]` entry: which nodes it covers and how to reach their BMCs.
@@ -120,6 +156,7 @@ pub(super) struct RawBmc {
     password_file: Option<PathBuf>,
     password_credential: Option<String>,
     ca_file: Option<PathBuf>,
+    tls_fingerprint: Option<OneOrMany>,
     #[serde(default)]
     tls_insecure: bool,
     #[serde(default = "default_bmc_timeout", with = "humantime_serde")]
@@ -193,6 +230,7 @@ impl RawBmc {
                 for (key, set) in [
                     ("system", self.system.is_some()),
                     ("ca_file", self.ca_file.is_some()),
+                    ("tls_fingerprint", self.tls_fingerprint.is_some()),
                     ("tls_insecure", self.tls_insecure),
                 ] {
                     if set {
@@ -290,26 +328,42 @@ impl RawBmc {
             };
             ipmi::check_password(&password).map_err(|e| err(key, e))?;
         }
-        let tls = match (self.ca_file, self.tls_insecure) {
-            (Some(_), true) => {
+        let fingerprints = match self.tls_fingerprint {
+            None => Vec::new(),
+            Some(OneOrMany::One(f)) => vec![f],
+            Some(OneOrMany::Many(fs)) => fs,
+        };
+        let fingerprints = fingerprints
+            .iter()
+            .map(|f| crate::power::redfish::pinning::parse_fingerprint(f))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| err("tls_fingerprint", e))?;
+        let tls = match (self.ca_file, fingerprints.is_empty(), self.tls_insecure) {
+            (Some(_), _, true) | (_, false, true) => {
                 return Err(err(
                     "tls_insecure",
-                    "set either ca_file or tls_insecure = true, not both".into(),
+                    "set ca_file or tls_fingerprint, or tls_insecure = true, not both".into(),
                 ));
             }
-            (Some(ca), false) => {
-                let pem = std::fs::read(&ca)
-                    .map_err(|e| err("ca_file", format!("cannot read {}: {e}", ca.display())))?;
-                reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| {
-                    err(
-                        "ca_file",
-                        format!("{} is not a PEM certificate bundle: {e}", ca.display()),
-                    )
-                })?;
-                BmcTls::Verify { ca_file: Some(ca) }
+            (None, true, true) => BmcTls::Insecure,
+            (None, true, false) => BmcTls::System,
+            (ca_file, _, false) => {
+                let ca_certs = match &ca_file {
+                    None => Vec::new(),
+                    Some(ca) => {
+                        let pem = std::fs::read(ca).map_err(|e| {
+                            err("ca_file", format!("cannot read {}: {e}", ca.display()))
+                        })?;
+                        crate::power::redfish::pinning::certificates_of_pem(&pem)
+                            .map_err(|e| err("ca_file", format!("{} {e}", ca.display())))?
+                    }
+                };
+                BmcTls::Pinned {
+                    ca_file,
+                    ca_certs,
+                    fingerprints,
+                }
             }
-            (None, true) => BmcTls::Insecure,
-            (None, false) => BmcTls::Verify { ca_file: None },
         };
         if self.timeout.is_zero() || self.timeout > Duration::from_secs(120) {
             return Err(err(

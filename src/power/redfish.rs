@@ -139,21 +139,15 @@ impl RedfishSource {
             .user_agent(concat!("oobfence/", env!("CARGO_PKG_VERSION")));
         match &entry.tls {
             BmcTls::Insecure => builder = builder.tls_danger_accept_invalid_certs(true),
-            BmcTls::Verify { ca_file: Some(ca) } => {
-                let pem = std::fs::read(ca)
-                    .map_err(|e| format!("cannot read ca_file {}: {e}", ca.display()))?;
-                let certs = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| {
-                    format!(
-                        "ca_file {} is not a PEM certificate bundle: {e}",
-                        ca.display()
-                    )
-                })?;
-                if certs.is_empty() {
-                    return Err(format!("ca_file {} holds no certificate", ca.display()));
-                }
-                builder = builder.tls_certs_merge(certs);
+            BmcTls::Pinned {
+                ca_certs,
+                fingerprints,
+                ..
+            } => {
+                let verifier = pinning::PinningVerifier::new(ca_certs, fingerprints)?;
+                builder = builder.tls_backend_preconfigured(pinning::client_config(verifier));
             }
-            BmcTls::Verify { ca_file: None } => {}
+            BmcTls::System => {}
         }
         builder
             .build()
@@ -1007,3 +1001,5 @@ mod reply_identity_tests {
 
 #[cfg(test)]
 mod tests;
+
+pub mod pinning;

@@ -125,6 +125,11 @@ impl OddBmc {
         OddBmc::start_with(dir, expired, key)
     }
 
+    /// Serving `cert` (with `key`), both in `dir`.
+    pub fn start_with_cert(dir: tempfile::TempDir, cert: PathBuf, key: PathBuf) -> OddBmc {
+        OddBmc::start_with(dir, cert, key)
+    }
+
     fn start_with(dir: tempfile::TempDir, cert: PathBuf, key: PathBuf) -> OddBmc {
         use std::io::BufRead;
 

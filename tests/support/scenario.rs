@@ -15,7 +15,7 @@
 //!   EC2 instance `i`.
 //! - Nodes (`"a"` is `{group}-a`): [`Scenario::node`] (machine `i`'s node, the usual case),
 //!   or [`Scenario::node_reporting`] (any identity) plus a mapping: [`Scenario::map`],
-//!   [`Scenario::map_unreachable`], [`Scenario::map_unreachable_with_ca_file`].
+//!   [`Scenario::map_unreachable`], [`Scenario::map_unreachable_with_system_roots`].
 //! - The config: [`DATACENTER`], the fast policy, a node selector for the group, the journal
 //!   in the scenario's directory ([`Scenario::journal`]), `[aws]` or the `[[bmc]]` entries. It
 //!   is written when a daemon starts ([`Scenario::daemon`] and its variants) or
@@ -356,10 +356,11 @@ impl Scenario {
         self.add_unreachable(suffix, "tls_insecure = true");
     }
 
-    /// As [`map_unreachable`](Self::map_unreachable), but pinning the certificate in
-    /// `ca_file`, which the daemon reads when it first builds the node's power source.
-    pub fn map_unreachable_with_ca_file(&self, suffix: &str, ca_file: &Path) {
-        self.add_unreachable(suffix, &format!("ca_file = \"{}\"", ca_file.display()));
+    /// As [`map_unreachable`](Self::map_unreachable), but verifying the BMC's certificate
+    /// against the system's roots, which the daemon loads (`SSL_CERT_FILE`, ...) when it first
+    /// builds the node's power source.
+    pub fn map_unreachable_with_system_roots(&self, suffix: &str) {
+        self.add_unreachable(suffix, "");
     }
 
     fn add_unreachable(&self, suffix: &str, tls: &str) {

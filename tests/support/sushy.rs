@@ -296,6 +296,70 @@ pub fn self_signed_cert(dir: &Path, stem: &str) -> (PathBuf, PathBuf) {
     (cert, key)
 }
 
+/// A certificate made the way most BMCs' are, with `openssl req -x509` and nothing more: the
+/// default extensions (`basicConstraints = critical, CA:TRUE`), a CN that is no address the
+/// BMC is reached by, no subjectAltName. `days` may be negative (expired).
+pub fn bmc_style_cert(dir: &Path, stem: &str, days: i32) -> (PathBuf, PathBuf) {
+    let cert = dir.join(format!("{stem}-cert.pem"));
+    let key = dir.join(format!("{stem}-key.pem"));
+    let run = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run openssl: {e}"));
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let (c, k) = (cert.to_str().unwrap(), key.to_str().unwrap());
+    let subj = format!("/CN={stem}.bmc.example");
+    run(&[
+        "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "30", "-subj", &subj, "-keyout",
+        k, "-out", c,
+    ]);
+    if days < 0 {
+        // Signed again by its own key with a validity period that ended.
+        let expired = dir.join(format!("{stem}-expired.pem"));
+        let e = expired.to_str().unwrap();
+        run(&[
+            "x509",
+            "-days",
+            &days.to_string(),
+            "-in",
+            c,
+            "-signkey",
+            k,
+            "-out",
+            e,
+            "-copy_extensions",
+            "copyall",
+        ]);
+        std::fs::rename(&expired, &cert).unwrap();
+    }
+    let text = run(&["x509", "-noout", "-text", "-in", c]);
+    assert!(
+        text.contains("CA:TRUE"),
+        "openssl req -x509 made no CA certificate: {text}"
+    );
+    (cert, key)
+}
+
+/// `openssl x509 -noout -fingerprint -sha256`'s answer for `cert`, as an operator copies it:
+/// `sha256 Fingerprint=AB:CD:…`.
+pub fn openssl_fingerprint(cert: &Path) -> String {
+    let out = Command::new("openssl")
+        .args(["x509", "-noout", "-fingerprint", "-sha256", "-in"])
+        .arg(cert)
+        .output()
+        .expect("run openssl");
+    assert!(out.status.success());
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
 fn write_htpasswd(python: &Path, path: &Path) {
     // Cost 4: the emulator checks the hash on every request.
     let script = format!(

@@ -1,0 +1,249 @@
+//! Certificate pinning for BMCs.
+//!
+//! Most BMCs serve a self-signed certificate, often marked `CA:TRUE` (what `openssl req -x509`
+//! makes) and naming no address the BMC is reached by. Given as `ca_file`, the usual chain check
+//! refuses it (`CaUsedAsEndEntity`, a name mismatch), which left `tls_insecure` as the only way
+//! out. A certificate the operator pinned — one of `ca_file`'s certificates, byte for byte, or
+//! one whose SHA-256 is in `tls_fingerprint` — is accepted as the BMC's own instead: still
+//! within its validity period and with its self-signature checked (it is verified as its own
+//! trust anchor), and the handshake proves the BMC holds its key. What the pin replaces is only
+//! what a self-signed BMC certificate cannot pass: being a CA, and naming the address.
+//!
+//! A certificate that is not pinned goes through the usual check against `ca_file`'s
+//! certificates as roots (and no other roots: a BMC is trusted by the operator's CA alone).
+
+use std::sync::Arc;
+
+use rustls::client::WebPkiServerVerifier;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{CertificateError, DigitallySignedStruct, Error, RootCertStore, SignatureScheme};
+use sha2::{Digest, Sha256};
+
+/// A SHA-256 certificate fingerprint.
+pub type Fingerprint = [u8; 32];
+
+/// The fingerprint of a certificate (its DER encoding), as `openssl x509 -fingerprint -sha256`
+/// prints it.
+pub fn fingerprint(cert: &[u8]) -> Fingerprint {
+    Sha256::digest(cert).into()
+}
+
+/// `sha256:AB:CD:…`, `AB:CD:…` or `abcd…` (64 hex digits): the forms operators copy from
+/// `openssl x509 -fingerprint -sha256` and browser dialogs.
+pub fn parse_fingerprint(text: &str) -> Result<Fingerprint, String> {
+    let t = text.trim();
+    let hex = t
+        .strip_prefix("sha256:")
+        .or_else(|| t.strip_prefix("SHA256:"))
+        .or_else(|| t.strip_prefix("sha256 Fingerprint="))
+        .or_else(|| t.strip_prefix("SHA256 Fingerprint="))
+        .unwrap_or(t);
+    let digits: String = hex.chars().filter(|c| *c != ':').collect();
+    if digits.len() != 64 || !digits.chars().all(|c| c.is_ascii_hexdigit()) {
+        return Err(format!(
+            "{text:?} is not a SHA-256 fingerprint: expected 64 hex digits, colons allowed, as `openssl x509 -noout -fingerprint -sha256 -in CERT` prints them (\"sha256:AB:CD:…\")"
+        ));
+    }
+    let mut out = [0u8; 32];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&digits[2 * i..2 * i + 2], 16).expect("checked hex");
+    }
+    Ok(out)
+}
+
+/// The certificates of a PEM bundle.
+pub fn certificates_of_pem(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, String> {
+    use rustls::pki_types::pem::PemObject;
+    let certs = CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("not a PEM certificate bundle: {e}"))?;
+    if certs.is_empty() {
+        return Err("holds no PEM certificate".into());
+    }
+    Ok(certs)
+}
+
+/// What to trust for one `[[bmc]]` entry.
+#[derive(Debug)]
+pub struct PinningVerifier {
+    /// Chains to `ca_file`'s certificates; `None` without a `ca_file`.
+    chain: Option<Arc<WebPkiServerVerifier>>,
+    /// `ca_file`'s certificates, each also accepted as the BMC's own.
+    pinned: Vec<CertificateDer<'static>>,
+    fingerprints: Vec<Fingerprint>,
+    provider: Arc<CryptoProvider>,
+}
+
+impl PinningVerifier {
+    pub fn new(
+        ca_certs: &[CertificateDer<'static>],
+        fingerprints: &[Fingerprint],
+    ) -> Result<PinningVerifier, String> {
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let chain = if ca_certs.is_empty() {
+            None
+        } else {
+            let mut roots = RootCertStore::empty();
+            // A certificate that cannot be a trust anchor can still be pinned.
+            let (_added, _ignored) = roots.add_parsable_certificates(ca_certs.iter().cloned());
+            (!roots.is_empty())
+                .then(|| {
+                    WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+                        .build()
+                        .map_err(|e| format!("cannot use ca_file's certificates: {e}"))
+                })
+                .transpose()?
+        };
+        Ok(PinningVerifier {
+            chain,
+            pinned: ca_certs.to_vec(),
+            fingerprints: fingerprints.to_vec(),
+            provider,
+        })
+    }
+
+    fn is_pinned(&self, cert: &CertificateDer<'_>) -> bool {
+        self.pinned.iter().any(|p| p.as_ref() == cert.as_ref())
+            || self.fingerprints.contains(&fingerprint(cert))
+    }
+
+    /// A pinned certificate, verified as its own trust anchor: its validity period and its
+    /// signature count; being a CA and the names it carries do not.
+    fn verify_pinned(
+        &self,
+        cert: &CertificateDer<'_>,
+        server_name: &ServerName<'_>,
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, Error> {
+        let mut roots = RootCertStore::empty();
+        roots
+            .add(cert.clone().into_owned())
+            .map_err(|_| Error::InvalidCertificate(CertificateError::BadEncoding))?;
+        let own =
+            WebPkiServerVerifier::builder_with_provider(Arc::new(roots), self.provider.clone())
+                .build()
+                .map_err(|e| Error::General(format!("pinned certificate: {e}")))?;
+        match own.verify_server_cert(cert, &[], server_name, &[], now) {
+            Ok(v) => Ok(v),
+            Err(Error::InvalidCertificate(
+                CertificateError::NotValidForName
+                | CertificateError::NotValidForNameContext { .. }
+                | CertificateError::Other(_),
+            )) => Ok(ServerCertVerified::assertion()),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl ServerCertVerifier for PinningVerifier {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, Error> {
+        let chained = match &self.chain {
+            Some(v) => {
+                v.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
+            }
+            None => Err(Error::InvalidCertificate(CertificateError::UnknownIssuer)),
+        };
+        match chained {
+            Ok(v) => Ok(v),
+            Err(_) if self.is_pinned(end_entity) => {
+                self.verify_pinned(end_entity, server_name, now)
+            }
+            Err(Error::InvalidCertificate(CertificateError::UnknownIssuer))
+                if self.chain.is_none() =>
+            {
+                Err(Error::General(format!(
+                    "certificate sha256:{} is not the one tls_fingerprint pins",
+                    colon_hex(&fingerprint(end_entity))
+                )))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}
+
+/// `AB:CD:…`, as openssl prints a fingerprint.
+pub fn colon_hex(bytes: &[u8]) -> String {
+    bytes
+        .iter()
+        .map(|b| format!("{b:02X}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+/// A rustls client config that trusts what `verifier` trusts.
+pub fn client_config(verifier: PinningVerifier) -> rustls::ClientConfig {
+    let provider = verifier.provider.clone();
+    rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("the default provider supports the default protocol versions")
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(verifier))
+        .with_no_client_auth()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fingerprints_parse_in_the_forms_operators_copy() {
+        let hex = "AB".repeat(32);
+        let colons = vec!["ab"; 32].join(":");
+        for text in [
+            format!("sha256:{colons}"),
+            format!("SHA256 Fingerprint={}", colons.to_uppercase()),
+            colons.clone(),
+            hex.clone(),
+        ] {
+            assert_eq!(parse_fingerprint(&text), Ok([0xab; 32]), "{text}");
+        }
+        for bad in ["sha256:AB", "sha1:AB", &"zz".repeat(32), ""] {
+            let e = parse_fingerprint(bad).unwrap_err();
+            assert!(e.contains("64 hex digits"), "{bad}: {e}");
+        }
+        assert_eq!(colon_hex(&[0xab, 0x01]), "AB:01");
+    }
+}
