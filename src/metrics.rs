@@ -41,6 +41,11 @@ pub struct NodeLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StateLabels {
+    pub state: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct NodeBackendLabels {
     pub node: String,
     pub backend: &'static str,
@@ -213,6 +218,7 @@ impl<M: EncodeMetric> EncodeMetric for Listed<M> {
 pub struct Metrics {
     pub registry: Registry,
     pub node_state: Family<NodeStateLabels, Gauge>,
+    pub nodes: Family<StateLabels, Gauge>,
     pub actions: Family<ActionLabels, Counter>,
     pub would_act: Family<WouldActLabels, Counter>,
     pub power_reads: Family<ReadLabels, Counter>,
@@ -273,9 +279,20 @@ impl Metrics {
         let node_state = Family::<NodeStateLabels, Gauge>::default();
         registry.register(
             "node_state",
-            "Where each watched node stands: one series per node, 1, labelled with its current state. healthy = Ready; suspect = NotReady within not_ready_grace, or Ready with a stale Lease and its power read ahead of NotReady; confirming = reading power to prove it off; blocked = NotReady but fencing refused (see oobfence_node_blocked); fenced = oobfence fenced it and it is still down; recovering = fenced and Ready again, waiting for the proof that lifts the fence",
+            "Where each watched node that is not healthy stands: one series per such node, 1, labelled with its current state (healthy nodes are counted in oobfence_nodes only). suspect = NotReady within not_ready_grace, or Ready with a stale Lease and its power read ahead of NotReady; confirming = reading power to prove it off; blocked = NotReady but fencing refused (see oobfence_node_blocked); fenced = oobfence fenced it and it is still down; recovering = fenced and Ready again, waiting for the proof that lifts the fence",
             Listed(node_state.clone()),
         );
+        let nodes = Family::<StateLabels, Gauge>::default();
+        registry.register(
+            "nodes",
+            "Watched nodes by state (healthy, suspect, confirming, blocked, fenced, recovering; see oobfence_node_state for each not-healthy node)",
+            Listed(nodes.clone()),
+        );
+        for s in ALL_STATES {
+            nodes
+                .get_or_create(&StateLabels { state: s.as_str() })
+                .set(0);
+        }
         let actions = Family::<ActionLabels, Counter>::default();
         registry.register(
             "actions",
@@ -581,6 +598,7 @@ impl Metrics {
             ec2,
             registry,
             node_state,
+            nodes,
             actions,
             would_act,
             power_reads,
@@ -628,9 +646,9 @@ impl Metrics {
         }
     }
 
-    /// One series per node, for the state it is in: a 0 for each state a node is not in
-    /// carries nothing (`sum by (state)` and `== 1` read the same) and would be five series
-    /// per node.
+    /// A node's own series, only while it is not healthy: a healthy node is what
+    /// `oobfence_nodes{state="healthy"}` counts, and a series per healthy node (thousands)
+    /// would say nothing more.
     pub fn set_node_state(&self, node: &str, state: NodeState) {
         for s in ALL_STATES.into_iter().filter(|s| *s != state) {
             self.node_state.remove(&NodeStateLabels {
@@ -638,12 +656,24 @@ impl Metrics {
                 state: s.as_str(),
             });
         }
-        self.node_state
-            .get_or_create(&NodeStateLabels {
-                node: node.to_string(),
-                state: state.as_str(),
-            })
-            .set(1);
+        let labels = NodeStateLabels {
+            node: node.to_string(),
+            state: state.as_str(),
+        };
+        if state == NodeState::Healthy {
+            self.node_state.remove(&labels);
+        } else {
+            self.node_state.get_or_create(&labels).set(1);
+        }
+    }
+
+    /// `nodes{state}`: how many watched nodes are in each state, every state listed.
+    pub fn set_node_counts(&self, counts: &BTreeMap<&'static str, i64>) {
+        for s in ALL_STATES {
+            self.nodes
+                .get_or_create(&StateLabels { state: s.as_str() })
+                .set(counts.get(s.as_str()).copied().unwrap_or(0));
+        }
     }
 
     /// Drops every per-node series of a node that left the cache. Volume series stay: a

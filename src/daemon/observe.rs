@@ -272,6 +272,13 @@ impl Daemon {
                 *failing.entry(labels).or_default() += 1;
             }
         }
+        let mut states: BTreeMap<&'static str, i64> = BTreeMap::new();
+        for t in self.trackers.values() {
+            if let Some(state) = t.metric_state {
+                *states.entry(state.as_str()).or_default() += 1;
+            }
+        }
+        m.set_node_counts(&states);
         m.set_blocked_counts(&blocked);
         m.set_power_sources_failing(&failing);
 

@@ -42,6 +42,36 @@ fn every_metric_is_prefixed_and_explained() {
     assert!(text.ends_with("# EOF\n"), "not OpenMetrics: {text}");
 }
 
+/// A healthy node has no series of its own (20,000 of them would say nothing the count does
+/// not); one that is not healthy has exactly one, for its state; the count lists every state.
+#[test]
+fn only_nodes_that_are_not_healthy_have_a_state_series() {
+    let m = Metrics::new();
+    m.set_node_state("n1", NodeState::Healthy);
+    m.set_node_state("n2", NodeState::Confirming);
+    m.set_node_counts(&[("healthy", 1), ("confirming", 1)].into());
+    let text = m.encode();
+    assert!(!text.contains("oobfence_node_state{node=\"n1\""), "{text}");
+    assert!(
+        text.contains("oobfence_node_state{node=\"n2\",state=\"confirming\"} 1"),
+        "{text}"
+    );
+    for (state, n) in [
+        ("healthy", 1),
+        ("confirming", 1),
+        ("fenced", 0),
+        ("suspect", 0),
+    ] {
+        assert!(
+            text.contains(&format!("oobfence_nodes{{state=\"{state}\"}} {n}")),
+            "{state}: {text}"
+        );
+    }
+    m.set_node_state("n2", NodeState::Fenced);
+    m.set_node_state("n2", NodeState::Healthy);
+    assert!(!m.encode().contains("node=\"n2\""), "{}", m.encode());
+}
+
 #[test]
 fn per_node_series_come_and_go() {
     let m = Metrics::new();
