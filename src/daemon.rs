@@ -418,10 +418,18 @@ where
         .reflect(writer);
     tokio::spawn(async move {
         futures::pin_mut!(stream);
+        // One line when a watch starts failing and one when it works again, not one per retry.
+        let mut failing = false;
         while let Some(ev) = stream.next().await {
             match ev {
+                // The watcher says Init before it asks the API server anything: no proof.
+                Ok(watcher::Event::Init) => {}
                 Ok(ev) => {
                     shared.api_ok.store(true, Ordering::Relaxed);
+                    if failing {
+                        tracing::info!(watch = what, "watch works again");
+                        failing = false;
+                    }
                     if let (Some(tx), watcher::Event::Apply(obj)) = (&changed, &ev) {
                         // Full: the next tick decides it anyway.
                         let _ = tx.try_send(obj.name_any());
@@ -429,7 +437,12 @@ where
                 }
                 Err(e) => {
                     shared.api_ok.store(false, Ordering::Relaxed);
-                    tracing::warn!(watch = what, error = %e, "watch failed; retrying with backoff");
+                    if failing {
+                        tracing::debug!(watch = what, error = %e, "watch failed again");
+                    } else {
+                        tracing::warn!(watch = what, error = %e, "watch failed; retrying with backoff (logged again when it works)");
+                        failing = true;
+                    }
                 }
             }
         }
@@ -851,13 +864,23 @@ impl Daemon {
         let changed = tracker.last_rule != Some(decision.rule);
         if changed {
             tracker.last_rule = Some(decision.rule);
-            tracing::info!(
-                node = %name,
-                state = decision.state.as_str(),
-                rule = decision.rule.name(),
-                reason = %decision.reason,
-                "decision"
-            );
+            if refuses_a_fence(&decision) {
+                tracing::warn!(
+                    node = %name,
+                    state = decision.state.as_str(),
+                    rule = decision.rule.name(),
+                    reason = %decision.reason,
+                    "decision: fencing refused"
+                );
+            } else {
+                tracing::info!(
+                    node = %name,
+                    state = decision.state.as_str(),
+                    rule = decision.rule.name(),
+                    reason = %decision.reason,
+                    "decision"
+                );
+            }
             match decision.step {
                 Step::WouldFence(a) => {
                     self.shared
@@ -1142,6 +1165,12 @@ fn guards_summary(c: &Calm) -> impl PartialEq + use<'_> {
 }
 
 /// The node's failure domain: the value of `label` (None: no such label, or no label set).
+/// A decision that refuses to fence a node that is down: logged at WARN (`journalctl -p
+/// warning` shows fences, refusals and failures), where waiting and healthy ones are INFO.
+fn refuses_a_fence(d: &Decision) -> bool {
+    d.state == decision::NodeState::Blocked
+}
+
 /// `interval`, give or take a tenth at random: health reads spread out instead of coming back
 /// in one burst every interval after a start.
 fn jittered(interval: Duration) -> Duration {
@@ -1160,4 +1189,31 @@ fn decision_elapsed(earlier: Timestamp, later: Timestamp) -> Duration {
 /// Used by `check-config --probe`: a client for listing nodes.
 pub async fn client_for(cfg: &Config) -> Result<Client, cluster::ClusterError> {
     cluster::connect(&cfg.kubernetes).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the README and runbook promise: `journalctl -p warning` shows refusals. A refusal
+    /// is logged at WARN; waiting (grace, confirming) and healthy decisions are not.
+    #[test]
+    fn refusals_are_logged_at_warn_and_waiting_is_not() {
+        let d = |state, rule| Decision {
+            state,
+            step: Step::Idle,
+            rule,
+            reason: String::new(),
+            next_read_at: None,
+            decide_again_at: None,
+            guard: None,
+        };
+        use decision::NodeState as S;
+        assert!(refuses_a_fence(&d(S::Blocked, Rule::PowerOn)));
+        assert!(refuses_a_fence(&d(S::Blocked, Rule::OffWhileAlive)));
+        assert!(refuses_a_fence(&d(S::Blocked, Rule::Paused)));
+        assert!(!refuses_a_fence(&d(S::Healthy, Rule::NodeReady)));
+        assert!(!refuses_a_fence(&d(S::Suspect, Rule::NotReadyGrace)));
+        assert!(!refuses_a_fence(&d(S::Confirming, Rule::ConfirmingOff)));
+    }
 }

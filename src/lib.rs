@@ -38,7 +38,8 @@ pub mod status;
 pub mod volumes;
 
 /// The log filter when `OOBFENCE_LOG` is not set (the unit sets the same). The libraries speak
-/// at WARN and up only; the TLS platform verifier not at all: a refused BMC certificate is one
-/// classified read error of oobfence's own (`tls: ...`), not a library ERROR line besides it.
-pub const DEFAULT_LOG_FILTER: &str =
-    "info,kube=warn,hyper=warn,rustls=warn,rustls_platform_verifier=off";
+/// at WARN and up only; two not at all, as oobfence logs those failures itself, once, saying
+/// what they mean: the Kubernetes client's ERROR line per failed request (a watch that fails is
+/// one line of oobfence's), and the TLS platform verifier's per refused BMC certificate (one
+/// classified read error, `tls: ...`).
+pub const DEFAULT_LOG_FILTER: &str = "info,kube=warn,hyper=warn,rustls=warn,kube_client::client::builder=off,rustls_platform_verifier=off";

@@ -71,6 +71,8 @@ impl VolumeWatch {
             let mut failing = false;
             while let Some(ev) = stream.next().await {
                 match ev {
+                    // The watcher says Init before it asks the API server anything: no proof.
+                    Ok(watcher::Event::Init) => {}
                     Ok(_) => {
                         flag.store(true, Ordering::Relaxed);
                         if failing {

@@ -117,7 +117,7 @@ impl Daemon {
             .arg(config)
             .env("NOTIFY_SOCKET", notify)
             .env("WATCHDOG_USEC", WATCHDOG_USEC)
-            .env("OOBFENCE_LOG", "info")
+            .env("OOBFENCE_LOG", oobfence::DEFAULT_LOG_FILTER)
             .env_remove("CREDENTIALS_DIRECTORY")
             .stdin(Stdio::null())
             .stdout(out.try_clone().expect("clone the log handle"))
@@ -302,6 +302,22 @@ async fn never_ready_while_the_api_server_cannot_be_reached() {
     );
     assert!(daemon.is_running(), "it keeps retrying, it does not exit");
     assert_eq!(daemon.readyz().await, Some(503), "/readyz agrees");
+    // One line per outage and watch, saying so; none claiming a watch works while every
+    // connection is refused, and no library ERROR line besides.
+    let log = daemon.log_text();
+    for watch in ["nodes", "leases"] {
+        let failed = log
+            .lines()
+            .filter(|l| l.contains("watch failed") && l.contains(&format!("watch=\"{watch}\"")))
+            .count();
+        assert_eq!(failed, 1, "{watch}: {failed} lines; log:\n{log}");
+    }
+    assert!(!log.contains("works again"), "log:\n{log}");
+    assert!(
+        !log.lines()
+            .any(|l| l.contains(" ERROR ") && !l.contains(" ERROR oobfence::")),
+        "a library's ERROR line; log:\n{log}"
+    );
     let exit = daemon.terminate(Duration::from_secs(15)).await;
     assert!(exit.success(), "exit after SIGTERM while syncing: {exit}");
 }
