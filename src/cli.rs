@@ -1,4 +1,5 @@
-//! Command line: `run`, `check-config`, `probe`, `why`, `pause`, `resume`, `make-kubeconfig`.
+//! Command line: `run`, `check-config`, `probe`, `why`, `nodes`, `pause`, `resume`,
+//! `make-kubeconfig`.
 //!
 //! Exit codes: 0 success, 1 a runtime failure (cluster, BMC, no daemon), 2 a bad config.
 
@@ -65,6 +66,18 @@ pub enum Command {
         config: PathBuf,
         node: String,
         /// Print the daemon's JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Every node the running daemon watches, one line each (state, rule, power source, its
+    /// last answer, identity), like `kubectl get`.
+    Nodes {
+        #[arg(long, short)]
+        config: PathBuf,
+        /// Only nodes in this state (healthy, suspect, confirming, blocked, fenced, recovering).
+        #[arg(long)]
+        state: Option<String>,
+        /// Print the daemon's JSON instead of the table.
         #[arg(long)]
         json: bool,
     },
@@ -253,6 +266,11 @@ async fn dispatch(command: Command) -> ExitCode {
         Command::CheckConfig { config, probe } => check_config(&config, probe).await,
         Command::Probe { config, node } => probe(&config, &node).await,
         Command::Why { config, node, json } => why(&config, &node, json).await,
+        Command::Nodes {
+            config,
+            state,
+            json,
+        } => nodes(&config, state.as_deref(), json).await,
         Command::Pause { config, reason } => pause(&config, Some(&reason)),
         Command::Resume { config } => pause(&config, None),
         Command::MakeKubeconfig {
@@ -632,6 +650,71 @@ fn print_journal(cfg: &Config, node: &str, daemon_answered: bool) {
 }
 
 /// Prints what the running daemon thinks of the node.
+async fn nodes(path: &Path, state: Option<&str>, json: bool) -> Result<ExitCode, ExitCode> {
+    const STATES: [&str; 6] = [
+        "healthy",
+        "suspect",
+        "confirming",
+        "blocked",
+        "fenced",
+        "recovering",
+    ];
+    if let Some(s) = state
+        && !STATES.contains(&s)
+    {
+        eprintln!(
+            "oobfence: --state {s:?}: not a state ({})",
+            STATES.join(", ")
+        );
+        return Err(ExitCode::from(2));
+    }
+    let cfg = Config::load_without_secrets(path).map_err(|e| {
+        eprintln!("oobfence: {e}");
+        ExitCode::from(2)
+    })?;
+    let base = daemon_url(&cfg);
+    let client = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(10))
+        .no_proxy()
+        .build()
+        .map_err(fail)?;
+    let resp = client
+        .get(format!("{base}/nodes"))
+        .send()
+        .await
+        .map_err(|e| {
+            fail(format!(
+                "no oobfence daemon answers at {base} (server.listen in {}): {}. Is it running? \
+                 (systemctl status oobfence@{})",
+                path.display(),
+                root_cause(&e),
+                cfg.datacenter
+            ))
+        })?;
+    let status = resp.status();
+    let body = resp.text().await.map_err(fail)?;
+    if !status.is_success() {
+        return Err(fail(format!("daemon at {base} answered {status}: {body}")));
+    }
+    let mut reports: Vec<NodeReport> = serde_json::from_str(&body).map_err(|e| {
+        fail(format!(
+            "daemon at {base} sent reports this version cannot read: {e}"
+        ))
+    })?;
+    if let Some(s) = state {
+        reports.retain(|r| r.state == s);
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&reports).map_err(fail)?);
+    } else {
+        print!(
+            "{}",
+            crate::report::render_table(&reports, jiff::Timestamp::now())
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 async fn ask_daemon(
     cfg: &Config,
     path: &Path,

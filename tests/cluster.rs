@@ -180,6 +180,37 @@ async fn never_fences_when_the_bmc_is_unreachable_and_why_says_why() {
         stdout.contains("FAILED; no answer since the start"),
         "{stdout}"
     );
+    // The table of every watched node, as the operator lists them.
+    let out = support::cli::oobfence_async(&["nodes"], &daemon.config_path).await;
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{table}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let header = table.lines().next().unwrap_or_default();
+    assert!(
+        header.starts_with("NODE") && header.contains("LAST ANSWER"),
+        "{table}"
+    );
+    let row = table
+        .lines()
+        .find(|l| l.starts_with(&name))
+        .unwrap_or_else(|| panic!("no row for {name}: {table}"));
+    for cell in ["blocked", "power-unknown", "redfish", "FAILED", "NotReady"] {
+        assert!(row.contains(cell), "{cell} in {row:?}");
+    }
+    assert!(
+        table.trim_end().ends_with("1 node(s): 1 blocked"),
+        "{table}"
+    );
+    let out =
+        support::cli::oobfence_async(&["nodes", "--state", "healthy"], &daemon.config_path).await;
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !table.contains(&name) && table.contains("0 node(s): none"),
+        "{table}"
+    );
     // A source that never answered: its last success is 0, which the shipped alert catches.
     let metrics = daemon.metrics().await;
     let never = format!(
