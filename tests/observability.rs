@@ -76,8 +76,9 @@ fn oobfence_names(text: &str) -> BTreeSet<String> {
             .find(|c: char| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'))
             .unwrap_or(tail.len());
         let name = tail[..end].trim_end_matches('_');
-        // "oobfence_*" in prose is a pattern, not a metric.
-        if !preceded && name != "oobfence" {
+        // "oobfence_*" in prose is a pattern, not a metric; the external label that says
+        // where the runbook is served is a label of Prometheus', not a metric.
+        if !preceded && name != "oobfence" && name != "oobfence_runbook_url" {
             out.insert(name.to_string());
         }
         rest = &tail[end..];
