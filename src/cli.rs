@@ -21,16 +21,40 @@ use crate::report::{NodeReport, short_state};
 #[derive(Parser, Debug)]
 #[command(
     name = "oobfence",
-    version,
+    version = crate::VERSION_LONG,
     about = "Out-of-band node fencing for Kubernetes: proves a NotReady node is powered off \
              before letting Kubernetes release its volumes"
 )]
 pub struct Cli {
-    /// Log format for stderr.
+    /// Log format for stderr: text for people, json for log shippers.
     #[arg(long, value_enum, global = true, default_value = "text")]
     pub log_format: LogFormat,
+    /// Log level for stderr. $OOBFENCE_LOG, a full filter ("info,kube=warn"), wins when set.
+    #[arg(long, value_enum, global = true, default_value = "info")]
+    pub log_level: LogLevel,
     #[command(subcommand)]
     pub command: Command,
+}
+
+#[derive(Copy, Clone, Debug, ValueEnum, PartialEq, Eq)]
+pub enum LogLevel {
+    Error,
+    Warn,
+    Info,
+    Debug,
+    Trace,
+}
+
+impl LogLevel {
+    fn as_str(self) -> &'static str {
+        match self {
+            LogLevel::Error => "error",
+            LogLevel::Warn => "warn",
+            LogLevel::Info => "info",
+            LogLevel::Debug => "debug",
+            LogLevel::Trace => "trace",
+        }
+    }
 }
 
 #[derive(Copy, Clone, Debug, ValueEnum, PartialEq, Eq)]
@@ -43,12 +67,14 @@ pub enum LogFormat {
 pub enum Command {
     /// Run the daemon for one datacenter.
     Run {
-        #[arg(long, short)]
+        /// The datacenter's config file, /etc/oobfence/DC.toml.
+        #[arg(long, short, env = "OOBFENCE_CONFIG")]
         config: PathBuf,
     },
     /// Parse and validate a config file; with --probe, also read every mapped node's power once.
     CheckConfig {
-        #[arg(long, short)]
+        /// The datacenter's config file, /etc/oobfence/DC.toml.
+        #[arg(long, short, env = "OOBFENCE_CONFIG")]
         config: PathBuf,
         /// Also list the cluster's nodes and read the power state of each mapped one.
         #[arg(long)]
@@ -56,14 +82,18 @@ pub enum Command {
     },
     /// Read one node's power state once, from the config alone.
     Probe {
-        #[arg(long, short)]
+        /// The datacenter's config file, /etc/oobfence/DC.toml.
+        #[arg(long, short, env = "OOBFENCE_CONFIG")]
         config: PathBuf,
+        /// The Node's name, as `kubectl get nodes` shows it.
         node: String,
     },
     /// Ask the running daemon what it thinks of a node, and why.
     Why {
-        #[arg(long, short)]
+        /// The datacenter's config file, /etc/oobfence/DC.toml.
+        #[arg(long, short, env = "OOBFENCE_CONFIG")]
         config: PathBuf,
+        /// The Node's name, as `kubectl get nodes` shows it.
         node: String,
         /// Print the daemon's JSON instead of text.
         #[arg(long)]
@@ -72,7 +102,8 @@ pub enum Command {
     /// Every node the running daemon watches, one line each (state, rule, power source, its
     /// last answer, identity), like `kubectl get`.
     Nodes {
-        #[arg(long, short)]
+        /// The datacenter's config file, /etc/oobfence/DC.toml.
+        #[arg(long, short, env = "OOBFENCE_CONFIG")]
         config: PathBuf,
         /// Only nodes in this state (healthy, suspect, confirming, blocked, fenced, recovering).
         #[arg(long)]
@@ -81,11 +112,20 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Write the man pages (oobfence.1 and one per command) into a directory: what the
+    /// package ships.
+    #[command(hide = true)]
+    Man {
+        /// The directory to write them into (created if missing).
+        #[arg(long, short)]
+        output: PathBuf,
+    },
     /// Stop every write of this datacenter's daemon (fence, unfence, delete) without stopping
     /// it: writes the pause file named in the config. Decisions, reads, Events and metrics go
     /// on; `why` shows the pause.
     Pause {
-        #[arg(long, short)]
+        /// The datacenter's config file, /etc/oobfence/DC.toml.
+        #[arg(long, short, env = "OOBFENCE_CONFIG")]
         config: PathBuf,
         /// Why, shown in logs, `why` and Events.
         #[arg(long, default_value = "paused by an operator")]
@@ -94,7 +134,8 @@ pub enum Command {
     /// Remove the pause file: writes resume within a second (unless the pause ConfigMap still
     /// says paused).
     Resume {
-        #[arg(long, short)]
+        /// The datacenter's config file, /etc/oobfence/DC.toml.
+        #[arg(long, short, env = "OOBFENCE_CONFIG")]
         config: PathBuf,
     },
     /// Write a kubeconfig for oobfence's ServiceAccount (deploy/rbac.yaml), with a token from
@@ -124,7 +165,7 @@ pub enum Command {
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.log_format);
+    init_logging(cli.log_format, cli.log_level);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -138,10 +179,16 @@ pub fn main() -> ExitCode {
     runtime.block_on(dispatch(cli.command))
 }
 
-fn init_logging(format: LogFormat) {
+fn init_logging(format: LogFormat, level: LogLevel) {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_env("OOBFENCE_LOG")
-        .unwrap_or_else(|_| EnvFilter::new(crate::DEFAULT_LOG_FILTER));
+    // --log-level sets oobfence's own level; the libraries stay as quiet as by default.
+    let filter = EnvFilter::try_from_env("OOBFENCE_LOG").unwrap_or_else(|_| {
+        EnvFilter::new(crate::DEFAULT_LOG_FILTER.replacen(
+            "info",
+            &format!("info,oobfence={}", level.as_str()),
+            1,
+        ))
+    });
     // Under systemd the journal adds its own timestamps, colours mean nothing, and each line
     // carries its priority so that `journalctl -p warning` and friends work.
     let journald = stderr_is_journal();
@@ -271,6 +318,7 @@ async fn dispatch(command: Command) -> ExitCode {
             state,
             json,
         } => nodes(&config, state.as_deref(), json).await,
+        Command::Man { output } => man_pages(&output),
         Command::Pause { config, reason } => pause(&config, Some(&reason)),
         Command::Resume { config } => pause(&config, None),
         Command::MakeKubeconfig {
@@ -293,6 +341,34 @@ async fn dispatch(command: Command) -> ExitCode {
         }
     };
     result.unwrap_or_else(|code| code)
+}
+
+/// oobfence.1, and oobfence-COMMAND.1 for each command that is not hidden.
+fn man_pages(dir: &Path) -> Result<ExitCode, ExitCode> {
+    use clap::CommandFactory;
+    std::fs::create_dir_all(dir)
+        .map_err(|e| fail(format!("cannot create {}: {e}", dir.display())))?;
+    let cmd = Cli::command();
+    let write = |name: &str, cmd: clap::Command| -> Result<(), ExitCode> {
+        let path = dir.join(format!("{name}.1"));
+        let mut out = Vec::new();
+        clap_mangen::Man::new(cmd)
+            .render(&mut out)
+            .map_err(|e| fail(format!("cannot render {name}.1: {e}")))?;
+        std::fs::write(&path, out)
+            .map_err(|e| fail(format!("cannot write {}: {e}", path.display())))
+    };
+    write("oobfence", cmd.clone())?;
+    for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+        let name = format!("oobfence-{}", sub.get_name());
+        write(
+            &name,
+            sub.clone()
+                .display_name(name.clone())
+                .bin_name(format!("oobfence {}", sub.get_name())),
+        )?;
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn fail(message: impl std::fmt::Display) -> ExitCode {
@@ -810,4 +886,31 @@ fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
         cur = next;
     }
     cur.to_string()
+}
+
+#[cfg(test)]
+mod help_tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    /// `--help` and the man pages explain every argument of every command.
+    #[test]
+    fn every_argument_of_every_command_has_help() {
+        let cli = Cli::command();
+        cli.clone().debug_assert();
+        let mut missing = Vec::new();
+        for cmd in std::iter::once(&cli).chain(cli.get_subcommands()) {
+            if cmd.get_about().is_none() && cmd.get_name() != "oobfence" {
+                missing.push(format!("{}: no about", cmd.get_name()));
+            }
+            for arg in cmd.get_arguments() {
+                let builtin = matches!(arg.get_id().as_str(), "help" | "version");
+                if !builtin && !arg.is_hide_set() && arg.get_help().is_none() {
+                    missing.push(format!("{} {}", cmd.get_name(), arg.get_id()));
+                }
+            }
+        }
+        assert!(missing.is_empty(), "without help: {missing:?}");
+    }
 }

@@ -43,3 +43,17 @@ pub mod volumes;
 /// one line of oobfence's), and the TLS platform verifier's per refused BMC certificate (one
 /// classified read error, `tls: ...`).
 pub const DEFAULT_LOG_FILTER: &str = "info,kube=warn,hyper=warn,rustls=warn,kube_client::client::builder=off,rustls_platform_verifier=off";
+
+/// `oobfence --version`: the version, the commit, the build date, target and profile.
+pub const VERSION_LONG: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("OOBFENCE_GIT_COMMIT"),
+    ", built ",
+    env!("OOBFENCE_BUILD_DATE"),
+    ", ",
+    env!("OOBFENCE_BUILD_TARGET"),
+    ", ",
+    env!("OOBFENCE_BUILD_PROFILE"),
+    ")"
+);

@@ -360,3 +360,83 @@ fn a_failed_control_plane_start_is_retried_once_and_keeps_each_attempts_logs() {
     }
     assert!(!dir.path().join("attempt-3").exists(), "retried only once");
 }
+
+/// `--config` may come from $OOBFENCE_CONFIG (what a shell for one datacenter sets once).
+#[test]
+fn the_config_may_come_from_oobfence_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("dc1.toml");
+    std::fs::write(&path, good_config(dir.path())).unwrap();
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_oobfence"))
+        .args(["check-config", "--log-level", "debug"])
+        .env("OOBFENCE_CONFIG", &path)
+        .env_remove("OOBFENCE_LOG")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains(&format!("{}: OK", path.display())),
+        "{}",
+        stdout(&o)
+    );
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_oobfence"))
+        .args(["check-config", "--log-level", "loud"])
+        .env("OOBFENCE_CONFIG", &path)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("possible values"), "{}", stderr(&o));
+}
+
+/// `--version` says which build this is: version, commit, date, target, profile.
+#[test]
+fn version_names_the_commit_and_the_build_date() {
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_oobfence"))
+        .arg("--version")
+        .output()
+        .unwrap();
+    let v = stdout(&o);
+    assert!(o.status.success(), "{v}");
+    assert!(
+        v.starts_with(&format!("oobfence {} (", env!("CARGO_PKG_VERSION"))),
+        "{v}"
+    );
+    let commit = v.contains("commit ") && !v.contains("unknown commit");
+    // A checkout has a commit; a source tarball says so.
+    assert!(commit || v.contains("unknown commit"), "{v}");
+    let date = v.split("built ").nth(1).unwrap_or_default();
+    assert!(
+        date.len() >= 10 && date[..10].chars().filter(|c| *c == '-').count() == 2,
+        "{v}"
+    );
+    assert!(v.contains(std::env::consts::ARCH), "{v}");
+}
+
+/// The man pages the package ships: one for oobfence, one per command, valid roff.
+#[test]
+fn man_pages_are_written_for_every_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_oobfence"))
+        .args(["man", "--output"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    for page in [
+        "oobfence",
+        "oobfence-run",
+        "oobfence-check-config",
+        "oobfence-why",
+        "oobfence-nodes",
+    ] {
+        let text = std::fs::read_to_string(dir.path().join(format!("{page}.1")))
+            .unwrap_or_else(|e| panic!("{page}.1: {e}"));
+        assert!(text.contains(".TH"), "{page}: {text}");
+    }
+    let run = std::fs::read_to_string(dir.path().join("oobfence-run.1")).unwrap();
+    assert!(run.contains("OOBFENCE_CONFIG"), "{run}");
+    assert!(
+        !dir.path().join("oobfence-man.1").exists(),
+        "the hidden command has no page"
+    );
+}
