@@ -55,3 +55,12 @@ apt_install() {
     as_root env DEBIAN_FRONTEND=noninteractive \
         apt-get install -y -q --no-install-recommends "${missing[@]}" >&2
 }
+
+# write_man_pages BINARY DIR: the man pages of BINARY (`oobfence man`), gzipped as Debian wants
+# them (-9n: no name or time stamp), into DIR, replacing what was there.
+write_man_pages() {
+    local bin="$1" dir="$2"
+    rm -rf "$dir"
+    "$bin" man --output "$dir" || die "$bin man --output $dir failed"
+    gzip -9n "$dir"/*.1
+}
