@@ -246,6 +246,7 @@ pub async fn run(
         .set(Timestamp::now().as_millisecond() as f64 / 1000.0);
     // `systemctl reload` sends SIGHUP (ExecReload=): the config and its secrets are read again.
     let mut hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+    let (reloads_tx, mut reloads_rx) = mpsc::channel(4);
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_status = Instant::now() - Duration::from_secs(3600);
@@ -274,7 +275,14 @@ pub async fn run(
                 }
             } => {
                 notify_systemd(&[sd_notify::NotifyState::Reloading]);
-                let result = daemon.reload().await;
+                let tx = reloads_tx.clone();
+                let (running, stats) = (daemon.cfg.clone(), daemon.shared.metrics.ec2.clone());
+                tokio::spawn(async move {
+                    let _ = tx.send(reload::prepare(running, stats).await).await;
+                });
+            }
+            Some(prepared) = reloads_rx.recv() => {
+                let result = prepared.and_then(|p| daemon.apply_reload(p));
                 let m = &daemon.shared.metrics;
                 match result {
                     Ok(summary) => {

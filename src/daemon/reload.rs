@@ -41,34 +41,50 @@ pub(super) fn fixed_settings_changed(old: &Config, new: &Config) -> Option<Strin
     })
 }
 
-impl Daemon {
-    /// Reads the config file again and applies it; on any problem the running config stays
-    /// and the reason is returned (one line).
-    pub(super) async fn reload(&mut self) -> Result<String, String> {
-        let path = self.cfg.source.clone();
-        let new = tokio::task::spawn_blocking(move || Config::load(&path))
-            .await
-            .map_err(|e| format!("reading the config failed: {e}"))?
-            .map_err(|e| e.to_string())?;
-        if let Some(why) = fixed_settings_changed(&self.cfg, &new) {
-            return Err(why);
-        }
-        if new.digest == self.cfg.digest {
-            // The secrets may have changed under the same file: the sources are built again.
-            tracing::debug!("config file unchanged; reading its secrets again");
-        }
-        let new = Arc::new(new);
-        let sources = tokio::time::timeout(
-            SOURCES_DEADLINE,
-            PowerSources::new(new.clone(), self.shared.metrics.ec2.clone()),
-        )
+/// A new config and the power sources built from it, ready to take over.
+pub(super) struct Prepared {
+    cfg: Arc<Config>,
+    sources: Arc<PowerSources>,
+}
+
+/// Reads the config file again and builds what it needs (secrets, CA files, an EC2 client),
+/// away from the decision loop, which goes on deciding meanwhile; `running` is the config in
+/// force. Any problem is returned as one line and changes nothing.
+pub(super) async fn prepare(
+    running: Arc<Config>,
+    ec2_stats: crate::power::ec2::Ec2Stats,
+) -> Result<Prepared, String> {
+    let path = running.source.clone();
+    let new = tokio::task::spawn_blocking(move || Config::load(&path))
+        .await
+        .map_err(|e| format!("reading the config failed: {e}"))?
+        .map_err(|e| e.to_string())?;
+    if let Some(why) = fixed_settings_changed(&running, &new) {
+        return Err(why);
+    }
+    let new = Arc::new(new);
+    let sources = tokio::time::timeout(SOURCES_DEADLINE, PowerSources::new(new.clone(), ec2_stats))
         .await
         .map_err(|_| {
             format!(
                 "setting up the power sources took longer than {SOURCES_DEADLINE:?} ([aws] endpoint?)"
             )
         })?;
-        let sources = Arc::new(sources);
+    Ok(Prepared {
+        cfg: new,
+        sources: Arc::new(sources),
+    })
+}
+
+impl Daemon {
+    /// Applies a prepared config, from the next pass on. The config in force may have changed
+    /// since it was prepared (two reloads in a row): what only a restart applies is checked
+    /// again against it.
+    pub(super) fn apply_reload(&mut self, prepared: Prepared) -> Result<String, String> {
+        let Prepared { cfg: new, sources } = prepared;
+        if let Some(why) = fixed_settings_changed(&self.cfg, &new) {
+            return Err(why);
+        }
 
         // Nodes whose power source is now another one start afresh; every node's source and
         // mapping are looked up again on its next decision.
