@@ -749,26 +749,7 @@ async fn nodes(path: &Path, state: Option<&str>, json: bool) -> Result<ExitCode,
         ExitCode::from(2)
     })?;
     let base = daemon_url(&cfg);
-    let client = reqwest::Client::builder()
-        .timeout(std::time::Duration::from_secs(10))
-        .no_proxy()
-        .build()
-        .map_err(fail)?;
-    let resp = client
-        .get(format!("{base}/nodes"))
-        .send()
-        .await
-        .map_err(|e| {
-            fail(format!(
-                "no oobfence daemon answers at {base} (server.listen in {}): {}. Is it running? \
-                 (systemctl status oobfence@{})",
-                path.display(),
-                root_cause(&e),
-                cfg.datacenter
-            ))
-        })?;
-    let status = resp.status();
-    let body = resp.text().await.map_err(fail)?;
+    let (status, body) = daemon_get(&cfg, path, "/nodes").await?;
     if !status.is_success() {
         return Err(fail(format!("daemon at {base} answered {status}: {body}")));
     }
@@ -791,6 +772,37 @@ async fn nodes(path: &Path, state: Option<&str>, json: bool) -> Result<ExitCode,
     Ok(ExitCode::SUCCESS)
 }
 
+/// GET `path` from the running daemon of `cfg` (read from `config_path`): its status and
+/// body, or the one line that says no daemon answers.
+async fn daemon_get(
+    cfg: &Config,
+    config_path: &Path,
+    path: &str,
+) -> Result<(reqwest::StatusCode, String), ExitCode> {
+    let base = daemon_url(cfg);
+    let client = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(10))
+        .no_proxy()
+        .build()
+        .map_err(fail)?;
+    let resp = client
+        .get(format!("{base}{path}"))
+        .send()
+        .await
+        .map_err(|e| {
+            fail(format!(
+                "no oobfence daemon answers at {base} (server.listen in {}): {}. Is it running? \
+                 (systemctl status oobfence@{})",
+                config_path.display(),
+                root_cause(&e),
+                cfg.datacenter
+            ))
+        })?;
+    let status = resp.status();
+    let body = resp.text().await.map_err(fail)?;
+    Ok((status, body))
+}
+
 async fn ask_daemon(
     cfg: &Config,
     path: &Path,
@@ -798,23 +810,7 @@ async fn ask_daemon(
     json: bool,
 ) -> Result<ExitCode, ExitCode> {
     let base = daemon_url(cfg);
-    let client = reqwest::Client::builder()
-        .timeout(std::time::Duration::from_secs(10))
-        .no_proxy()
-        .build()
-        .map_err(fail)?;
-    let url = format!("{base}/nodes/{node}");
-    let resp = client.get(&url).send().await.map_err(|e| {
-        fail(format!(
-            "no oobfence daemon answers at {base} (server.listen in {}): {}. Is it running? \
-             (systemctl status oobfence@{})",
-            path.display(),
-            root_cause(&e),
-            cfg.datacenter
-        ))
-    })?;
-    let status = resp.status();
-    let body = resp.text().await.map_err(fail)?;
+    let (status, body) = daemon_get(cfg, path, &format!("/nodes/{node}")).await?;
     if status == reqwest::StatusCode::NOT_FOUND {
         return Err(fail(format!(
             "unknown node {node:?}: the daemon of datacenter {} watches no node of that name \

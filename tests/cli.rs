@@ -20,33 +20,13 @@ fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-/// A kubeconfig `check-config` accepts without reaching any cluster.
-const OFFLINE_KUBECONFIG: &str = "apiVersion: v1
-kind: Config
-current-context: dc1
-clusters:
-- name: dc1
-  cluster:
-    server: https://127.0.0.1:6443
-contexts:
-- name: dc1
-  context:
-    cluster: dc1
-    user: oobfence
-users:
-- name: oobfence
-  user:
-    token: not-a-jwt
-";
-
 fn valid_config(dir: &Path, address: &str, extra: &str) -> String {
     let pw = dir.join("pw");
     std::fs::write(&pw, "sup3r-secret-pw\n").unwrap();
     std::fs::set_permissions(&pw, std::fs::Permissions::from_mode(0o600)).unwrap();
     let kubeconfig = dir.join("kubeconfig");
     if !kubeconfig.exists() {
-        std::fs::write(&kubeconfig, OFFLINE_KUBECONFIG).unwrap();
-        std::fs::set_permissions(&kubeconfig, std::fs::Permissions::from_mode(0o600)).unwrap();
+        support::k8s::write_offline_kubeconfig(&kubeconfig);
     }
     format!(
         r#"datacenter = "dc1"

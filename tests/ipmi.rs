@@ -857,11 +857,7 @@ fn unsupported_ipmi_settings_are_config_errors() {
     // check-config also checks the kubeconfig `run` would use: one it can load (no cluster
     // is contacted).
     let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        "apiVersion: v1\nkind: Config\ncurrent-context: c\nclusters:\n- name: k\n  cluster: {server: \"https://127.0.0.1:6443\"}\ncontexts:\n- name: c\n  context: {cluster: k, user: u}\nusers:\n- name: u\n  user: {token: t}\n",
-    )
-    .unwrap();
+    support::k8s::write_offline_kubeconfig(&kubeconfig);
     let good = ipmi_config(
         dir.path(),
         &kubeconfig,

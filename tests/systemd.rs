@@ -473,6 +473,15 @@ fn unit_service_settings() -> Vec<(String, String)> {
     out
 }
 
+/// The values of one `[Service]` setting of the unit, in order.
+fn unit_values(key: &str) -> Vec<String> {
+    unit_service_settings()
+        .into_iter()
+        .filter(|(k, _)| k == key)
+        .map(|(_, v)| v)
+        .collect()
+}
+
 /// A bad config must stop the unit, not restart it every RestartSec forever. systemd.service(5):
 /// Restart= covers the processes of ExecStartPre= as well as the main one, but
 /// RestartPreventExitStatus= looks at the main process only. So the config is checked by the
@@ -728,26 +737,15 @@ async fn reload_applies_a_whole_config_and_refuses_a_broken_one() {
 /// The unit reloads by SIGHUP, which the daemon handles (above).
 #[test]
 fn the_unit_reloads_with_sighup() {
-    let settings = unit_service_settings();
-    let reload: Vec<&str> = settings
-        .iter()
-        .filter(|(k, _)| k == "ExecReload")
-        .map(|(_, v)| v.as_str())
-        .collect();
-    assert_eq!(reload, ["/bin/kill -HUP $MAINPID"]);
+    assert_eq!(unit_values("ExecReload"), ["/bin/kill -HUP $MAINPID"]);
 }
 
 /// The unit's log filter is the daemon's default, which keeps library noise (a TLS verifier's
 /// own ERROR line for a refused BMC certificate) out of the journal.
 #[test]
 fn the_units_log_filter_is_the_default_one() {
-    let settings = unit_service_settings();
-    let env: Vec<&str> = settings
-        .iter()
-        .filter(|(k, _)| k == "Environment")
-        .map(|(_, v)| v.as_str())
-        .collect();
+    let env = unit_values("Environment");
     let wanted = format!("OOBFENCE_LOG={}", oobfence::DEFAULT_LOG_FILTER);
-    assert!(env.contains(&wanted.as_str()), "{env:?}");
+    assert!(env.contains(&wanted), "{env:?}");
     assert!(oobfence::DEFAULT_LOG_FILTER.contains("rustls_platform_verifier=off"));
 }

@@ -410,6 +410,21 @@ where
     }
 }
 
+/// Writes a kubeconfig (mode 0600) that `check-config` accepts without reaching any
+/// cluster: a context, a cluster at 127.0.0.1:6443, a user with a token that is no JWT.
+pub fn write_offline_kubeconfig(path: &std::path::Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(
+        path,
+        "apiVersion: v1\nkind: Config\ncurrent-context: dc1\n\
+         clusters:\n- name: dc1\n  cluster: {server: \"https://127.0.0.1:6443\"}\n\
+         contexts:\n- name: dc1\n  context: {cluster: dc1, user: oobfence}\n\
+         users:\n- name: oobfence\n  user: {token: not-a-jwt}\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
+}
+
 /// A free TCP port on 127.0.0.1 (bound, then released).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
