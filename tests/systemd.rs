@@ -71,6 +71,14 @@ impl NotifySocket {
         }
     }
 
+    /// Waits (a minute at most) for READY=1 from `daemon`; its log on failure.
+    async fn wait_ready(&mut self, daemon: &Daemon) {
+        let ready = self
+            .until(Duration::from_secs(60), |l| l == "READY=1")
+            .await;
+        assert!(ready.is_some(), "no READY=1; log:\n{}", daemon.log_text());
+    }
+
     /// Receives everything for `span`.
     async fn collect(&mut self, span: Duration) {
         let _ = self.until(span, |_| false).await;
@@ -404,14 +412,7 @@ async fn a_stuck_decision_loop_stops_the_keepalives() {
         &[("SSL_CERT_FILE", pipe.path.as_path())],
     );
 
-    assert!(
-        notify
-            .until(Duration::from_secs(60), |l| l == "READY=1")
-            .await
-            .is_some(),
-        "no READY=1; log:\n{}",
-        daemon.log_text()
-    );
+    notify.wait_ready(&daemon).await;
     let from = Instant::now();
     notify.collect(Duration::from_secs(3)).await;
     assert!(
@@ -580,14 +581,7 @@ async fn reload_applies_a_whole_config_and_refuses_a_broken_one() {
     let cfg = s.write_config(&kubeconfig_path(), &listen);
     let original = std::fs::read_to_string(&cfg).unwrap();
     let mut daemon = Daemon::spawn(&cfg, &notify.path, &listen, s.dir());
-    assert!(
-        notify
-            .until(Duration::from_secs(60), |l| l == "READY=1")
-            .await
-            .is_some(),
-        "no READY=1; log:\n{}",
-        daemon.log_text()
-    );
+    notify.wait_ready(&daemon).await;
     let report_path = format!("/nodes/{}", node.name);
     let report =
         |text: String| serde_json::from_str::<serde_json::Value>(&text).unwrap_or_default();
