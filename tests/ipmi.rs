@@ -1441,6 +1441,46 @@ mod native_session {
             })
     }
 
+    /// A login that fails after the BMC activated the session (Set Session Privilege Level
+    /// unanswered) still closes that session: a BMC has few session slots, and a fencer that
+    /// leaks one per failed read locks the operators' own ipmitool out.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_login_that_stalls_after_activation_closes_its_session() {
+        let bmc = RmcpBmc::start(&[Suite::Seventeen], guid()).await;
+        bmc.stall_set_privilege();
+        let oper = &ACCOUNTS[1];
+        let refused = open(
+            &bmc.address(),
+            Suite::Seventeen,
+            OPERATOR,
+            oper.name,
+            oper.password,
+        )
+        .await;
+        assert_eq!(
+            refused.err(),
+            Some(oobfence::power::ReadErrorKind::Timeout),
+            "an unanswered Set Session Privilege Level is a timeout"
+        );
+        let closed = async {
+            for _ in 0..50 {
+                if bmc.open_sessions() == 0 {
+                    return true;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            false
+        };
+        assert!(
+            closed.await,
+            "the activated session is left open on the BMC"
+        );
+        bmc.seen(|s| {
+            assert_eq!(s.activated, vec![(17, OPERATOR)]);
+            assert_eq!(s.closed, 1);
+        });
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn reads_with_suite_17_and_3_as_operator_and_as_user_and_closes() {
         let bmc = RmcpBmc::start(&[Suite::Seventeen, Suite::Three], guid()).await;

@@ -92,6 +92,8 @@ struct State {
     active: Mutex<HashMap<u32, Active>>,
     seen: Mutex<Seen>,
     next_session: Mutex<u32>,
+    /// Set Session Privilege Level requests go unanswered (a BMC that stalls mid-login).
+    silent_on_set_privilege: AtomicBool,
 }
 
 /// A running test BMC; stopped when dropped.
@@ -116,6 +118,7 @@ impl RmcpBmc {
             active: Mutex::default(),
             seen: Mutex::default(),
             next_session: Mutex::new(0x5eed_0001),
+            silent_on_set_privilege: AtomicBool::new(false),
         });
         let s = state.clone();
         let task = tokio::spawn(async move {
@@ -142,6 +145,13 @@ impl RmcpBmc {
 
     pub fn set_power(&self, on: bool) {
         self.state.powered_on.store(on, Ordering::SeqCst);
+    }
+
+    /// Leaves every Set Session Privilege Level request unanswered from now on.
+    pub fn stall_set_privilege(&self) {
+        self.state
+            .silent_on_set_privilege
+            .store(true, Ordering::SeqCst);
     }
 
     /// What the BMC has seen so far.
@@ -395,6 +405,7 @@ impl State {
         let mut close = false;
         let reply = match (netfn, cmd) {
             // Set Session Privilege Level.
+            (0x06, 0x3b) if self.silent_on_set_privilege.load(Ordering::SeqCst) => return None,
             (0x06, 0x3b) => {
                 let want = data.first().copied().unwrap_or(0);
                 if want == 0 {

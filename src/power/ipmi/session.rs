@@ -643,7 +643,15 @@ impl Session {
         };
         // 5. A session starts at User level; raise it when more was asked for.
         if login.privilege > USER {
-            let a = session.request(NETFN_APP, 0x3b, &[login.privilege]).await?;
+            // The BMC holds the session from RAKP 4 on: whatever fails now closes it, or a few
+            // failed reads fill the BMC's session slots until its own timeout.
+            let a = match session.request(NETFN_APP, 0x3b, &[login.privilege]).await {
+                Ok(a) => a,
+                Err(t) => {
+                    session.close_now();
+                    return Err(t);
+                }
+            };
             if a.completion != 0 {
                 session.close().await;
                 return Err(Trouble::new(
