@@ -377,7 +377,25 @@ fn fail(message: impl std::fmt::Display) -> ExitCode {
 }
 
 async fn run(path: &Path) -> Result<ExitCode, ExitCode> {
+    use crate::config::checks::{self, Severity};
     let cfg = load(path)?;
+    // A kubeconfig that check-config calls an error (missing, unparsable, an unknown context,
+    // an expired token) does not mend itself between two restarts: exit 2 like a bad config,
+    // which the unit does not restart, rather than fail to connect and restart every 5 s.
+    let mut refused = false;
+    for f in checks::kubeconfig(&cfg.kubernetes, jiff::Timestamp::now()) {
+        match f.severity {
+            Severity::Error => {
+                say_error(format!("{}: {f}", path.display()));
+                refused = true;
+            }
+            Severity::Warning => tracing::warn!(config = %path.display(), "{f}"),
+            Severity::Note => {}
+        }
+    }
+    if refused {
+        return Err(ExitCode::from(2));
+    }
     tracing::info!(
         datacenter = %cfg.datacenter,
         config = %path.display(),

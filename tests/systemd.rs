@@ -523,6 +523,30 @@ fn a_bad_config_stops_the_unit_instead_of_restarting_it_forever() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("not_ready_grace"), "{err}");
+
+    // A kubeconfig that cannot work will not mend itself between two restarts either: the
+    // same exit status, not a connection failure restarted every 5 s.
+    let kubeconfig = dir.path().join("absent-kubeconfig");
+    std::fs::write(
+        &path,
+        format!(
+            "datacenter = \"dc1\"\n[kubernetes]\nkubeconfig = {:?}\n",
+            kubeconfig.display().to_string()
+        ),
+    )
+    .unwrap();
+    let o = support::cli::oobfence(&["run"], &path);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("kubernetes.kubeconfig") && err.contains("absent-kubeconfig"),
+        "{err}"
+    );
+    std::fs::write(&kubeconfig, "apiVersion: v1\nkind: Config\nclusters: [\n").unwrap();
+    let o = support::cli::oobfence(&["run"], &path);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("kubernetes.kubeconfig"), "{err}");
 }
 
 impl Daemon {
