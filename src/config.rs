@@ -150,6 +150,10 @@ impl fmt::Display for ConfigMapRef {
 pub const DEFAULT_HEALTH_READ_INTERVAL: Duration = Duration::from_secs(600);
 /// The shortest `health_read_interval` accepted.
 pub const MIN_HEALTH_READ_INTERVAL: Duration = Duration::from_secs(10);
+/// The longest: the shipped `OobfencePowerSourceSilent` alert fires after 30 minutes without an
+/// answer (for 10 more), so a source read every 15m (+ a tenth of jitter) that answers never
+/// trips it, and one that stops answering does within two intervals.
+pub const MAX_HEALTH_READ_INTERVAL: Duration = Duration::from_secs(900);
 
 /// The default pause file of a datacenter.
 pub fn default_pause_file(datacenter: &str) -> PathBuf {
@@ -845,6 +849,16 @@ impl RawConfig {
                     "{} is shorter than {}: every mapped machine is read this often while healthy, and BMCs are slow, shared controllers (10m, the default, is what most want)",
                     humantime::format_duration(p.health_read_interval),
                     humantime::format_duration(MIN_HEALTH_READ_INTERVAL)
+                ),
+            ));
+        }
+        if p.health_read_interval > MAX_HEALTH_READ_INTERVAL {
+            return Err(err(
+                "policy.health_read_interval",
+                format!(
+                    "{} is longer than {}: the shipped OobfencePowerSourceSilent alert would fire for sources that answer every time they are read",
+                    humantime::format_duration(p.health_read_interval),
+                    humantime::format_duration(MAX_HEALTH_READ_INTERVAL)
                 ),
             ));
         }
