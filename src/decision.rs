@@ -5,8 +5,11 @@
 //! why` shows the [`Rule`] that produced it. A new guard is a new fact and a new rule here,
 //! never a special case elsewhere.
 //!
-//! The one path to [`Step::Fence`]: the node is NotReady for at least `not_ready_grace`, oobfence
-//! has seen no renewal of its Lease for that long (by its own clock), its power source is
+//! The one path to [`Step::Fence`]: the node is NotReady, and either oobfence has seen no sign
+//! of life from its kubelet (Lease renewal, new Ready heartbeat) for `lease_stale_after` renewal
+//! intervals (its own clock: pre-attestation, whose reads may have begun while the node still
+//! showed Ready) or the node has been NotReady, with no Lease renewal seen, for at least
+//! `not_ready_grace`; its power source is
 //! configured in the config file and maps to no other node's machine, and the last
 //! `confirm_reads` reads all said Off, spaced at least `confirm_interval` apart, with the newest
 //! no older than `read_max_age` — each from a machine that proved it is the node's machine
