@@ -1076,6 +1076,24 @@ impl Daemon {
             _ => None,
         };
         let failed = failure.is_some();
+        // One line when a source starts failing (or fails another way) and one when it answers
+        // again, not one per retry: the classified reason is what the operator acts on.
+        let failed_before = t.last_read.and_then(|(_, f)| f);
+        match (&done.reading.state, failed_before) {
+            (PowerState::Error { kind, detail }, before) if before != Some(*kind) => {
+                tracing::warn!(
+                    node = %done.node,
+                    backend = done.backend,
+                    error = %kind,
+                    "power source read failed: {detail} (logged again when it answers or fails otherwise)"
+                );
+            }
+            (PowerState::Error { .. }, _) => {}
+            (_, Some(_)) => {
+                tracing::info!(node = %done.node, backend = done.backend, "power source answers again");
+            }
+            (_, None) => {}
+        }
         t.last_read = Some((done.reading.at, failure));
         if !failed {
             t.last_answer = Some(done.reading.at);

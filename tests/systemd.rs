@@ -767,3 +767,60 @@ fn the_units_log_filter_is_the_default_one() {
     assert!(env.contains(&wanted), "{env:?}");
     assert!(oobfence::DEFAULT_LOG_FILTER.contains("rustls_platform_verifier=off"));
 }
+
+/// A BMC certificate the system roots do not know (a BMC's own self-signed one, and no
+/// `ca_file`): the log has one line of oobfence's own naming the node and the refusal, and
+/// never the TLS verifier's ERROR line beside it, however often the read is retried.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_bmc_certificate_is_one_line_of_ours_not_the_tls_librarys() {
+    let s = Scenario::redfish("certlog", 1).await;
+    let emu = s.redfish_emulator();
+    s.map_redfish(
+        "a",
+        &emu.base_url(),
+        support::sushy::PASSWORD,
+        &format!("system = \"{}\"\ntimeout = \"5s\"", emu.system_path(0)),
+    );
+    let node = s
+        .node_reporting("a", support::scenario::FIRST_BOOT, s.identity(0).await)
+        .await;
+    let _kubelet = support::k8s::FakeNode::keep_alive(&[&node], support::scenario::FIRST_BOOT);
+    let mut notify = NotifySocket::bind(s.dir());
+    let listen = format!("127.0.0.1:{}", free_port());
+    let cfg = s.write_config(&kubeconfig_path(), &listen);
+    let mut daemon = Daemon::spawn(&cfg, &notify.path, &listen, s.dir());
+    notify.wait_ready(&daemon).await;
+    drop(notify);
+    let report_path = format!("/nodes/{}", node.name);
+    support::k8s::wait_for("the refused read", Duration::from_secs(30), || async {
+        let r: serde_json::Value =
+            serde_json::from_str(&daemon.get(&report_path).await).unwrap_or_default();
+        (r["power_source"]["last_read_failed"] == true).then_some(())
+    })
+    .await;
+    // A failing source is read again every 15 s: let one retry pass.
+    tokio::time::sleep(Duration::from_secs(17)).await;
+    let log = daemon.log_text();
+    let ours: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains(&node.name) && l.contains("power source read failed"))
+        .collect();
+    assert_eq!(
+        ours.len(),
+        1,
+        "one line for the failing source; log:\n{log}"
+    );
+    assert!(
+        ours[0].contains(" WARN ") && ours[0].contains("error=tls"),
+        "{}",
+        ours[0]
+    );
+    assert!(
+        !log.lines()
+            .any(|l| l.contains(" ERROR ") && !l.contains(" ERROR oobfence")),
+        "a library's ERROR line; log:\n{log}"
+    );
+    assert!(daemon.is_running());
+    daemon.terminate(Duration::from_secs(15)).await;
+    node.delete().await;
+}
