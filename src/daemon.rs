@@ -40,7 +40,7 @@ use tokio::sync::mpsc;
 
 use crate::cluster::{self, Cluster, EventType, reasons};
 use crate::config::Config;
-use crate::decision::holds::{Calm, Census, CensusNode, Hold, HoldKind, View};
+use crate::decision::holds::{Calm, Census, CensusNode, GuardPolicy, Hold, HoldKind, View};
 use crate::decision::{self, Decision, MappingConflict, Readiness, Rule, Step};
 use crate::identity;
 use crate::journal::Journal;
@@ -599,7 +599,7 @@ impl Daemon {
         self.calm.standby = leadership.as_ref().and_then(|l| l.standby_reason());
         self.shared.metrics.set_leadership(leadership.as_ref());
         self.log_guard_changes(&before);
-        if guards_summary(&before) != guards_summary(&self.calm) {
+        if guards_summary(&before, g) != guards_summary(&self.calm, g) {
             self.guards_epoch += 1;
         }
         self.shared.metrics.set_guards(&self.calm, g, now);
@@ -1167,14 +1167,16 @@ impl Daemon {
 
 /// What of the guards can change a healthy node's decision or report: whether each hold is
 /// on, not the counts behind it.
-fn guards_summary(c: &Calm) -> impl PartialEq + use<'_> {
+fn guards_summary<'a>(c: &'a Calm, policy: &GuardPolicy) -> impl PartialEq + use<'a> {
     (
         &c.pause.by,
         &c.stale,
         &c.standby,
         c.view_recovered,
         c.lease_storm_since,
-        c.fences.len(),
+        // Not the fence count: below the budget it holds nobody, and a storm's fences would
+        // otherwise have every healthy node decided again at every pass.
+        c.budget_spent(policy),
         c.scopes
             .iter()
             .map(|(s, st)| {

@@ -437,6 +437,20 @@ impl Calm {
         }
     }
 
+    /// The budget's fence count once it is spent, `None` below it: all a node's holds can show
+    /// of the budget. Below it no node is held by the budget, so a fence that leaves it unspent
+    /// changes no node's holds (and a storm's fences need not have every healthy node decided
+    /// again, pass after pass).
+    pub fn budget_spent(&self, policy: &GuardPolicy) -> Option<usize> {
+        let total = self
+            .scopes
+            .get(&Scope::Datacenter)
+            .map(|s| s.count.nodes)
+            .unwrap_or(0);
+        let used = self.fences.len();
+        (used >= policy.fence_budget.of(total)).then_some(used)
+    }
+
     /// A fence that wrote nothing (abandoned, failed) gives its place in the budget back.
     pub fn forget_fence(&mut self, uid: &str) {
         self.fences.retain(|(_, u)| u != uid);

@@ -353,6 +353,35 @@ fn a_pause_holds_every_write_and_names_who_paused() {
 
 /// The budget counts each node once, a fence that wrote nothing gives its place back, and a
 /// place frees when its fence leaves the window.
+/// What the daemon compares to know whether any node's holds may have changed: below the
+/// budget no node, with or without a fence of its own in the window, is held by it.
+#[test]
+fn no_node_is_held_by_the_budget_while_it_is_not_spent() {
+    let p = GuardPolicy {
+        fence_budget: Limit::Count(3),
+        ..policy()
+    };
+    let mut calm = Calm::default();
+    pass(&mut calm, &rack("a", 10, 0), &p, 0);
+    let budget_hold = |calm: &Calm, uid: &str| {
+        calm.holds(Some("a"), uid, &p, t(5))
+            .fence
+            .is_some_and(|h| h.kind == HoldKind::FenceBudget)
+    };
+    for (i, uid) in ["n1", "n2"].into_iter().enumerate() {
+        calm.record_fence(uid, t(i as i64));
+        assert_eq!(calm.budget_spent(&p), None);
+        for other in ["n1", "n2", "n3", "uid-x"] {
+            assert!(!budget_hold(&calm, other), "{other} held after {uid}");
+        }
+    }
+    calm.record_fence("n3", t(2));
+    assert_eq!(calm.budget_spent(&p), Some(3));
+    assert!(budget_hold(&calm, "uid-x"));
+    calm.record_fence("n4", t(3));
+    assert_eq!(calm.budget_spent(&p), Some(4), "each fence past it shows");
+}
+
 #[test]
 fn the_fence_budget_counts_fences_in_its_window() {
     let p = GuardPolicy {
