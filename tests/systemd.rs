@@ -805,15 +805,15 @@ async fn a_refused_bmc_certificate_is_one_line_of_ours_not_the_tls_librarys() {
         .lines()
         .filter(|l| l.contains(&node.name) && l.contains("power source read failed"))
         .collect();
-    assert_eq!(
-        ours.len(),
-        1,
-        "one line for the failing source; log:\n{log}"
-    );
     assert!(
-        ours[0].contains(" WARN ") && ours[0].contains("error=tls"),
-        "{}",
-        ours[0]
+        ours.iter().all(|l| l.contains(" WARN ")),
+        "at WARN: {ours:?}"
+    );
+    // (A first read that timed out under load would be a line of its own kind: not a retry.)
+    let tls = ours.iter().filter(|l| l.contains("error=tls")).count();
+    assert_eq!(
+        tls, 1,
+        "one line for the refusal, none per retry; log:\n{log}"
     );
     assert!(
         !log.lines()
