@@ -842,23 +842,28 @@ impl RawConfig {
                 "must be at least 1".into(),
             ));
         }
-        if p.health_read_interval < MIN_HEALTH_READ_INTERVAL {
+        let out_of_range = if p.health_read_interval < MIN_HEALTH_READ_INTERVAL {
+            Some((
+                "shorter",
+                MIN_HEALTH_READ_INTERVAL,
+                "every mapped machine is read this often while healthy, and BMCs are slow, shared controllers (10m, the default, is what most want)",
+            ))
+        } else if p.health_read_interval > MAX_HEALTH_READ_INTERVAL {
+            Some((
+                "longer",
+                MAX_HEALTH_READ_INTERVAL,
+                "the shipped OobfencePowerSourceSilent alert would fire for sources that answer every time they are read",
+            ))
+        } else {
+            None
+        };
+        if let Some((word, bound, why)) = out_of_range {
             return Err(err(
                 "policy.health_read_interval",
                 format!(
-                    "{} is shorter than {}: every mapped machine is read this often while healthy, and BMCs are slow, shared controllers (10m, the default, is what most want)",
+                    "{} is {word} than {}: {why}",
                     humantime::format_duration(p.health_read_interval),
-                    humantime::format_duration(MIN_HEALTH_READ_INTERVAL)
-                ),
-            ));
-        }
-        if p.health_read_interval > MAX_HEALTH_READ_INTERVAL {
-            return Err(err(
-                "policy.health_read_interval",
-                format!(
-                    "{} is longer than {}: the shipped OobfencePowerSourceSilent alert would fire for sources that answer every time they are read",
-                    humantime::format_duration(p.health_read_interval),
-                    humantime::format_duration(MAX_HEALTH_READ_INTERVAL)
+                    humantime::format_duration(bound)
                 ),
             ));
         }

@@ -467,20 +467,24 @@ fn lease_stale_after_is_checked_and_pre_attest_can_be_turned_off() {
 fn health_read_interval_has_a_default_a_floor_and_a_ceiling() {
     let cfg = parse("datacenter = \"dc1\"\n").unwrap();
     assert_eq!(cfg.health_read_interval, Duration::from_secs(600));
-    let cfg = parse("datacenter = \"dc1\"\n[policy]\nhealth_read_interval = \"2m\"\n").unwrap();
-    assert_eq!(cfg.health_read_interval, Duration::from_secs(120));
-    let e = parse("datacenter = \"dc1\"\n[policy]\nhealth_read_interval = \"1s\"\n")
-        .unwrap_err()
-        .to_string();
-    assert!(e.contains("policy.health_read_interval"), "{e}");
-    assert!(e.contains("shorter than 10s"), "{e}");
-    let e = parse("datacenter = \"dc1\"\n[policy]\nhealth_read_interval = \"1h\"\n")
-        .unwrap_err()
-        .to_string();
-    assert!(e.contains("policy.health_read_interval"), "{e}");
-    assert!(e.contains("longer than 15m"), "{e}");
-    let cfg = parse("datacenter = \"dc1\"\n[policy]\nhealth_read_interval = \"15m\"\n").unwrap();
-    assert_eq!(cfg.health_read_interval, Duration::from_secs(900));
+    let with = |v: &str| {
+        parse(&format!(
+            "datacenter = \"dc1\"\n[policy]\nhealth_read_interval = \"{v}\"\n"
+        ))
+    };
+    assert_eq!(
+        with("2m").unwrap().health_read_interval,
+        Duration::from_secs(120)
+    );
+    for (v, says) in [("1s", "shorter than 10s"), ("1h", "longer than 15m")] {
+        let e = with(v).unwrap_err().to_string();
+        assert!(e.contains("policy.health_read_interval"), "{e}");
+        assert!(e.contains(says), "{e}");
+    }
+    assert_eq!(
+        with("15m").unwrap().health_read_interval,
+        Duration::from_secs(900)
+    );
 }
 
 /// Found by the fuzz test: a value with a line break, quoted by the TOML parser in its error,
