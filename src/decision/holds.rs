@@ -442,13 +442,18 @@ impl Calm {
     /// changes no node's holds (and a storm's fences need not have every healthy node decided
     /// again, pass after pass).
     pub fn budget_spent(&self, policy: &GuardPolicy) -> Option<usize> {
+        let used = self.fences.len();
+        (used >= self.budget(policy).0).then_some(used)
+    }
+
+    /// The fence budget now, and the datacenter's node count it is a share of.
+    fn budget(&self, policy: &GuardPolicy) -> (usize, usize) {
         let total = self
             .scopes
             .get(&Scope::Datacenter)
             .map(|s| s.count.nodes)
             .unwrap_or(0);
-        let used = self.fences.len();
-        (used >= policy.fence_budget.of(total)).then_some(used)
+        (policy.fence_budget.of(total), total)
     }
 
     /// A fence that wrote nothing (abandoned, failed) gives its place in the budget back.
@@ -576,12 +581,7 @@ impl Calm {
                 });
             }
         }
-        let total = self
-            .scopes
-            .get(&Scope::Datacenter)
-            .map(|s| s.count.nodes)
-            .unwrap_or(0);
-        let budget = policy.fence_budget.of(total);
+        let (budget, total) = self.budget(policy);
         let used = self
             .fences
             .iter()
