@@ -382,18 +382,15 @@ async fn run(path: &Path) -> Result<ExitCode, ExitCode> {
     // A kubeconfig that check-config calls an error (missing, unparsable, an unknown context,
     // an expired token) does not mend itself between two restarts: exit 2 like a bad config,
     // which the unit does not restart, rather than fail to connect and restart every 5 s.
-    let mut refused = false;
-    for f in checks::kubeconfig(&cfg.kubernetes, jiff::Timestamp::now()) {
-        match f.severity {
-            Severity::Error => {
-                say_error(format!("{}: {f}", path.display()));
-                refused = true;
-            }
-            Severity::Warning => tracing::warn!(config = %path.display(), "{f}"),
-            Severity::Note => {}
-        }
+    // (Its warnings are the daemon's to log: the token's expiry by its watcher.)
+    let errors: Vec<_> = checks::kubeconfig(&cfg.kubernetes, jiff::Timestamp::now())
+        .into_iter()
+        .filter(|f| f.severity == Severity::Error)
+        .collect();
+    for f in &errors {
+        say_error(format!("{}: {f}", path.display()));
     }
-    if refused {
+    if !errors.is_empty() {
         return Err(ExitCode::from(2));
     }
     tracing::info!(
