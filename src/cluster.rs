@@ -66,7 +66,7 @@ pub mod reasons {
 /// API calls other than watches must finish within this.
 const CALL_TIMEOUT: Duration = Duration::from_secs(20);
 /// Attempts for a write that keeps hitting 409 Conflict.
-const CONFLICT_ATTEMPTS: usize = 5;
+pub const CONFLICT_ATTEMPTS: usize = 5;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {

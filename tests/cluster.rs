@@ -399,64 +399,76 @@ async fn a_node_back_with_the_same_boot_id_keeps_its_fence() {
     node.delete().await;
 }
 
-/// The taint write survives a concurrent writer: its resourceVersion precondition makes the
-/// API server answer 409, and the bounded retry re-reads and writes the full list again.
+/// The taint write survives a concurrent writer: another writer changes the Node between
+/// oobfence's fresh read and its write, twice, so the resourceVersion precondition makes the API
+/// server answer 409 twice; the bounded retry reads again and writes the full list on the third
+/// round, and the other writer's change stays.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn taint_write_retries_on_conflict_and_keeps_concurrent_changes() {
+async fn a_taint_write_that_meets_409_reads_again_and_keeps_the_other_writers_change() {
     let client = support::k8s::client().await;
-    let group = unique("conflict");
-    let cluster = Cluster::new(client.clone(), "test");
-    let mut saw_conflict = false;
-    for round in 0..15 {
-        let name = format!("{group}-{round}");
-        let node = FakeNode::create(&client, &name, &group, "boot-1").await;
-        node.die("boot-1").await;
-        let guard = guard_for(&client, &node.get().await).await;
-        // A second writer keeps changing the node while oobfence writes its taint.
-        let writer_client = client.clone();
-        let writer_name = name.clone();
-        let writer = tokio::spawn(async move {
-            let api: Api<Node> = Api::all(writer_client);
-            for i in 0..40 {
-                let _ = api
-                    .patch(
-                        &writer_name,
-                        &PatchParams::default(),
-                        &Patch::Merge(json!({"metadata": {"labels": {"writer": i.to_string()}}})),
-                    )
-                    .await;
-            }
-        });
-        let write = cluster
-            .apply_fence_taint(&name, &guard, "test")
-            .await
-            .expect("taint written despite the concurrent writer");
-        writer.await.unwrap();
-        let n = node.get().await;
-        assert!(FakeNode::has_oos_taint(&n));
-        assert!(taints(&n).contains(&keep_taint()));
-        assert_eq!(n.labels().get("writer").map(String::as_str), Some("39"));
-        // Writing again (a decision from a lagging cache) is a no-op, not a second taint.
-        cluster
-            .apply_fence_taint(&name, &guard, "test")
-            .await
-            .expect("repeat write");
-        let n = node.get().await;
-        let oos = taints(&n)
-            .iter()
-            .filter(|t| t.key == cluster::OUT_OF_SERVICE_KEY)
-            .count();
-        assert_eq!(oos, 1);
-        node.delete().await;
-        if write.attempts > 1 {
-            saw_conflict = true;
-            break;
-        }
-    }
-    assert!(
-        saw_conflict,
-        "no round produced a 409: the retry path was never exercised"
+    let name = unique("conflict");
+    let node = FakeNode::create(&client, &name, &name, "boot-1").await;
+    node.die("boot-1").await;
+    let guard = guard_for(&client, &node.get().await).await;
+    let (racing, competing) = support::k8s::client_racing_a_writer(client.clone(), &name, 2);
+    let cluster = Cluster::new(racing, "test");
+    let write = cluster
+        .apply_fence_taint(&name, &guard, "test")
+        .await
+        .expect("taint written despite the other writer");
+    assert_eq!(competing.load(std::sync::atomic::Ordering::SeqCst), 2);
+    assert_eq!(write.attempts, 3, "two 409s, then the write");
+    let n = node.get().await;
+    assert!(FakeNode::has_oos_taint(&n));
+    assert!(taints(&n).contains(&keep_taint()));
+    assert_eq!(
+        n.labels().get("competing-writer").map(String::as_str),
+        Some("1"),
+        "the other writer's last change was lost"
     );
+    // Writing again (a decision from a lagging cache) is a no-op, not a second taint.
+    cluster
+        .apply_fence_taint(&name, &guard, "test")
+        .await
+        .expect("repeat write");
+    let n = node.get().await;
+    let oos = taints(&n)
+        .iter()
+        .filter(|t| t.key == cluster::OUT_OF_SERVICE_KEY)
+        .count();
+    assert_eq!(oos, 1);
+    node.delete().await;
+}
+
+/// A writer that changes the Node between every read and write of oobfence's: the taint write
+/// gives up after its bounded attempts with the 409 as its error, and writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_taint_write_that_keeps_meeting_409_gives_up_and_writes_nothing() {
+    let client = support::k8s::client().await;
+    let name = unique("conflict-forever");
+    let node = FakeNode::create(&client, &name, &name, "boot-1").await;
+    node.die("boot-1").await;
+    let guard = guard_for(&client, &node.get().await).await;
+    let (racing, competing) =
+        support::k8s::client_racing_a_writer(client.clone(), &name, usize::MAX);
+    let cluster = Cluster::new(racing, "test");
+    let err = cluster
+        .apply_fence_taint(&name, &guard, "test")
+        .await
+        .expect_err("a write that never stops meeting 409 gives up");
+    assert!(
+        matches!(&err, ClusterError::Api(kube::Error::Api(s)) if s.code == 409),
+        "the error is the 409: {err:?}"
+    );
+    assert_eq!(
+        competing.load(std::sync::atomic::Ordering::SeqCst),
+        cluster::CONFLICT_ATTEMPTS,
+        "one read and one 409 per attempt"
+    );
+    let n = node.get().await;
+    assert!(!FakeNode::has_oos_taint(&n));
+    assert!(taints(&n).contains(&keep_taint()));
+    node.delete().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1030,9 +1030,10 @@ fn ec2_node_of_another_region() -> ScenarioFuture {
     })
 }
 
-/// Another writer changes the Node without pause while oobfence fences it, so its
-/// preconditioned writes meet 409 Conflict: it retries, and the fence lands once, with every
-/// other change kept.
+/// Another writer changes the Node without pause while oobfence fences it: the fence lands
+/// once, with every other change kept. Whether a given write of the daemon's meets 409 Conflict
+/// here is a race, so this reports the 409s it met; `tests/cluster.rs` makes them happen on
+/// every write (`client_racing_a_writer`) and asserts the retry and the giving up.
 fn conflicts_on_every_write_for_a_while() -> ScenarioFuture {
     Box::pin(async {
         let s = Scenario::redfish("fm-409", 1).await;
@@ -1063,17 +1064,17 @@ fn conflicts_on_every_write_for_a_while() -> ScenarioFuture {
             })
         };
         power_cut(&s, &node, 0).await;
-        // The churn goes on until a fence write has given up on it (5 conflicts in a row),
-        // at most 30 s; then the fence lands.
+        // The churn goes on until the fence has landed or a fence write has given up on it
+        // (5 conflicts in a row), at most 30 s.
         let started = Instant::now();
         while started.elapsed() < Duration::from_secs(30) {
             let m = daemon.metrics().await;
-            if metric(
+            let gave_up = metric(
                 &m,
                 "oobfence_actions_total{action=\"taint\",result=\"failure\"}",
             )
-            .is_some()
-            {
+            .is_some();
+            if gave_up || FakeNode::has_oos_taint(&node.get().await) {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
@@ -1093,8 +1094,8 @@ fn conflicts_on_every_write_for_a_while() -> ScenarioFuture {
             "oobfence_actions_total{action=\"taint\",result=\"failure\"}",
         );
         daemon.stop().await;
-        // The conflicts really happened: a taint write gave up after its retries, or the one
-        // that landed says how many 409s it met.
+        // What the race gave: a taint write that gave up after its retries, or the one that
+        // landed saying how many 409s it met.
         let records = journal::tail(&s.journal(), &node.name, 100)
             .unwrap()
             .records;
@@ -1105,10 +1106,6 @@ fn conflicts_on_every_write_for_a_while() -> ScenarioFuture {
         report(&format!(
             "fault matrix: 409 scenario: {churn} competing writes; taint writes that gave up: {failures:?}; the landed one met 409s: {retried}"
         ));
-        assert!(
-            failures.is_some() || retried,
-            "no 409 Conflict was met: {records:#?}"
-        );
         let seen = rec.writes();
         node.delete().await;
         Outcome {

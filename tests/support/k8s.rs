@@ -37,6 +37,41 @@ pub async fn client() -> Client {
     Client::try_from(cfg).expect("client")
 }
 
+/// A client whose requests reach the real API server, except that right after each of the first
+/// `times` GETs of Node `node` has been answered, another writer changes that Node (a label
+/// `competing-writer`): the caller holds a resourceVersion that is already gone, so its
+/// preconditioned write meets a real 409 Conflict, every time, not when a race happens to fall
+/// that way. `competing_writes` counts what the other writer did.
+pub fn client_racing_a_writer(
+    client: Client,
+    node: &str,
+    times: usize,
+) -> (Client, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let path = format!("/api/v1/nodes/{node}");
+    let competing = Arc::new(AtomicUsize::new(0));
+    let counter = competing.clone();
+    let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+        let (client, path, counter) = (client.clone(), path.clone(), counter.clone());
+        async move {
+            let is_node_get = req.method() == http::Method::GET && req.uri().path() == path;
+            let response = client.send(req).await?;
+            let n = counter.load(Ordering::SeqCst);
+            if is_node_get && response.status().is_success() && n < times {
+                let api: Api<Node> = Api::all(client.clone());
+                let name = path.rsplit('/').next().unwrap_or_default();
+                let patch = json!({"metadata": {"labels": {"competing-writer": n.to_string()}}});
+                api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await?;
+                counter.store(n + 1, Ordering::SeqCst);
+            }
+            Ok::<_, kube::Error>(response)
+        }
+    });
+    (Client::new(service, "default"), competing)
+}
+
 /// A unique, DNS-safe name for this test run.
 pub fn unique(prefix: &str) -> String {
     let nanos = std::time::SystemTime::now()
