@@ -99,6 +99,9 @@ async fn fences_a_dead_node_whose_bmc_reads_off_and_unfences_it_on_return() {
     emu.set_power(0, true).await;
     emu.wait_power(0, "On", POWER_CHANGE).await;
     dead.come_back("boot-2").await;
+    // A live kubelet from now on: the unfence must not race the controller marking the node
+    // NotReady again for want of renewals.
+    let _back_kubelet = FakeNode::keep_alive(&[&dead], "boot-2");
     let back = wait_for("taint removed", DECISION, || {
         node_has(&client, &dead_name, |n| !FakeNode::has_oos_taint(n))
     })
@@ -417,7 +420,12 @@ async fn a_taint_write_that_meets_409_reads_again_and_keeps_the_other_writers_ch
         .await
         .expect("taint written despite the other writer");
     assert_eq!(competing.load(std::sync::atomic::Ordering::SeqCst), 2);
-    assert_eq!(write.attempts, 3, "two 409s, then the write");
+    // At least: the controller-manager may write the NotReady node too (its own 409s).
+    assert!(
+        write.attempts >= 3,
+        "two 409s, then the write: {}",
+        write.attempts
+    );
     let n = node.get().await;
     assert!(FakeNode::has_oos_taint(&n));
     assert!(taints(&n).contains(&keep_taint()));

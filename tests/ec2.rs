@@ -613,7 +613,7 @@ async fn stopped_instance_is_tainted_and_terminated_one_is_deleted_with_its_atta
     let daemon = s.daemon().await;
     // While the nodes are healthy, oobfence learns that us-east-1 answers for each instance
     // (the binding a terminated instance's "gone" answers rely on), and finds the impostor.
-    let limit = Duration::from_secs(45);
+    let limit = Duration::from_secs(90);
     for (name, verdict) in [
         (&stopped_name, "match"),
         (&terminated_name, "match"),

@@ -988,7 +988,7 @@ async fn check_config_probe_reads_ipmi_nodes_of_the_cluster() {
 
 // --- end to end: the daemon on a real kube-apiserver ------------------------------------------
 
-const DECISION: Duration = Duration::from_secs(45);
+const DECISION: Duration = Duration::from_secs(90);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_daemon_fences_an_ipmi_node_that_reads_off_never_one_that_reads_on() {
@@ -1079,6 +1079,9 @@ async fn the_daemon_fences_an_ipmi_node_that_reads_off_never_one_that_reads_on()
     // Power back on with a new boot: the fence comes off, as for Redfish nodes.
     off_sim.set_power(true);
     dead_node.come_back("boot-2").await;
+    // A live kubelet from now on: the unfence must not race the controller marking the node
+    // NotReady again for want of renewals.
+    let _back_kubelet = FakeNode::keep_alive(&[&dead_node], "boot-2");
     wait_for("taint removed", DECISION, || {
         let client = client.clone();
         let name = dead.clone();
