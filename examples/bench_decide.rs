@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
 use oobfence::decision::holds::{Calm, Census, CensusNode, GuardPolicy, Pause, View};
-use oobfence::decision::{FenceRecord, NodeFacts, Policy, Readiness, decide};
+use oobfence::decision::{FenceRecord, LeaseState, NodeFacts, Policy, Readiness, decide};
 use oobfence::identity::{IdentityCheck, MachineIdentity, NodeIdentity};
 use oobfence::power::{PowerReading, PowerState, ReadErrorKind};
 
@@ -118,7 +118,11 @@ fn main() {
             domain: Some(format!("rack{}", i % 50).into()),
             unhealthy: i % 50 == 0 || i % 97 == 0,
             source_failing: (i % 7 == 0).then_some(i % 91 == 0),
-            lease_stale: Some(i % 50 == 0),
+            lease: Some(match i % 50 {
+                0 => LeaseState::Stale,
+                1 => LeaseState::Late,
+                _ => LeaseState::Renewing,
+            }),
         })
         .collect();
     let view = View {

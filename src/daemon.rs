@@ -545,20 +545,12 @@ impl Daemon {
                         .map(|(_, failure)| failure.is_some())
                 });
                 // The Lease as the last pass (or this one's quiet check) saw it.
-                let lease_stale = tracker.and_then(|t| {
-                    t.last_alive().map(|alive| {
-                        decision::lease_silence(
-                            Some(alive),
-                            t.lease_duration,
-                            &self.cfg.policy,
-                            now,
-                        )
-                        .is_some()
-                    })
+                let lease = tracker.and_then(|t| {
+                    decision::lease_state(t.last_alive(), t.lease_duration, &self.cfg.policy, now)
                 });
                 CensusNode {
                     uid: n.metadata.uid.as_deref().unwrap_or_default().into(),
-                    lease_stale,
+                    lease,
                     domain: g
                         .failure_domain_label
                         .as_deref()
@@ -633,8 +625,9 @@ impl Daemon {
             (None, Some(_)) => {
                 tracing::error!(
                     leases = self.calm.leases.0,
+                    late = self.calm.leases_late,
                     stale = self.calm.leases.1,
-                    "LEASE STORM: most Leases went stale at once; that is the control plane (or oobfence's view of it) not hearing the kubelets, not the machines: no power is read ahead of NotReady until it passes"
+                    "LEASE STORM: most Leases went unrenewed at once; that is the control plane (or oobfence's view of it) not hearing the kubelets, not the machines: no power is read ahead of NotReady until it passes"
                 )
             }
             (Some(_), None) => tracing::warn!(

@@ -451,6 +451,37 @@ pub fn lease_silence(
     })
 }
 
+/// Where a node's Lease stands, for the datacenter's lease-storm count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeaseState {
+    /// Renewed within [`Renewals::late`] intervals.
+    Renewing,
+    /// Not renewed for [`Renewals::late`] intervals: counts toward a lease storm.
+    Late,
+    /// Stale by [`lease_silence`]'s measure: read ahead of NotReady, unless in a storm.
+    Stale,
+}
+
+/// The node's [`LeaseState`] after oobfence last saw its kubelet alive at `last_alive`;
+/// `None`: no Lease, or pre-attestation is off.
+pub fn lease_state(
+    last_alive: Option<Timestamp>,
+    lease_duration: Option<Duration>,
+    policy: &Policy,
+    now: Timestamp,
+) -> Option<LeaseState> {
+    let renewals = policy.pre_attest_after?;
+    let silent_for = elapsed(last_alive?, now);
+    let duration = lease_duration.unwrap_or(DEFAULT_LEASE_DURATION);
+    Some(if silent_for >= renewals.of(duration) {
+        LeaseState::Stale
+    } else if silent_for >= renewals.late().of(duration) {
+        LeaseState::Late
+    } else {
+        LeaseState::Renewing
+    })
+}
+
 /// When the node's Lease goes (or went) stale by [`lease_silence`]'s measure; `None` without a
 /// Lease or with pre-attestation off.
 fn lease_stale_at(facts: &NodeFacts, policy: &Policy) -> Option<Timestamp> {

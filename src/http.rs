@@ -141,6 +141,7 @@ async fn guards(State(s): State<Arc<Shared>>) -> Response {
         "view_stale": calm.stale,
         "view_recovered": calm.view_recovered,
         "leases": calm.leases.0,
+        "leases_late": calm.leases_late,
         "leases_stale": calm.leases.1,
         "lease_storm_since": calm.lease_storm_since,
         "scopes": scopes,

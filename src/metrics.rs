@@ -255,6 +255,7 @@ pub struct Metrics {
     identity_problems_seen: Mutex<BTreeSet<(String, &'static str)>>,
     pub paused: Gauge,
     pub view_stale: Gauge,
+    pub leases_late: Gauge,
     pub leases_stale: Gauge,
     pub lease_storm: Gauge,
     pub scope_hold: Family<ScopeHoldLabels, Gauge>,
@@ -522,6 +523,12 @@ impl Metrics {
             "1 while oobfence's view of the cluster is stale (a watch broken, or no successful API call within max_view_age): no write is made on it",
             view_stale.clone(),
         );
+        let leases_late = Gauge::default();
+        registry.register(
+            "leases_late",
+            "Watched nodes whose kubelet oobfence has not seen alive for one renewal interval less than lease_stale_after (at least 1.5 intervals), stale ones included: what max_stale_leases counts",
+            leases_late.clone(),
+        );
         let leases_stale = Gauge::default();
         registry.register(
             "leases_stale",
@@ -531,7 +538,7 @@ impl Metrics {
         let lease_storm = Gauge::default();
         registry.register(
             "lease_storm",
-            "1 while more Leases are stale at once than max_stale_leases allows (and at least 3): the control plane or oobfence's view of it stopped hearing the kubelets, not the machines; nothing is read ahead of NotReady meanwhile",
+            "1 while more Leases are late at once (oobfence_leases_late) than max_stale_leases allows (and at least 3): the control plane or oobfence's view of it stopped hearing the kubelets, not the machines; nothing is read ahead of NotReady meanwhile",
             lease_storm.clone(),
         );
         let scope_hold = Family::<ScopeHoldLabels, Gauge>::default();
@@ -630,6 +637,7 @@ impl Metrics {
             node_identity_problem,
             paused,
             view_stale,
+            leases_late,
             leases_stale,
             lease_storm,
             scope_hold,
@@ -943,6 +951,7 @@ impl Metrics {
     pub fn set_guards(&self, calm: &Calm, policy: &GuardPolicy, now: Timestamp) {
         self.paused.set(calm.pause.is_paused() as i64);
         self.view_stale.set(calm.stale.is_some() as i64);
+        self.leases_late.set(calm.leases_late as i64);
         self.leases_stale.set(calm.leases.1 as i64);
         self.lease_storm
             .set(calm.lease_storm_since.is_some() as i64);

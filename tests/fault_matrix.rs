@@ -130,6 +130,29 @@ impl WriteRecorder {
             .collect()
     }
 
+    /// When `w` was first seen, waiting for it a while: the recorder's watch may deliver a
+    /// write a moment after a GET shows it.
+    async fn seen(&self, w: &Write) -> Instant {
+        wait_for(
+            &format!("the recorder sees {w:?}"),
+            Duration::from_secs(30),
+            || async { self.when(w) },
+        )
+        .await
+    }
+
+    /// The writes seen, once every one of `expected` is among them or 30 s have passed (the
+    /// watch may lag the GETs that showed them; a write never made is reported missing).
+    async fn writes_once_seen(&self, expected: &[Write]) -> Vec<Write> {
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(30)
+            && !expected.iter().all(|w| self.when(w).is_some())
+        {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        self.writes()
+    }
+
     /// When `w` was first seen.
     fn when(&self, w: &Write) -> Option<Instant> {
         self.seen
@@ -235,7 +258,7 @@ async fn conclude(
     nodes: &[&FakeNode],
 ) -> Outcome {
     daemon.stop().await;
-    let seen = rec.writes();
+    let seen = rec.writes_once_seen(&expected).await;
     for n in nodes {
         n.delete().await;
     }
@@ -426,10 +449,7 @@ fn most_bmcs_unreachable_freezes_then_thaws() -> ScenarioFuture {
         // Failed sources of healthy nodes are read again within 15 s.
         wait_taint(&dead, Duration::from_secs(60)).await;
         let taint = Write::Taint(dead.name.clone());
-        assert!(
-            rec.when(&taint).unwrap() > restored,
-            "fenced before the thaw"
-        );
+        assert!(rec.seen(&taint).await > restored, "fenced before the thaw");
         conclude(
             "60% of BMCs unreachable: freeze, then thaw",
             vec![taint],
@@ -469,7 +489,7 @@ fn pause_file_on_and_off() -> ScenarioFuture {
         assert!(oobfence::pause::remove_file(&s.pause_file()).unwrap());
         wait_taint(&node, Duration::from_secs(30)).await;
         let taint = Write::Taint(node.name.clone());
-        assert!(rec.when(&taint).unwrap() > resumed);
+        assert!(rec.seen(&taint).await > resumed);
         assert_eq!(
             metric(&daemon.metrics().await, "oobfence_paused"),
             Some(0.0)
@@ -527,7 +547,7 @@ fn pause_configmap_on_and_off() -> ScenarioFuture {
         .unwrap();
         wait_taint(&node, Duration::from_secs(30)).await;
         let taint = Write::Taint(node.name.clone());
-        assert!(rec.when(&taint).unwrap() > resumed);
+        assert!(rec.seen(&taint).await > resumed);
         let outcome = conclude(
             "pause ConfigMap on and off",
             vec![taint],
@@ -566,14 +586,7 @@ fn api_unreachable_longer_than_the_staleness_limit() -> ScenarioFuture {
         gate.restore();
         wait_taint(&node, Duration::from_secs(90)).await;
         let taint = Write::Taint(node.name.clone());
-        // The recorder's watch may deliver the taint a moment after a GET shows it.
-        let tainted = wait_for(
-            "the recorder sees the taint",
-            Duration::from_secs(15),
-            || async { rec.when(&taint) },
-        )
-        .await;
-        assert!(tainted > restored);
+        assert!(rec.seen(&taint).await > restored);
         conclude(
             "API unreachable longer than max_view_age",
             vec![taint],
@@ -1106,11 +1119,12 @@ fn conflicts_on_every_write_for_a_while() -> ScenarioFuture {
         report(&format!(
             "fault matrix: 409 scenario: {churn} competing writes; taint writes that gave up: {failures:?}; the landed one met 409s: {retried}"
         ));
-        let seen = rec.writes();
+        let expected = vec![Write::Taint(node.name.clone())];
+        let seen = rec.writes_once_seen(&expected).await;
         node.delete().await;
         Outcome {
             name: "409 Conflict on the writes for a while",
-            expected: vec![Write::Taint(node.name.clone())],
+            expected,
             seen,
         }
     })
@@ -1246,7 +1260,7 @@ fn apiserver_killed_before_the_write() -> ScenarioFuture {
         cluster.restart_apiserver(&args);
         wait_taint(&node, Duration::from_secs(120)).await;
         let taint = Write::Taint(node.name.clone());
-        assert!(rec.when(&taint).unwrap() > restarted);
+        assert!(rec.seen(&taint).await > restarted);
         let outcome = conclude(
             "API server killed before the write, then restarted",
             vec![taint],
@@ -1324,7 +1338,7 @@ fn ec2_throttling_intermediate_states_and_a_one_off_not_found() -> ScenarioFutur
         fake.throttle(false);
         wait_taint(&nodes[0], Duration::from_secs(60)).await;
         let taint = Write::Taint(nodes[0].name.clone());
-        assert!(rec.when(&taint).unwrap() > answered);
+        assert!(rec.seen(&taint).await > answered);
         for n in &nodes[1..3] {
             daemon
                 .wait_rule(&n.name, "power-transitional", Duration::from_secs(30))
@@ -1632,18 +1646,19 @@ fn two_hosts_one_actor() -> ScenarioFuture {
         host_a.kill().await;
         host_b.kill().await;
         drop(alive);
-        let seen = rec.writes();
+        let expected: Vec<Write> = [0, 1, 2, 3]
+            .iter()
+            .map(|i| Write::Taint(nodes[*i].name.clone()))
+            .chain([Write::Untaint(nodes[1].name.clone())])
+            .collect();
+        let seen = rec.writes_once_seen(&expected).await;
         for n in &nodes {
             n.delete().await;
         }
         let _ = namespaces.delete(&s.group, &DeleteParams::default()).await;
         Outcome {
             name: "[ha] two hosts: leader SIGKILLed mid-storm, then partitioned",
-            expected: [0, 1, 2, 3]
-                .iter()
-                .map(|i| Write::Taint(nodes[*i].name.clone()))
-                .chain([Write::Untaint(nodes[1].name.clone())])
-                .collect(),
+            expected,
             seen,
         }
     })
@@ -1773,7 +1788,9 @@ fn power_cut_timeline_with_the_example_defaults() -> ScenarioFuture {
             name: "power cut with the example defaults: attested ahead, fenced at NotReady",
             expected: vec![Write::Taint(victim.name.clone())],
             seen: {
-                let seen = rec.writes();
+                let seen = rec
+                    .writes_once_seen(&[Write::Taint(victim.name.clone())])
+                    .await;
                 for n in &nodes {
                     n.delete().await;
                 }
@@ -1790,8 +1807,8 @@ fn power_cut_timeline_with_the_example_defaults() -> ScenarioFuture {
 fn a_kubelet_stall_with_a_lying_bmc_is_discarded_by_its_renewal() -> ScenarioFuture {
     Box::pin(async {
         let s = Scenario::redfish("fm-stall", 1).await;
-        // Stale after 2 renewals of 5 s: 10 s, well inside the 20 s node-monitor grace.
-        s.set_policy(&format!("lease_stale_after = 2\n{}", s.policy_lines()));
+        // Stale after 1.5 renewals of 5 s: 7.5 s, well inside the 20 s node-monitor grace.
+        s.set_policy(&format!("lease_stale_after = 1.5\n{}", s.policy_lines()));
         let node = s.node("a", 0).await;
         let kubelet = FakeNode::keep_alive(&[&node], FIRST_BOOT);
         let rec = WriteRecorder::start(&s.client, &s.group).await;
@@ -1807,20 +1824,28 @@ fn a_kubelet_stall_with_a_lying_bmc_is_discarded_by_its_renewal() -> ScenarioFut
         node.renew_lease().await;
         let stalled = Instant::now();
         let r = daemon
-            .wait_rule(&node.name, "pre-attested", Duration::from_secs(15))
+            .wait_rule(&node.name, "pre-attested", Duration::from_secs(17))
             .await;
         assert_eq!(r["ready"], "Ready", "{r}");
         assert!(
-            stalled.elapsed() < Duration::from_secs(15),
+            stalled.elapsed() < Duration::from_secs(17),
             "the stall ran too long to stay inside the grace"
         );
         // Alive again: a renewal, as the kubelet catches up.
+        let renewed = jiff::Timestamp::now();
         node.renew_lease().await;
         let _alive = FakeNode::keep_alive(&[&node], FIRST_BOOT);
         let r = daemon
             .wait_rule(&node.name, "node-ready", Duration::from_secs(10))
             .await;
-        assert_eq!(r["reads"].as_array().map(Vec::len), Some(0), "{r}");
+        // The reads ahead are gone; one that was in flight at the renewal may still be listed,
+        // but none was started after it.
+        let reads = r["reads"].as_array().cloned().unwrap_or_default();
+        assert!(reads.len() <= 1, "{r}");
+        for read in &reads {
+            let at: jiff::Timestamp = read["at"].as_str().unwrap().parse().unwrap();
+            assert!(at < renewed, "a read after the renewal: {r}");
+        }
         stays_unfenced(&node, Duration::from_secs(5)).await;
         conclude(
             "kubelet stall, lying BMC: the renewal discards the reads ahead",
@@ -1834,11 +1859,21 @@ fn a_kubelet_stall_with_a_lying_bmc_is_discarded_by_its_renewal() -> ScenarioFut
 }
 
 /// Every kubelet of the datacenter goes silent at once (the control plane, or the path to
-/// it, is what broke): a lease storm. oobfence reads no BMC ahead of NotReady and says why.
+/// it, is what broke): a lease storm. The kubelets last renewed at phases spread over half a
+/// renewal interval, as real ones do, so their Leases go stale one after another; the storm
+/// is counted on late Leases, before the first is stale, and oobfence reads no BMC ahead of
+/// NotReady and says why.
 fn most_leases_stale_at_once_reads_nothing_ahead() -> ScenarioFuture {
     Box::pin(async {
         let s = Scenario::redfish("fm-leasestorm", 4).await;
-        s.set_policy(&format!("lease_stale_after = 1.5\n{}", s.policy_lines()));
+        // The example's lease_stale_after (2.5 renewals: late after 7.5 s, stale after 12.5 s
+        // of a 20 s Lease), and a grace long enough that no read at NotReady (20 s and more
+        // after the silence) falls in the window watched.
+        let policy = s
+            .policy_lines()
+            .replace("not_ready_grace = \"2s\"", "not_ready_grace = \"30s\"");
+        assert!(policy.contains("30s"), "{policy}");
+        s.set_policy(&format!("lease_stale_after = 2.5\n{policy}"));
         let mut nodes = Vec::new();
         for i in 0..4 {
             nodes.push(s.node(&format!("n{i}"), i).await);
@@ -1858,30 +1893,39 @@ fn most_leases_stale_at_once_reads_nothing_ahead() -> ScenarioFuture {
                 .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
                 .sum()
         };
-        for n in &nodes {
-            n.renew_lease().await;
-        }
         let silent = Instant::now();
         let before = reads_total(&daemon.metrics().await);
-        wait_for("the lease storm", Duration::from_secs(14), || async {
+        // The last renewals, 0.8 s apart.
+        for (i, n) in nodes.iter().enumerate() {
+            tokio::time::sleep_until((silent + Duration::from_millis(800) * i as u32).into()).await;
+            n.renew_lease().await;
+        }
+        wait_for("the lease storm", Duration::from_secs(20), || async {
             (metric(&daemon.metrics().await, "oobfence_lease_storm") == Some(1.0)).then_some(())
         })
         .await;
+        // Past the moment the last Lease went stale (2.4 + 12.5 s, and a pass), before any
+        // NotReady node's grace has run: not one read.
+        wait_for("every Lease stale", Duration::from_secs(30), || async {
+            let m = daemon.metrics().await;
+            (metric(&m, "oobfence_leases_stale") == Some(4.0)).then_some(())
+        })
+        .await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let after = reads_total(&daemon.metrics().await);
+        assert!(
+            silent.elapsed() < Duration::from_secs(45),
+            "the check ran too late: reads at NotReady may have begun"
+        );
+        assert_eq!(after, before, "BMCs were read during a lease storm");
+        // A stale node says why it is not read.
         let r = daemon.report(&nodes[0].name).await.unwrap();
         assert_eq!(r["rule"], "node-ready", "{r}");
         let reason = r["reason"].as_str().unwrap_or_default();
         assert!(
-            reason.contains("Leases are stale at once") && reason.contains("control plane"),
+            reason.contains("Leases went unrenewed at once") && reason.contains("control plane"),
             "{reason}"
         );
-        // Still silent, still before the controller-manager's 20 s grace: not one read.
-        tokio::time::sleep(Duration::from_secs(3)).await;
-        let after = reads_total(&daemon.metrics().await);
-        assert!(
-            silent.elapsed() < Duration::from_secs(19),
-            "the check ran too late"
-        );
-        assert_eq!(after, before, "BMCs were read during a lease storm");
         let _alive = FakeNode::keep_alive(&nodes_of(&nodes), FIRST_BOOT);
         wait_for("the lease storm over", Duration::from_secs(15), || async {
             (metric(&daemon.metrics().await, "oobfence_lease_storm") == Some(0.0)).then_some(())

@@ -79,6 +79,17 @@ impl Renewals {
         })
     }
 
+    /// When a Lease counts as late toward a lease storm: one renewal interval before it is
+    /// stale, but never under 1.5 intervals (a healthy kubelet is often a moment late), nor
+    /// past stale. Kubelets renew at phases spread over one interval, so when the control
+    /// plane stops hearing all of them at once, every Lease is late by the time the first one
+    /// goes stale: the storm is counted before anything is read ahead.
+    pub fn late(self) -> Renewals {
+        Renewals {
+            tenths: self.tenths.saturating_sub(10).max(15).min(self.tenths),
+        }
+    }
+
     /// How long that is for a Lease of `lease_duration`.
     pub fn of(self, lease_duration: Duration) -> Duration {
         lease_duration / RENEWALS_PER_LEASE * self.tenths / 10

@@ -26,10 +26,13 @@
 //! - `cooldown = "5m"`: after a storm ends, the nodes that stayed down are fenced only once the
 //!   rest has had time to settle.
 //! - a freeze when more than half of the power sources read in a scope fail, and at least 3.
-//! - `max_stale_leases = "50%"`: when more than half of the datacenter's Leases go stale at
+//! - `max_stale_leases = "50%"`: when more than half of the datacenter's Leases go unrenewed at
 //!   once (and at least 3), it is the control plane, or oobfence's view of it, that stopped
 //!   hearing the kubelets, not the machines that died: no power is read ahead of NotReady then,
-//!   so an API blip never becomes a read storm against every BMC.
+//!   so an API blip never becomes a read storm against every BMC. A Lease counts once it is
+//!   late ([`super::Renewals::late`]), a renewal interval before it is stale: kubelets renew at
+//!   phases spread over one interval, so the storm is counted before the first Lease goes
+//!   stale, not after half of the BMCs have been read.
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
@@ -39,7 +42,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 use serde::Serialize;
 
-use super::{elapsed, plus, secs};
+use super::{LeaseState, elapsed, plus, secs};
 
 /// A count, or a share of a scope's nodes (rounded down).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -214,8 +217,8 @@ pub struct CensusNode<'a> {
     /// Whether its power source's last read (within the failing window) failed; `None`: not
     /// read recently, or no power source.
     pub source_failing: Option<bool>,
-    /// Whether its Lease is stale ([`super::lease_silence`]); `None`: no Lease.
-    pub lease_stale: Option<bool>,
+    /// Where its Lease stands ([`super::lease_state`]); `None`: no Lease.
+    pub lease: Option<LeaseState>,
 }
 
 /// One pass's count of a scope.
@@ -231,9 +234,10 @@ pub struct ScopeCount {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Census {
     pub scopes: BTreeMap<Scope, ScopeCount>,
-    /// Nodes with a Lease, and how many of those Leases are stale (the datacenter only: a
-    /// control plane problem is never one rack's).
+    /// Nodes with a Lease, and how many of those Leases are late (stale ones included) and
+    /// stale (the datacenter only: a control plane problem is never one rack's).
     pub leases: usize,
+    pub leases_late: usize,
     pub leases_stale: usize,
     /// The uids of the nodes whose Lease is stale.
     pub stale_uids: BTreeSet<String>,
@@ -245,16 +249,17 @@ impl Census {
         by_domain: bool,
     ) -> Census {
         let mut scopes: BTreeMap<Scope, ScopeCount> = BTreeMap::new();
-        let (mut leases, mut leases_stale) = (0, 0);
+        let (mut leases, mut leases_late, mut leases_stale) = (0, 0, 0);
         let mut stale_uids = BTreeSet::new();
         // Counted by domain name first: one hash per node, no Scope built per node.
         let mut datacenter = ScopeCount::default();
         let mut domains: std::collections::HashMap<&str, ScopeCount> = Default::default();
         for n in nodes {
-            if let Some(stale) = n.lease_stale {
+            if let Some(lease) = n.lease {
                 leases += 1;
-                leases_stale += stale as usize;
-                if stale {
+                leases_late += (lease != LeaseState::Renewing) as usize;
+                if lease == LeaseState::Stale {
+                    leases_stale += 1;
                     stale_uids.insert(n.uid.to_string());
                 }
             }
@@ -280,6 +285,7 @@ impl Census {
         Census {
             scopes,
             leases,
+            leases_late,
             leases_stale,
             stale_uids,
         }
@@ -340,7 +346,9 @@ pub struct Calm {
     pub fences: Vec<(Timestamp, String)>,
     /// Nodes with a Lease and how many of those are stale, as last counted.
     pub leases: (usize, usize),
-    /// Most Leases have been stale at once since then: no pre-attestation anywhere.
+    /// How many Leases are late (stale ones included), as last counted: what a storm counts.
+    pub leases_late: usize,
+    /// Most Leases have been late at once since then: no pre-attestation anywhere.
     pub lease_storm_since: Option<Timestamp>,
     /// The nodes whose stale Lease the last count saw: only those are read ahead, so that a
     /// Lease going stale between two counts waits for the count that may call it a storm.
@@ -408,9 +416,10 @@ impl Calm {
             .retain(|(at, _)| elapsed(*at, now) < policy.fence_budget_window);
 
         self.leases = (census.leases, census.leases_stale);
+        self.leases_late = census.leases_late;
         self.stale_uids.clone_from(&census.stale_uids);
-        let lease_storm = census.leases_stale >= LEASE_STORM_MIN
-            && census.leases_stale > policy.max_stale_leases.of(census.leases);
+        let lease_storm = census.leases_late >= LEASE_STORM_MIN
+            && census.leases_late > policy.max_stale_leases.of(census.leases);
         match (lease_storm, self.lease_storm_since) {
             (true, None) => self.lease_storm_since = Some(now),
             (false, Some(_)) => self.lease_storm_since = None,
@@ -422,8 +431,8 @@ impl Calm {
     pub fn lease_storm(&self, policy: &GuardPolicy) -> Option<String> {
         let since = self.lease_storm_since?;
         Some(format!(
-            "{} of {} Leases are stale at once (more than max_stale_leases = {}, since {}): the control plane or oobfence's view of it stopped hearing the kubelets, not the machines; no power is read ahead of NotReady",
-            self.leases.1,
+            "{} of {} Leases went unrenewed at once (more than max_stale_leases = {}, since {}): the control plane or oobfence's view of it stopped hearing the kubelets, not the machines; no power is read ahead of NotReady",
+            self.leases_late,
             self.leases.0,
             policy.max_stale_leases,
             since.strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -1640,7 +1640,7 @@ fn without_a_lease_or_with_pre_attestation_off_or_held_the_grace_applies() {
     // Held (a lease storm, a stale view, a storm): said so, then judged as any other node,
     // renewals within the grace included.
     let mut held = going_silent();
-    held.holds.pre_attest = Some("37 of 40 Leases are stale at once".into());
+    held.holds.pre_attest = Some("37 of 40 Leases went unrenewed at once".into());
     let d = decide(&held, &reads, &policy(), t(19));
     assert_eq!((d.state, d.rule), (NodeState::Healthy, Rule::NodeReady));
     assert!(d.reason.contains("37 of 40 Leases"), "{}", d.reason);
@@ -1657,6 +1657,27 @@ fn without_a_lease_or_with_pre_attestation_off_or_held_the_grace_applies() {
     let d = decide(&uncounted, &reads, &policy(), t(19));
     assert_eq!((d.rule, d.next_read_at), (Rule::NodeReady, None));
     assert!(d.reason.contains("last count"), "{}", d.reason);
+}
+
+/// A Lease is late (counted toward a lease storm) one renewal interval before it is stale,
+/// never under 1.5 intervals nor past stale.
+#[test]
+fn a_lease_is_late_one_interval_before_it_is_stale_and_never_under_one_and_a_half() {
+    for (stale, late) in [(1.5, 1.5), (2.0, 1.5), (2.5, 1.5), (3.0, 2.0), (10.0, 9.0)] {
+        assert_eq!(
+            Renewals::new(stale).unwrap().late(),
+            Renewals::new(late).unwrap(),
+            "lease_stale_after = {stale}"
+        );
+    }
+    let p = policy();
+    let at = |ms: i64| Timestamp::from_millisecond(t(0).as_millisecond() + ms).unwrap();
+    let d40 = Some(Duration::from_secs(40));
+    let state = |ms| lease_state(Some(t(0)), d40, &p, at(ms));
+    assert_eq!(state(14_999), Some(LeaseState::Renewing));
+    assert_eq!(state(15_000), Some(LeaseState::Late));
+    assert_eq!(state(25_000), Some(LeaseState::Stale));
+    assert_eq!(lease_state(None, d40, &p, at(0)), None, "no Lease");
 }
 
 /// The staleness scales with the Lease's own duration: a kubelet on a 40 s Lease (renewals

@@ -22,7 +22,7 @@ fn node(domain: &str, unhealthy: bool, source_failing: Option<bool>) -> CensusNo
         domain: Some(domain.to_string().into()),
         unhealthy,
         source_failing,
-        lease_stale: None,
+        lease: None,
     }
 }
 
@@ -230,7 +230,11 @@ fn leases(domain: &str, n: usize, stale: usize) -> Vec<CensusNode<'static>> {
     (0..n)
         .map(|i| CensusNode {
             uid: format!("{domain}-{i}").into(),
-            lease_stale: Some(i < stale),
+            lease: Some(if i < stale {
+                LeaseState::Stale
+            } else {
+                LeaseState::Renewing
+            }),
             ..node(domain, false, None)
         })
         .collect()
@@ -273,6 +277,88 @@ fn most_leases_stale_at_once_stops_reading_ahead_everywhere() {
     pass(&mut calm, &leases("a", 4, 1), &p, 20);
     assert_eq!(calm.lease_storm_since, None, "over once the Leases renew");
     assert_eq!(ahead(&calm, "a-0", 20), None);
+}
+
+/// The control plane stops hearing every kubelet at once. Kubelets renew at phases spread over
+/// one renewal interval, so their Leases go stale one by one over that interval: counting stale
+/// Leases, the storm would begin only once half of them were, after the first half of the
+/// BMCs had been read ahead. Late Leases are counted instead, and every one is late before the
+/// first is stale: no node is ever read ahead. And a healthy datacenter, renewing at those
+/// phases, never counts as a storm.
+#[test]
+fn kubelets_unheard_at_once_are_a_storm_before_any_lease_is_stale() {
+    use crate::decision::{Policy, lease_state};
+    let (p, policy) = (policy(), Policy::default());
+    let lease = Some(std::time::Duration::from_secs(40));
+    let interval_ms = 10_000;
+    // 40 kubelets, their renewals 250 ms apart: phases over the whole interval.
+    let phase = |i: i64| jiff::SignedDuration::from_millis(i * interval_ms / 40);
+    let census_at = |now: Timestamp, last_renewal: &dyn Fn(i64) -> Timestamp| {
+        (0..40)
+            .map(|i| CensusNode {
+                uid: format!("a-{i}").into(),
+                lease: lease_state(Some(last_renewal(i)), lease, &policy, now),
+                ..node("a", false, None)
+            })
+            .collect::<Vec<_>>()
+    };
+    let mut calm = Calm::default();
+    // Healthy for 60 s, a pass every 250 ms: never a storm, never a stale Lease.
+    for step in 0..240 {
+        let now = t(0) + jiff::SignedDuration::from_millis(step * 250);
+        let renewed = |i: i64| {
+            let since_phase = (now - phase(i)).as_millisecond() - t(0).as_millisecond();
+            now - jiff::SignedDuration::from_millis(since_phase.rem_euclid(interval_ms))
+        };
+        let census = census_at(now, &renewed);
+        let view = View {
+            watches_ok: true,
+            last_round_trip: Some(now),
+        };
+        calm.update(
+            &Census::count(&census, true),
+            &view,
+            Pause::default(),
+            &p,
+            now,
+        );
+        assert_eq!(
+            calm.lease_storm_since, None,
+            "a healthy datacenter at {now}"
+        );
+        assert_eq!(calm.leases.1, 0);
+    }
+    // At t(60) every kubelet goes unheard; each last renewed at its phase in the interval before.
+    let unheard = t(60);
+    let last = |i: i64| unheard - jiff::SignedDuration::from_millis(interval_ms) + phase(i);
+    let mut stale_seen = false;
+    for step in 0..160 {
+        let now = unheard + jiff::SignedDuration::from_millis(step * 250);
+        let census = census_at(now, &last);
+        let view = View {
+            watches_ok: true,
+            last_round_trip: Some(now),
+        };
+        calm.update(
+            &Census::count(&census, true),
+            &view,
+            Pause::default(),
+            &p,
+            now,
+        );
+        for n in census.iter().filter(|n| n.lease == Some(LeaseState::Stale)) {
+            stale_seen = true;
+            let held = calm.holds(Some("a"), &n.uid, &p, now).pre_attest;
+            assert!(
+                held.is_some(),
+                "{} read ahead at {now}: {} of 40 Leases late, {} stale",
+                n.uid,
+                calm.leases_late,
+                calm.leases.1
+            );
+        }
+    }
+    assert!(stale_seen, "the Leases went stale within the 40 s watched");
 }
 
 /// A Lease that goes stale between two counts is read ahead only once a count has seen it:
