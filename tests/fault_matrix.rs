@@ -634,11 +634,15 @@ fn flapping_node_is_held() -> ScenarioFuture {
         );
         assert!(s.policy_lines().contains("not_ready_grace = \"10s\""));
         let node = s.node("a", 0).await;
+        // Alive until it flaps: a Lease gone stale during the set-up would have the machine
+        // read ahead, and an Off read ahead fences at the first NotReady, rightly.
+        let kubelet = FakeNode::keep_alive(&[&node], FIRST_BOOT);
         let rec = WriteRecorder::start(&s.client, &s.group).await;
         let daemon = s.daemon().await;
         let emu = s.redfish_emulator();
         emu.set_power(0, false).await;
         emu.wait_power(0, "Off", Duration::from_secs(30)).await;
+        drop(kubelet);
         for _ in 0..4 {
             node.die(FIRST_BOOT).await;
             tokio::time::sleep(Duration::from_millis(1500)).await;
