@@ -302,6 +302,20 @@ fn kubelets_unheard_at_once_are_a_storm_before_any_lease_is_stale() {
             })
             .collect::<Vec<_>>()
     };
+    // A pass on a fresh view at `now`.
+    let count = |calm: &mut Calm, census: &[CensusNode<'_>], now: Timestamp| {
+        let view = View {
+            watches_ok: true,
+            last_round_trip: Some(now),
+        };
+        calm.update(
+            &Census::count(census, true),
+            &view,
+            Pause::default(),
+            &p,
+            now,
+        );
+    };
     let mut calm = Calm::default();
     // Healthy for 60 s, a pass every 250 ms: never a storm, never a stale Lease.
     for step in 0..240 {
@@ -311,17 +325,7 @@ fn kubelets_unheard_at_once_are_a_storm_before_any_lease_is_stale() {
             now - jiff::SignedDuration::from_millis(since_phase.rem_euclid(interval_ms))
         };
         let census = census_at(now, &renewed);
-        let view = View {
-            watches_ok: true,
-            last_round_trip: Some(now),
-        };
-        calm.update(
-            &Census::count(&census, true),
-            &view,
-            Pause::default(),
-            &p,
-            now,
-        );
+        count(&mut calm, &census, now);
         assert_eq!(
             calm.lease_storm_since, None,
             "a healthy datacenter at {now}"
@@ -335,17 +339,7 @@ fn kubelets_unheard_at_once_are_a_storm_before_any_lease_is_stale() {
     for step in 0..160 {
         let now = unheard + jiff::SignedDuration::from_millis(step * 250);
         let census = census_at(now, &last);
-        let view = View {
-            watches_ok: true,
-            last_round_trip: Some(now),
-        };
-        calm.update(
-            &Census::count(&census, true),
-            &view,
-            Pause::default(),
-            &p,
-            now,
-        );
+        count(&mut calm, &census, now);
         for n in census.iter().filter(|n| n.lease == Some(LeaseState::Stale)) {
             stale_seen = true;
             let held = calm.holds(Some("a"), &n.uid, &p, now).pre_attest;
