@@ -320,10 +320,7 @@ async fn stays_unfenced(node: &FakeNode, for_at_least: Duration) {
 }
 
 fn metric(text: &str, series: &str) -> Option<f64> {
-    text.lines()
-        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
+    support::k8s::sample(text, series)
 }
 
 const RACK: &str = "oobfence.test/rack";
@@ -730,12 +727,14 @@ fn daemon_killed_after_its_fence_and_restarted() -> ScenarioFuture {
             .filter(|r| r.action == "taint" && r.result == "success")
             .collect();
         assert_eq!(records.len(), 1, "{records:?}");
-        // The Node's record and the journal's tell of the same fence.
+        // The Node's record and the journal's tell of the same fence: fenced-at is stamped
+        // before the write, the journal's record after it returns (a write may take its 20 s
+        // bound on a loaded API server).
         let n = node.get().await;
         let at: jiff::Timestamp = n.annotations()["oobfence.io/fenced-at"].parse().unwrap();
         let gap = records[0].ts.duration_since(at).abs();
         assert!(
-            gap < jiff::SignedDuration::from_secs(5),
+            gap < jiff::SignedDuration::from_secs(30),
             "journal {} vs node {at}",
             records[0].ts
         );

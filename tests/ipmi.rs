@@ -473,7 +473,8 @@ async fn the_guid_question_keeps_the_session_and_its_silence_costs_only_the_iden
     assert!(!reason.contains(ipmi_sim::PASSWORD), "{reason}");
     // One request and its two resends.
     assert_eq!(relay.swallowed.load(Ordering::Relaxed), 3);
-    assert!(took < Duration::from_millis(2700), "{took:?}");
+    // Within the deadline: bounded by twice the read's, for a loaded machine's late timers.
+    assert!(took < Duration::from_millis(4000), "{took:?}");
     assert_eq!(sim.other_sessions(), 0, "the failed session was kept");
     // The next read opens a new session and has its identity back.
     let reply = src.read_reply().await;
@@ -586,7 +587,8 @@ async fn a_silent_peer_times_out_within_the_deadline_after_resending() {
         "{detail}"
     );
     assert!(took >= Duration::from_millis(900), "{took:?}");
-    assert!(took < Duration::from_millis(1600), "{took:?}");
+    // Within the 1 s deadline: bounded by 2.5 s, for a loaded machine's late timers.
+    assert!(took < Duration::from_millis(2500), "{took:?}");
     // The ping went out three times: once, then twice more while no answer came.
     assert_eq!(peer.got.load(Ordering::Relaxed), 3);
 }

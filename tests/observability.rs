@@ -18,7 +18,7 @@ use kube::api::{Api, DeleteParams, PostParams};
 
 use oobfence::journal::{self, Record, RecordKind};
 use support::k8s::{
-    FakeNode, KubeletIdentity, RunningDaemon, events_for, volume_attachment, wait_for,
+    FakeNode, KubeletIdentity, RunningDaemon, events_for, sample, volume_attachment, wait_for,
 };
 use support::scenario::{DATACENTER, Scenario, UNREACHABLE_BMC_PASSWORD};
 
@@ -104,15 +104,6 @@ fn dashboard_exprs(v: &serde_json::Value, out: &mut Vec<String>) {
         serde_json::Value::Array(items) => items.iter().for_each(|x| dashboard_exprs(x, out)),
         _ => {}
     }
-}
-
-/// The value of one series, `name{labels}` written as the exposition writes it.
-fn sample(exposition: &str, series: &str) -> Option<f64> {
-    exposition
-        .lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
 }
 
 fn journal_records(path: &Path, node: &str) -> Vec<Record> {

@@ -22,8 +22,10 @@ use support::scenario::Scenario;
 
 /// What WatchdogSec=30s hands a service: the daemon must ping well within half of it.
 const WATCHDOG_USEC: &str = "30000000";
-/// Longest gap between two keep-alives of a healthy loop (it ticks every second).
-const MAX_HEALTHY_GAP: Duration = Duration::from_millis(2500);
+/// Longest gap between two keep-alives of a healthy loop: it ticks every second; a quarter of
+/// WatchdogSec leaves room for a loaded machine's stalls and is well within the half that
+/// systemd's watchdog needs.
+const MAX_HEALTHY_GAP: Duration = Duration::from_millis(7500);
 
 /// The service manager's end of NOTIFY_SOCKET: every assignment received, with its arrival.
 struct NotifySocket {
@@ -246,11 +248,11 @@ async fn reports_ready_after_sync_then_status_and_a_steady_watchdog() {
 
     // An idle, healthy loop keeps feeding the watchdog: about once a second.
     let from = Instant::now();
-    notify.collect(Duration::from_secs(6)).await;
+    notify.collect(Duration::from_secs(10)).await;
     let pings = notify.watchdogs_since(from);
     assert!(
         pings.len() >= 4,
-        "{} WATCHDOG=1 in 6s: {:?}",
+        "{} WATCHDOG=1 in 10s: {:?}",
         pings.len(),
         notify.lines()
     );
@@ -414,7 +416,7 @@ async fn a_stuck_decision_loop_stops_the_keepalives() {
 
     notify.wait_ready(&daemon).await;
     let from = Instant::now();
-    notify.collect(Duration::from_secs(3)).await;
+    notify.collect(Duration::from_secs(5)).await;
     assert!(
         notify.watchdogs_since(from).len() >= 2,
         "keep-alives flow before the loop is stuck: {:?}",
@@ -425,10 +427,10 @@ async fn a_stuck_decision_loop_stops_the_keepalives() {
     let node = s
         .node_reporting("a", "boot-1", KubeletIdentity::default())
         .await;
-    // The node reaches the cache and the loop's next pass blocks on the pipe.
-    let stuck_from = Instant::now();
-    notify.collect(Duration::from_secs(8)).await;
-    let during = notify.watchdogs_since(stuck_from + Duration::from_secs(2));
+    // The node reaches the cache and the loop's next pass blocks on the pipe: within a few
+    // seconds the keep-alives stop, and stay stopped (a healthy loop pings every second).
+    notify.collect(Duration::from_secs(12)).await;
+    let during = notify.watchdogs_since(Instant::now() - Duration::from_secs(7));
     assert!(
         during.is_empty(),
         "the loop is stuck on the system roots, yet {} WATCHDOG=1 arrived: the keep-alive must \
@@ -644,7 +646,7 @@ async fn reload_applies_a_whole_config_and_refuses_a_broken_one() {
     assert!(after.contains(&"RELOADING=1"), "{after:?}");
     // The decision loop runs on: its keep-alives keep coming.
     let since = Instant::now();
-    notify.collect(Duration::from_secs(3)).await;
+    notify.collect(Duration::from_secs(5)).await;
     assert!(
         notify.watchdogs_since(since).len() >= 2,
         "{:?}",

@@ -72,6 +72,16 @@ pub fn client_racing_a_writer(
     (Client::new(service, "default"), competing)
 }
 
+/// The value of one series in a Prometheus exposition, `name{labels}` written as the exposition
+/// writes it.
+pub fn sample(exposition: &str, series: &str) -> Option<f64> {
+    exposition
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+}
+
 /// A unique, DNS-safe name for this test run.
 pub fn unique(prefix: &str) -> String {
     let nanos = std::time::SystemTime::now()
