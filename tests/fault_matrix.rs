@@ -1225,15 +1225,18 @@ impl OwnCluster {
 impl Drop for OwnCluster {
     fn drop(&mut self) {
         let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/test-cluster");
-        let _ = std::process::Command::new(script)
-            .arg("stop")
-            .arg(self.dir.path())
-            .stdin(std::process::Stdio::null())
-            .output();
-        if let Some(mut child) = self.restarted.lock().unwrap().take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        // Seconds of waiting for processes to exit, aside from the other scenarios' tasks.
+        support::blocking(|| {
+            let _ = std::process::Command::new(script)
+                .arg("stop")
+                .arg(self.dir.path())
+                .stdin(std::process::Stdio::null())
+                .output();
+            if let Some(mut child) = self.restarted.lock().unwrap().take() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        });
     }
 }
 

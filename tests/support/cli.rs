@@ -6,9 +6,7 @@ use std::process::Output;
 /// `oobfence COMMAND --config CONFIG ARGS...` for `args = [COMMAND, ARGS...]`, as an operator's
 /// shell runs it (no `$CREDENTIALS_DIRECTORY`).
 pub fn oobfence(args: &[&str], config: &Path) -> Output {
-    oobfence_command(args, config)
-        .output()
-        .expect("run oobfence")
+    super::blocking(|| oobfence_command(args, config).output()).expect("run oobfence")
 }
 
 /// [`oobfence`], without blocking the async runtime (a daemon may run in this process).

@@ -180,16 +180,15 @@ impl IpmiSim {
 
     /// `ipmitool -I lanplus -C 3 ... ARGS` against this simulator, as admin; its stdout.
     pub fn ipmitool(&self, args: &[&str]) -> String {
-        let out = Command::new(which("ipmitool"))
-            .args(["-I", "lanplus", "-H", "127.0.0.1", "-p"])
+        let mut cmd = Command::new(which("ipmitool"));
+        cmd.args(["-I", "lanplus", "-H", "127.0.0.1", "-p"])
             .arg(self.port.to_string())
             .args([
                 "-U", USERNAME, "-P", PASSWORD, "-C", "3", "-N", "1", "-R", "3",
             ])
             .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .expect("run ipmitool");
+            .stdin(Stdio::null());
+        let out = super::blocking(|| cmd.output()).expect("run ipmitool");
         assert!(
             out.status.success(),
             "ipmitool {args:?} failed: {}{}",

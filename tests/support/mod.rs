@@ -20,6 +20,30 @@ pub mod sushy;
 
 use std::path::PathBuf;
 
+/// Runs blocking work (a child process waited for) so that it holds up no other task: on a
+/// multi-thread runtime the worker first hands its queue to another thread. Otherwise a task
+/// parked on this worker (its LIFO slot cannot be stolen) waits as long as the work does, and
+/// a scenario running beside it sees seconds pass for nothing.
+pub fn blocking<T>(work: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(work)
+        }
+        _ => work(),
+    }
+}
+
+/// `Command::output`, run through [`blocking`].
+pub trait OutputAside {
+    fn output_aside(&mut self) -> std::io::Result<std::process::Output>;
+}
+
+impl OutputAside for std::process::Command {
+    fn output_aside(&mut self) -> std::io::Result<std::process::Output> {
+        blocking(|| self.output())
+    }
+}
+
 /// The Python virtualenv holding the emulators: `$OOBFENCE_VENV`, else `venv` under the
 /// oobfence cache (`$OOBFENCE_CACHE`, else `$XDG_CACHE_HOME/oobfence`, else
 /// `$HOME/.cache/oobfence`), as `scripts/install-deps` lays it out.

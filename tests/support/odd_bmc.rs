@@ -4,6 +4,8 @@
 
 use std::path::PathBuf;
 
+use super::OutputAside;
+
 /// The UUID the odd server's machines report.
 pub const UUID: &str = "4c4c4544-0038-4b10-8052-b4c04f4a4e32";
 
@@ -115,7 +117,7 @@ impl OddBmc {
             .arg(&key)
             .arg("-out")
             .arg(&expired)
-            .output()
+            .output_aside()
             .expect("run openssl");
         assert!(
             out.status.success(),

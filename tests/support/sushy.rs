@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::venv_bin;
+use super::{OutputAside, venv_bin};
 
 pub const USERNAME: &str = "admin";
 pub const PASSWORD: &str = "password";
@@ -286,7 +286,7 @@ pub fn self_signed_cert(dir: &Path, stem: &str) -> (PathBuf, PathBuf) {
         .arg("-out")
         .arg(&cert)
         .stdin(Stdio::null())
-        .output()
+        .output_aside()
         .unwrap_or_else(|e| panic!("cannot run openssl (install the openssl CLI): {e}"));
     assert!(
         out.status.success(),
@@ -306,7 +306,7 @@ pub fn bmc_style_cert(dir: &Path, stem: &str, days: i32) -> (PathBuf, PathBuf) {
         let out = Command::new("openssl")
             .args(args)
             .stdin(Stdio::null())
-            .output()
+            .output_aside()
             .unwrap_or_else(|e| panic!("cannot run openssl: {e}"));
         assert!(
             out.status.success(),
@@ -354,7 +354,7 @@ pub fn openssl_fingerprint(cert: &Path) -> String {
     let out = Command::new("openssl")
         .args(["x509", "-noout", "-fingerprint", "-sha256", "-in"])
         .arg(cert)
-        .output()
+        .output_aside()
         .expect("run openssl");
     assert!(out.status.success());
     String::from_utf8_lossy(&out.stdout).trim().to_string()
@@ -372,7 +372,7 @@ fn write_htpasswd(python: &Path, path: &Path) {
         .arg("-c")
         .arg(script)
         .stdin(Stdio::null())
-        .output()
+        .output_aside()
         .expect("run the venv's python");
     assert!(
         out.status.success(),
