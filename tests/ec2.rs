@@ -287,11 +287,7 @@ fn describe_instances_calls(metrics: &str) -> u64 {
 
 /// `oobfence_power_reads_total` of the EC2 backend, every result, as scraped.
 fn ec2_reads(metrics: &str) -> u64 {
-    metrics
-        .lines()
-        .filter(|l| l.starts_with("oobfence_power_reads_total{") && l.contains("backend=\"ec2\""))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
+    support::k8s::sum_of(metrics, "oobfence_power_reads_total{backend=\"ec2\",") as u64
 }
 
 /// The EC2 source folds the reads in flight into one DescribeInstances; the daemon's read

@@ -31,7 +31,9 @@ use serde_json::json;
 use oobfence::journal;
 use support::fake_ec2::{FakeEc2, FakeInstance};
 use support::gate::Gate;
-use support::k8s::{FakeNode, KubeletIdentity, RunningDaemon, TEST_LABEL, taints_owner, wait_for};
+use support::k8s::{
+    FakeNode, KubeletIdentity, RunningDaemon, TEST_LABEL, sample, taints_owner, wait_for,
+};
 use support::odd_bmc::{self, OddBmc};
 use support::scenario::{FIRST_BOOT, Scenario};
 
@@ -319,10 +321,6 @@ async fn stays_unfenced(node: &FakeNode, for_at_least: Duration) {
     );
 }
 
-fn metric(text: &str, series: &str) -> Option<f64> {
-    support::k8s::sample(text, series)
-}
-
 const RACK: &str = "oobfence.test/rack";
 
 /// A storm in one failure domain (both nodes of rack r1 dead, domain_max_unhealthy 50%)
@@ -372,7 +370,7 @@ fn storm_in_one_domain_while_another_fences() -> ScenarioFuture {
         }
         let m = daemon.metrics().await;
         assert_eq!(
-            metric(
+            sample(
                 &m,
                 "oobfence_scope_hold{scope=\"domain=r1\",hold=\"storm\"}"
             ),
@@ -380,7 +378,7 @@ fn storm_in_one_domain_while_another_fences() -> ScenarioFuture {
             "{m}"
         );
         assert_eq!(
-            metric(
+            sample(
                 &m,
                 "oobfence_scope_hold{scope=\"domain=r2\",hold=\"storm\"}"
             ),
@@ -478,7 +476,7 @@ fn pause_file_on_and_off() -> ScenarioFuture {
             "{r}"
         );
         assert_eq!(
-            metric(&daemon.metrics().await, "oobfence_paused"),
+            sample(&daemon.metrics().await, "oobfence_paused"),
             Some(1.0)
         );
         stays_unfenced(&node, Duration::from_secs(3)).await;
@@ -488,7 +486,7 @@ fn pause_file_on_and_off() -> ScenarioFuture {
         let taint = Write::Taint(node.name.clone());
         assert!(rec.seen(&taint).await > resumed);
         assert_eq!(
-            metric(&daemon.metrics().await, "oobfence_paused"),
+            sample(&daemon.metrics().await, "oobfence_paused"),
             Some(0.0)
         );
         conclude("pause file on and off", vec![taint], daemon, &rec, &[&node]).await
@@ -572,7 +570,7 @@ fn api_unreachable_longer_than_the_staleness_limit() -> ScenarioFuture {
         gate.cut();
         power_cut(&s, &node, 0).await;
         wait_for("oobfence_view_stale 1", Duration::from_secs(30), || async {
-            (metric(&daemon.metrics().await, "oobfence_view_stale") == Some(1.0)).then_some(())
+            (sample(&daemon.metrics().await, "oobfence_view_stale") == Some(1.0)).then_some(())
         })
         .await;
         let report = daemon.report(&node.name).await.unwrap();
@@ -704,7 +702,7 @@ fn daemon_killed_after_its_fence_and_restarted() -> ScenarioFuture {
             "the fence budget restored",
             Duration::from_secs(15),
             || async {
-                (metric(&daemon.metrics().await, "oobfence_fence_budget_used") == Some(1.0))
+                (sample(&daemon.metrics().await, "oobfence_fence_budget_used") == Some(1.0))
                     .then_some(())
             },
         )
@@ -712,7 +710,7 @@ fn daemon_killed_after_its_fence_and_restarted() -> ScenarioFuture {
         tokio::time::sleep(Duration::from_secs(3)).await;
         let m = daemon.metrics().await;
         assert_eq!(
-            metric(
+            sample(
                 &m,
                 "oobfence_actions_total{action=\"taint\",result=\"success\"}"
             ),
@@ -747,7 +745,7 @@ fn daemon_killed_after_its_fence_and_restarted() -> ScenarioFuture {
             "the fence budget restored from the Node",
             Duration::from_secs(15),
             || async {
-                (metric(&daemon.metrics().await, "oobfence_fence_budget_used") == Some(1.0))
+                (sample(&daemon.metrics().await, "oobfence_fence_budget_used") == Some(1.0))
                     .then_some(())
             },
         )
@@ -1085,7 +1083,7 @@ fn conflicts_on_every_write_for_a_while() -> ScenarioFuture {
         let started = Instant::now();
         while started.elapsed() < Duration::from_secs(30) {
             let m = daemon.metrics().await;
-            let gave_up = metric(
+            let gave_up = sample(
                 &m,
                 "oobfence_actions_total{action=\"taint\",result=\"failure\"}",
             )
@@ -1105,7 +1103,7 @@ fn conflicts_on_every_write_for_a_while() -> ScenarioFuture {
             "the other writer's last change was lost"
         );
         let m = daemon.metrics().await;
-        let failures = metric(
+        let failures = sample(
             &m,
             "oobfence_actions_total{action=\"taint\",result=\"failure\"}",
         );
@@ -1258,7 +1256,7 @@ fn apiserver_killed_before_the_write() -> ScenarioFuture {
         node.die(FIRST_BOOT).await;
         let args = cluster.kill_apiserver();
         wait_for("oobfence_view_stale 1", Duration::from_secs(30), || async {
-            (metric(&daemon.metrics().await, "oobfence_view_stale") == Some(1.0)).then_some(())
+            (sample(&daemon.metrics().await, "oobfence_view_stale") == Some(1.0)).then_some(())
         })
         .await;
         tokio::time::sleep(Duration::from_secs(3)).await;
@@ -1472,7 +1470,7 @@ impl HaInstance {
                 return None;
             }
         };
-        metric(&m, "oobfence_leader{datacenter=\"test\"}")
+        sample(&m, "oobfence_leader{datacenter=\"test\"}")
     }
 
     async fn report(&self, node: &str) -> Option<serde_json::Value> {
@@ -1606,7 +1604,7 @@ fn two_hosts_one_actor() -> ScenarioFuture {
                     .text()
                     .await
                     .ok()?;
-                (metric(&m, "oobfence_fence_budget_used") == Some(3.0)).then_some(())
+                (sample(&m, "oobfence_fence_budget_used") == Some(3.0)).then_some(())
             },
         )
         .await;
@@ -1769,7 +1767,7 @@ fn power_cut_timeline_with_the_example_defaults() -> ScenarioFuture {
         report(&lines.join("\n"));
         // The metric is observed once the daemon hears its write landed.
         wait_for("the power-cut metric", Duration::from_secs(15), || async {
-            (metric(
+            (sample(
                 &daemon.metrics().await,
                 "oobfence_power_cut_to_fence_seconds_count",
             ) == Some(1.0))
@@ -1893,12 +1891,7 @@ fn most_leases_stale_at_once_reads_nothing_ahead() -> ScenarioFuture {
                 .await;
         }
         drop(kubelets);
-        let reads_total = |m: &str| -> f64 {
-            m.lines()
-                .filter(|l| l.starts_with("oobfence_power_reads_total{"))
-                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-                .sum()
-        };
+        let reads_total = |m: &str| support::k8s::sum_of(m, "oobfence_power_reads_total{");
         let silent = Instant::now();
         let before = reads_total(&daemon.metrics().await);
         // The last renewals, 0.8 s apart.
@@ -1907,14 +1900,14 @@ fn most_leases_stale_at_once_reads_nothing_ahead() -> ScenarioFuture {
             n.renew_lease().await;
         }
         wait_for("the lease storm", Duration::from_secs(20), || async {
-            (metric(&daemon.metrics().await, "oobfence_lease_storm") == Some(1.0)).then_some(())
+            (sample(&daemon.metrics().await, "oobfence_lease_storm") == Some(1.0)).then_some(())
         })
         .await;
         // Past the moment the last Lease went stale (2.4 + 12.5 s, and a pass), before any
         // NotReady node's grace has run: not one read.
         wait_for("every Lease stale", Duration::from_secs(30), || async {
             let m = daemon.metrics().await;
-            (metric(&m, "oobfence_leases_stale") == Some(4.0)).then_some(())
+            (sample(&m, "oobfence_leases_stale") == Some(4.0)).then_some(())
         })
         .await;
         tokio::time::sleep(Duration::from_secs(2)).await;
@@ -1934,7 +1927,7 @@ fn most_leases_stale_at_once_reads_nothing_ahead() -> ScenarioFuture {
         );
         let _alive = FakeNode::keep_alive(&nodes_of(&nodes), FIRST_BOOT);
         wait_for("the lease storm over", Duration::from_secs(15), || async {
-            (metric(&daemon.metrics().await, "oobfence_lease_storm") == Some(0.0)).then_some(())
+            (sample(&daemon.metrics().await, "oobfence_lease_storm") == Some(0.0)).then_some(())
         })
         .await;
         conclude(

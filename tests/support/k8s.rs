@@ -82,6 +82,16 @@ pub fn sample(exposition: &str, series: &str) -> Option<f64> {
         .and_then(|v| v.parse().ok())
 }
 
+/// The sum of the values of every series in a Prometheus exposition that starts with `prefix`
+/// (`name{` for all of a family's series, `name{first_label="value",` for some).
+pub fn sum_of(exposition: &str, prefix: &str) -> f64 {
+    exposition
+        .lines()
+        .filter(|l| l.starts_with(prefix))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 /// A unique, DNS-safe name for this test run.
 pub fn unique(prefix: &str) -> String {
     let nanos = std::time::SystemTime::now()
