@@ -60,6 +60,7 @@ fn main() {
             identity: NodeIdentity {
                 system_uuid: uuid.clone(),
                 addresses: vec![format!("10.0.{}.{}", i / 250, i % 250)],
+                uuid_shared_with: Vec::new(),
             },
             identity_check: IdentityCheck::Checked,
             identity_binding: None,
@@ -78,6 +79,7 @@ fn main() {
                 state: state.clone(),
                 details: Vec::new(),
                 identity: MachineIdentity::system_uuid(&uuid, None).expect("a UUID"),
+                reader: "redfish https://bmc.example".into(),
             })
             .collect();
         cases.push((facts, reads));

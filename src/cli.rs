@@ -473,6 +473,16 @@ async fn check_config(path: &Path, probe: bool) -> Result<ExitCode, ExitCode> {
         }),
     );
     let conflicts = &conflicts;
+    let shared_uuids = crate::identity::shared_system_uuids(nodes.items.iter().map(|n| {
+        (
+            n.metadata.name.as_deref().unwrap_or(""),
+            n.status
+                .as_ref()
+                .and_then(|s| s.node_info.as_ref())
+                .map_or("", |i| i.system_uuid.as_str()),
+        )
+    }));
+    let shared_uuids = &shared_uuids;
     let rows: Vec<Row> = futures::stream::iter(nodes.items.into_iter().map(|n| {
         let sources = sources.clone();
         let cfg = cfg.clone();
@@ -490,8 +500,10 @@ async fn check_config(path: &Path, probe: bool) -> Result<ExitCode, ExitCode> {
                 },
                 Some(MappedSource { source, deadline }) => {
                     let r = daemon::read_once(&source, deadline).await;
-                    let verdict =
-                        crate::identity::verify(&crate::cluster::node_identity(&n), &r.identity);
+                    let mut node_identity = crate::cluster::node_identity(&n);
+                    node_identity.uuid_shared_with =
+                        shared_uuids.get(&name).cloned().unwrap_or_default();
+                    let verdict = crate::identity::verify(&node_identity, &r.identity);
                     let checked = cfg.mapping_for(&name).map(|m| m.identity())
                         != Some(crate::identity::IdentityCheck::Unchecked);
                     let conflict = conflicts.get(&name);

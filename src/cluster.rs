@@ -61,6 +61,8 @@ pub mod reasons {
     pub const VOLUMES_STILL_ATTACHED: &str = "OobfenceVolumesStillAttached";
     pub const IDENTITY_MISMATCH: &str = "OobfenceIdentityMismatch";
     pub const OFF_WHILE_ALIVE: &str = "OobfencePowerSourceOffWhileAlive";
+    pub const GONE_WHILE_ALIVE: &str = "OobfencePowerSourceGoneWhileAlive";
+    pub const DUPLICATE_SYSTEM_UUID: &str = "OobfenceDuplicateSystemUUID";
 }
 
 /// API calls other than watches must finish within this.
@@ -270,6 +272,7 @@ pub fn node_identity(node: &Node) -> NodeIdentity {
     NodeIdentity {
         system_uuid,
         addresses,
+        uuid_shared_with: Vec::new(),
     }
 }
 

@@ -12,6 +12,7 @@ mod observe;
 mod reads;
 mod reload;
 mod tracker;
+mod uuids;
 mod writer;
 
 pub use crate::status::{LOOP_STALL, Shared};
@@ -95,6 +96,8 @@ pub struct Daemon {
     /// providerIDs change (`conflicts_of`: the names and providerIDs they were computed on).
     conflicts: HashMap<String, MappingConflict>,
     conflicts_of: HashMap<String, Option<String>>,
+    /// Nodes that report another Node's system UUID: it proves neither machine.
+    shared_uuids: uuids::SharedUuids,
     /// The guards' memory: storms, freezes, the fence budget.
     calm: Calm,
     /// `[ha]`: whether this instance may write.
@@ -206,6 +209,7 @@ pub async fn run(
         actions_tx,
         conflicts: HashMap::new(),
         conflicts_of: HashMap::new(),
+        shared_uuids: uuids::SharedUuids::default(),
         wakeups: BinaryHeap::new(),
         calm: Calm::default(),
         leadership,
@@ -508,6 +512,16 @@ impl Daemon {
                 .map(|(name, pid)| (name.to_string(), pid.map(String::from)))
                 .collect();
         }
+        let newly_shared = self.shared_uuids.update(nodes.iter().map(|n| {
+            (
+                n.metadata.name.as_deref().unwrap_or(""),
+                n.status
+                    .as_ref()
+                    .and_then(|s| s.node_info.as_ref())
+                    .map_or("", |i| i.system_uuid.as_str()),
+            )
+        }));
+        self.report_shared_uuids(&nodes, &newly_shared);
         self.update_guards(&nodes, now);
         for node in &nodes {
             if !self.still_quiet(node, now) {
@@ -787,6 +801,7 @@ impl Daemon {
             .leases
             .get(&ObjectRef::new(&name).within(cluster::NODE_LEASE_NAMESPACE));
         let mut facts = cluster::node_facts(node, lease.as_deref(), self.cluster.actor());
+        facts.identity.uuid_shared_with = self.shared_uuids.of(&name);
         facts.has_power_source = source.is_some();
         facts.identity_check = self
             .trackers
@@ -814,12 +829,12 @@ impl Daemon {
                 if !o.reported && facts.off_while_alive.as_ref().is_some_and(|f| f.proven()) =>
             {
                 o.reported = true;
-                Some((o.read_at, o.signs))
+                Some((o.read_at, o.signs, o.gone))
             }
             _ => None,
         };
-        if let Some((read_at, signs)) = newly_proven {
-            self.report_off_while_alive(node, read_at, signs);
+        if let Some((read_at, signs, gone)) = newly_proven {
+            self.report_off_while_alive(node, read_at, signs, gone);
         }
         let tracker = self.trackers.get_mut(&name).expect("inserted above");
         tracker.lease_duration = facts.lease_duration;
@@ -1107,8 +1122,9 @@ impl Daemon {
         }
         let node = self.nodes.get(&ObjectRef::new(&done.node));
         if let Some(node) = &node {
-            let verdict = identity::verify(&cluster::node_identity(node), &done.reading.identity);
-            self.learn_identity(node, verdict, done.reading.at);
+            let verdict = identity::verify(&self.node_identity(node), &done.reading.identity);
+            let reader = done.reading.reader.clone();
+            self.learn_identity(node, verdict, done.reading.at, &reader);
         }
         if done.purpose == ReadPurpose::Decision
             && let Some(t) = self.trackers.get_mut(&done.node)

@@ -117,7 +117,10 @@ pub enum Rule {
     SharedMachine,
     IdentityMismatch,
     OffWhileAlive,
+    GoneWhileAlive,
     IdentityUnverified,
+    ReaderChanged,
+    DuplicateSystemUuid,
     LeaseRenewedRecently,
     PreAttested,
     AwaitingPowerRead,
@@ -162,7 +165,10 @@ impl Rule {
             Rule::SharedMachine => "shared-machine",
             Rule::IdentityMismatch => "identity-mismatch",
             Rule::OffWhileAlive => "off-while-alive",
+            Rule::GoneWhileAlive => "gone-while-alive",
             Rule::IdentityUnverified => "identity-unverified",
+            Rule::ReaderChanged => "reader-changed",
+            Rule::DuplicateSystemUuid => "duplicate-system-uuid",
             Rule::LeaseRenewedRecently => "lease-renewed-recently",
             Rule::PreAttested => "pre-attested",
             Rule::AwaitingPowerRead => "awaiting-power-read",
@@ -704,17 +710,26 @@ fn attest(
         .read_at(plus(b.at, policy.recheck_interval));
     }
 
-    // A source that said Off while the kubelet went on living reads another machine or
-    // misreports: none of its Off reads proves anything until it says On again.
+    // A source that said Off (or gone) while the kubelet went on living reads another machine,
+    // account or endpoint, or misreports: none of its Off or gone answers proves anything until
+    // it says On again.
     if let Some(o) = &facts.off_while_alive
         && o.proven()
     {
+        let (rule, said) = if o.gone {
+            (
+                Rule::GoneWhileAlive,
+                "the instance is gone (terminated or not found)",
+            )
+        } else {
+            (Rule::OffWhileAlive, "Off")
+        };
         return Decision::new(
             S::Blocked,
             Step::Idle,
-            Rule::OffWhileAlive,
+            rule,
             format!(
-                "the power source read Off at {} while the node was Ready, and its kubelet showed life {} times after that: it reads another machine or misreports this one; never fenced until it reads On again",
+                "the power source said {said} at {} while the node was Ready, and its kubelet showed life {} times after that: it reads another machine or account, or misreports this one; never fenced until it reads On again",
                 o.read_at.strftime("%Y-%m-%dT%H:%M:%SZ"),
                 o.signs_of_life_after
             ),
@@ -836,13 +851,19 @@ fn attest(
             let streak = confirming_streak(reads, gone, policy.confirm_interval);
             // Every read counted must come from the node's own machine.
             for r in &streak {
-                if let Err(why) = identity_counts(facts, r) {
+                if let Err(NotCounted { rule, why }) = identity_counts(facts, r) {
+                    let advice = match rule {
+                        Rule::IdentityUnverified if !r.state.is_gone() => {
+                            "; set identity = \"unchecked\" on the entry only for machines that cannot report one"
+                        }
+                        _ => "",
+                    };
                     return Decision::new(
                         S::Blocked,
                         Step::Idle,
-                        Rule::IdentityUnverified,
+                        rule,
                         format!(
-                            "the {} read at {} cannot be tied to this node's machine: {why}; set identity = \"unchecked\" on the entry only for machines that cannot report one",
+                            "the {} read at {} cannot be tied to this node's machine: {why}{advice}",
                             r.state,
                             r.at.strftime("%Y-%m-%dT%H:%M:%SZ")
                         ),
@@ -929,47 +950,85 @@ fn identity_of(facts: &NodeFacts, r: &PowerReading) -> Verdict {
     identity::verify(&facts.identity, &r.identity)
 }
 
+/// Why a read may not count, and the rule that says so.
+struct NotCounted {
+    rule: Rule,
+    why: String,
+}
+
+impl NotCounted {
+    fn new(rule: Rule, why: impl Into<String>) -> Self {
+        NotCounted {
+            rule,
+            why: why.into(),
+        }
+    }
+}
+
 /// Whether a read may count towards a fence (or an unfence): its machine proved it is the
 /// node's; or, for "gone" (an instance that no longer exists reports no addresses), the same
-/// power source proved it knew this node's machine earlier; or the entry says
-/// `identity = "unchecked"`. A mismatch never counts, checked or not.
-fn identity_counts(facts: &NodeFacts, r: &PowerReading) -> Result<(), String> {
-    match identity_of(facts, r) {
-        Verdict::Match(_) => Ok(()),
-        Verdict::Mismatch(d) => Err(d),
-        Verdict::Unverifiable(_) if facts.identity_check == IdentityCheck::Unchecked => Ok(()),
-        Verdict::Unverifiable(d) => {
-            if r.state.is_gone()
-                && let Some(b) = &facts.identity_binding
-                && b.verdict.is_match()
-            {
-                return Ok(());
-            }
-            if r.state.is_gone() {
-                Err(format!(
-                    "{d}, and this region and account never answered for the node's machine, so \"gone\" may only mean \"not ours\""
-                ))
-            } else {
-                Err(d)
-            }
+/// reader (credentials, endpoint) proved earlier that it knew this node's machine; or, for an
+/// Off read, the entry says `identity = "unchecked"`. A mismatch never counts, checked or not;
+/// and `unchecked` never turns "this reader cannot see the instance" into "gone".
+fn identity_counts(facts: &NodeFacts, r: &PowerReading) -> Result<(), NotCounted> {
+    let d = match identity_of(facts, r) {
+        Verdict::Match(_) => return Ok(()),
+        Verdict::Mismatch(d) => return Err(NotCounted::new(Rule::IdentityMismatch, d)),
+        Verdict::Unverifiable(d) => d,
+    };
+    if !r.state.is_gone() {
+        if facts.identity_check == IdentityCheck::Unchecked {
+            return Ok(());
         }
+        if !facts.identity.uuid_shared_with.is_empty()
+            && matches!(r.identity, identity::MachineIdentity::SystemUuid { .. })
+        {
+            return Err(NotCounted::new(Rule::DuplicateSystemUuid, d));
+        }
+        return Err(NotCounted::new(Rule::IdentityUnverified, d));
+    }
+    match &facts.identity_binding {
+        Some(b) if b.verdict.is_match() && b.reader == r.reader => Ok(()),
+        Some(b) if b.verdict.is_match() => Err(NotCounted::new(
+            Rule::ReaderChanged,
+            format!(
+                "{d}; the instance was known as this node's machine through {} ({}), but this answer came through {}: new credentials, a new endpoint or another account prove nothing until they find the instance themselves",
+                b.reader,
+                b.at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                r.reader
+            ),
+        )),
+        _ => Err(NotCounted::new(
+            Rule::IdentityUnverified,
+            format!(
+                "{d}, and {} never answered for the node's machine, so \"gone\" may only mean \"not ours\"{}",
+                r.reader,
+                if facts.identity_check == IdentityCheck::Unchecked {
+                    " (identity = \"unchecked\" relaxes which machine answers an Off read, never this)"
+                } else {
+                    ""
+                }
+            ),
+        )),
     }
 }
 
 fn identity_summary(facts: &NodeFacts, r: &PowerReading) -> String {
     match identity_of(facts, r) {
         Verdict::Match(d) => d,
-        _ if facts.identity_check == IdentityCheck::Unchecked => {
-            "identity unchecked by configuration".into()
-        }
-        _ => match &facts.identity_binding {
+        _ if r.state.is_gone() => match &facts.identity_binding {
             Some(b) if b.verdict.is_match() => format!(
-                "{}, verified {}",
+                "{}, verified {} through {}",
                 b.verdict.detail(),
-                b.at.strftime("%Y-%m-%dT%H:%M:%SZ")
+                b.at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                b.reader
             ),
             _ => "identity unverified".into(),
         },
+        _ if facts.identity_check == IdentityCheck::Unchecked => {
+            "identity unchecked by configuration".into()
+        }
+        _ => "identity unverified".into(),
     }
 }
 
@@ -1064,7 +1123,7 @@ fn decide_fenced(
         .read_at(next);
     };
     // ...from the node's own machine.
-    if let Err(why) = identity_counts(facts, on) {
+    if let Err(NotCounted { why, .. }) = identity_counts(facts, on) {
         return Decision::new(
             S::Recovering,
             Step::Idle,

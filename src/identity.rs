@@ -9,6 +9,7 @@
 //!
 //! Pure: no I/O, no clock. The decision core calls [`verify`] on every read it counts.
 
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
 use serde::Serialize;
@@ -107,6 +108,10 @@ pub struct NodeIdentity {
     pub system_uuid: String,
     /// `status.addresses` of type InternalIP, Hostname and InternalDNS.
     pub addresses: Vec<String>,
+    /// Other Nodes that report the same system UUID (cloned VMs, boards shipped with one UUID):
+    /// the UUID then tells no machine apart, and proves none of them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub uuid_shared_with: Vec<String>,
 }
 
 /// Whether a machine proved to be the node's machine.
@@ -156,6 +161,11 @@ const PLACEHOLDER_UUIDS: [&str; 3] = [
     "03000200-0400-0500-0006-000700080009",
 ];
 
+/// Whether a canonical UUID is one of the firmware placeholders that identify no machine.
+pub fn is_placeholder(canonical: &str) -> bool {
+    PLACEHOLDER_UUIDS.contains(&canonical)
+}
+
 /// Compares what the machine said with what the node said.
 pub fn verify(node: &NodeIdentity, machine: &MachineIdentity) -> Verdict {
     match machine {
@@ -186,7 +196,12 @@ pub fn verify(node: &NodeIdentity, machine: &MachineIdentity) -> Verdict {
                     forms[0]
                 ));
             }
-            if forms.contains(&node_uuid) {
+            if forms.contains(&node_uuid) && !node.uuid_shared_with.is_empty() {
+                Verdict::Unverifiable(format!(
+                    "the machine reports the Node's system UUID {node_uuid}, but node(s) {} report it too: a UUID several machines share (cloned VMs, boards shipped with one) cannot tell which machine answered",
+                    node.uuid_shared_with.join(", ")
+                ))
+            } else if forms.contains(&node_uuid) {
                 Verdict::Match(format!("system UUID {node_uuid}"))
             } else {
                 Verdict::Mismatch(format!(
@@ -230,6 +245,33 @@ pub fn verify(node: &NodeIdentity, machine: &MachineIdentity) -> Verdict {
 
 /// A UUID string in canonical form (lowercase, hyphenated 8-4-4-4-12); accepts upper case,
 /// braces, a `urn:uuid:` prefix and missing hyphens. `None` for anything else.
+/// Node → the other Nodes reporting the same system UUID, compared in canonical form
+/// (`{4C4C…}` and `4c4c…` are one UUID). UUIDs that are no UUID, and the firmware placeholders
+/// that the identity check already refuses, are left out.
+pub fn shared_system_uuids<'a>(
+    nodes: impl IntoIterator<Item = (&'a str, &'a str)>,
+) -> HashMap<String, Vec<String>> {
+    let mut by_uuid: BTreeMap<String, Vec<&str>> = BTreeMap::new();
+    for (name, uuid) in nodes {
+        if let Some(uuid) = canonical_uuid(uuid).filter(|u| !is_placeholder(u)) {
+            by_uuid.entry(uuid).or_default().push(name);
+        }
+    }
+    let mut sharers = HashMap::new();
+    for names in by_uuid.into_values().filter(|n| n.len() > 1) {
+        for name in &names {
+            let mut others: Vec<String> = names
+                .iter()
+                .filter(|n| *n != name)
+                .map(|n| n.to_string())
+                .collect();
+            others.sort();
+            sharers.insert(name.to_string(), others);
+        }
+    }
+    sharers
+}
+
 pub fn canonical_uuid(s: &str) -> Option<String> {
     let s = s.trim();
     let s = s.strip_prefix("urn:uuid:").unwrap_or(s);
@@ -290,6 +332,7 @@ mod tests {
         NodeIdentity {
             system_uuid: uuid.into(),
             addresses: vec!["10.0.0.5".into(), "ip-10-0-0-5.ec2.internal".into()],
+            uuid_shared_with: Vec::new(),
         }
     }
 
@@ -400,7 +443,7 @@ mod fuzz_tests {
                 proptest::prop_assert_eq!(c.len(), 36);
                 proptest::prop_assert!(c.chars().all(|ch| ch == '-' || ch.is_ascii_hexdigit() && !ch.is_ascii_uppercase()));
             }
-            let node = NodeIdentity { system_uuid: b.clone(), addresses: vec![b.clone()] };
+            let node = NodeIdentity { system_uuid: b.clone(), addresses: vec![b.clone()], uuid_shared_with: Vec::new() };
             if let Some(m) = MachineIdentity::system_uuid(&a, None)
                 && verify(&node, &m).is_match()
             {

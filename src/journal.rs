@@ -265,7 +265,10 @@ pub fn refusal(rule: Rule, previous: Option<Rule>) -> Option<Rule> {
         | Rule::SharedMachine
         | Rule::IdentityMismatch
         | Rule::OffWhileAlive
+        | Rule::GoneWhileAlive
         | Rule::IdentityUnverified
+        | Rule::ReaderChanged
+        | Rule::DuplicateSystemUuid
         | Rule::LeaseRenewedRecently
         | Rule::RecoveredSameBootId
         | Rule::Paused

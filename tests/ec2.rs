@@ -151,6 +151,7 @@ async fn reads_report_the_instance_addresses_describe_instances_shows() {
         let node = |addresses: &[&str]| NodeIdentity {
             system_uuid: String::new(),
             addresses: addresses.iter().map(|a| a.to_string()).collect(),
+            uuid_shared_with: Vec::new(),
         };
         assert!(verify(&node(&[ip]), &reply.identity).is_match());
         assert!(verify(&node(&["host-a", dns]), &reply.identity).is_match());

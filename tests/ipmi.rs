@@ -234,6 +234,7 @@ async fn read_reply_reports_the_simulators_system_guid() {
     let node = |uuid: &str| NodeIdentity {
         system_uuid: uuid.into(),
         addresses: Vec::new(),
+        uuid_shared_with: Vec::new(),
     };
     assert!(verify(&node(&sim.uuid()), &reply.identity).is_match());
     assert!(
@@ -279,6 +280,7 @@ async fn two_simulators_with_different_guids_are_different_machines() {
     let node_a = NodeIdentity {
         system_uuid: a.uuid(),
         addresses: Vec::new(),
+        uuid_shared_with: Vec::new(),
     };
     assert!(verify(&node_a, &read_a.identity).is_match());
     let wrong = verify(&node_a, &read_b.identity);

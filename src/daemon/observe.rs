@@ -49,11 +49,18 @@ pub(super) fn observe_fence(
 }
 
 impl Daemon {
-    /// Records what a read said about the node's machine. A match or a mismatch replaces the
-    /// binding; "cannot tell" (a failed read, an instance that no longer exists) never erases
-    /// an earlier match, since a "gone" answer relies on it. Changes are logged, journaled
-    /// and, for a mismatch, an Event.
-    pub(super) fn learn_identity(&mut self, node: &Arc<Node>, verdict: Verdict, at: Timestamp) {
+    /// Records what a read said about the node's machine, and through which reader. A match or
+    /// a mismatch replaces the binding; "cannot tell" (a failed read, an instance that no
+    /// longer exists) never erases an earlier match, since a "gone" answer relies on it — and
+    /// the core counts a "gone" only through the reader that matched. Changes are logged,
+    /// journaled and, for a mismatch, an Event.
+    pub(super) fn learn_identity(
+        &mut self,
+        node: &Arc<Node>,
+        verdict: Verdict,
+        at: Timestamp,
+        reader: &str,
+    ) {
         let name = node.name_any();
         let Some(t) = self.trackers.get_mut(&name) else {
             return;
@@ -69,6 +76,7 @@ impl Daemon {
         t.binding = Some(IdentityBinding {
             at,
             verdict: verdict.clone(),
+            reader: reader.to_string(),
         });
         let changed = previous.as_ref().map(Verdict::label) != Some(verdict.label());
         if !changed {
@@ -115,33 +123,96 @@ impl Daemon {
         self.journal.submit(&record);
     }
 
+    /// What the node's kubelet reported about its machine, with the other Nodes that report
+    /// the same system UUID.
+    pub(super) fn node_identity(&self, node: &Node) -> crate::identity::NodeIdentity {
+        let mut identity = cluster::node_identity(node);
+        identity.uuid_shared_with = self.shared_uuids.of(&node.name_any());
+        identity
+    }
+
+    /// Nodes that now report another Node's system UUID: an ERROR, a journal record and an
+    /// Event each, once; `oobfence_node_identity_problem{problem="duplicate-system-uuid"}` for
+    /// as long as it lasts.
+    pub(super) fn report_shared_uuids(&self, nodes: &[Arc<Node>], newly_shared: &[String]) {
+        for name in newly_shared {
+            let others = self.shared_uuids.of(name);
+            let message = format!(
+                "node {name} reports the same system UUID as node(s) {}: a UUID several machines share (cloned VMs, boards shipped with one) cannot prove which machine a BMC answers for, so none of their Off reads counts until each machine has its own (rule duplicate-system-uuid)",
+                others.join(", ")
+            );
+            tracing::error!(node = %name, "{message}");
+            let Some(node) = nodes.iter().find(|n| n.name_any() == *name) else {
+                continue;
+            };
+            let cluster = self.cluster.clone();
+            let event_node = node.clone();
+            let event = message.clone();
+            tokio::spawn(async move {
+                cluster
+                    .event(
+                        &event_node,
+                        EventType::Warning,
+                        reasons::DUPLICATE_SYSTEM_UUID,
+                        &event,
+                    )
+                    .await
+            });
+            let mut record = self.journal.record(
+                name,
+                &node.uid().unwrap_or_default(),
+                RecordKind::Observation,
+                "duplicate-system-uuid",
+                journal::Inputs::default(),
+            );
+            record.result = "observed".into();
+            record.message = message;
+            self.journal.submit(&record);
+        }
+    }
+
     /// A power source said Off for a node whose kubelet went on living: logged, journaled
     /// and an Event, once per episode; the core refuses its Off reads (`off-while-alive`).
-    pub(super) fn report_off_while_alive(&self, node: &Arc<Node>, read_at: Timestamp, signs: u32) {
+    pub(super) fn report_off_while_alive(
+        &self,
+        node: &Arc<Node>,
+        read_at: Timestamp,
+        signs: u32,
+        gone: bool,
+    ) {
         let name = node.name_any();
-        let message = format!(
-            "the node's power source read Off at {} while the node was Ready, and its kubelet showed life {signs} times since: the [[bmc]] entry reads another machine or the BMC misreports; its Off reads never fence this node until it reads On again (rule off-while-alive)",
-            read_at.strftime("%Y-%m-%dT%H:%M:%SZ")
-        );
+        let at = read_at.strftime("%Y-%m-%dT%H:%M:%SZ");
+        let (rule, reason, message) = if gone {
+            (
+                "gone-while-alive",
+                reasons::GONE_WHILE_ALIVE,
+                format!(
+                    "the node's power source said its instance is gone (terminated or not found) at {at} while the node was Ready, and its kubelet showed life {signs} times since: the [aws] credentials, endpoint or region read another account; none of its Off or gone answers fences this node until it reads the instance running again (rule gone-while-alive)"
+                ),
+            )
+        } else {
+            (
+                "off-while-alive",
+                reasons::OFF_WHILE_ALIVE,
+                format!(
+                    "the node's power source read Off at {at} while the node was Ready, and its kubelet showed life {signs} times since: the [[bmc]] entry reads another machine or the BMC misreports; its Off reads never fence this node until it reads On again (rule off-while-alive)"
+                ),
+            )
+        };
         tracing::error!(node = %name, "{message}");
         let cluster = self.cluster.clone();
         let event_node = node.clone();
         let event = message.clone();
         tokio::spawn(async move {
             cluster
-                .event(
-                    &event_node,
-                    EventType::Warning,
-                    reasons::OFF_WHILE_ALIVE,
-                    &event,
-                )
+                .event(&event_node, EventType::Warning, reason, &event)
                 .await
         });
         let mut record = self.journal.record(
             &name,
             &node.uid().unwrap_or_default(),
             RecordKind::Observation,
-            "off-while-alive",
+            rule,
             journal::Inputs::default(),
         );
         record.result = "observed".into();
@@ -310,9 +381,17 @@ impl Daemon {
             }
         }
         for (name, t) in &self.trackers {
-            if t.off_while_alive.as_ref().is_some_and(|o| o.reported) {
-                problems.insert((name.clone(), "off-while-alive"));
+            if let Some(o) = t.off_while_alive.as_ref().filter(|o| o.reported) {
+                let problem = if o.gone {
+                    "gone-while-alive"
+                } else {
+                    "off-while-alive"
+                };
+                problems.insert((name.clone(), problem));
             }
+        }
+        for name in self.shared_uuids.nodes() {
+            problems.insert((name.clone(), "duplicate-system-uuid"));
         }
         for (name, c) in &self.conflicts {
             let problem = match c {

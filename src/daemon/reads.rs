@@ -157,6 +157,7 @@ pub async fn read_once(source: &Arc<dyn PowerSource>, deadline: Duration) -> Pow
         state: reply.state,
         details: reply.details,
         identity: reply.identity,
+        reader: reply.reader.unwrap_or_else(|| source.reader_id()),
     }
 }
 

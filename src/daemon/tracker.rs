@@ -80,6 +80,8 @@ pub(super) struct OffSeen {
     pub(super) last_sign: Option<Timestamp>,
     /// Whether the proof was reported (log, Event, journal).
     pub(super) reported: bool,
+    /// The read said gone (terminated, not found) rather than Off.
+    pub(super) gone: bool,
     /// The bootID then: signs of life from another boot prove nothing (the machine may well
     /// have been off, then started again).
     pub(super) boot_id: Option<String>,
@@ -142,6 +144,7 @@ impl Tracker {
         facts.off_while_alive = self.off_while_alive.as_ref().map(|o| OffWhileAlive {
             read_at: o.read_at,
             signs_of_life_after: o.signs,
+            gone: o.gone,
         });
         let came_back = ready && self.was_ready == Some(false);
         if facts.fence.is_none() && (renewed || beat || came_back) {
@@ -169,9 +172,9 @@ impl Tracker {
 }
 
 impl Tracker {
-    /// Takes what a read said about the power source's truthfulness: an Off for a node that was
-    /// Ready when the read started opens a watch for the kubelet's signs of life; an On closes
-    /// it (the source reads a running machine again).
+    /// Takes what a read said about the power source's truthfulness: an Off, terminated or not
+    /// found for a node that was Ready when the read started opens a watch for the kubelet's
+    /// signs of life; an On closes it (the source reads a running machine again).
     pub(super) fn power_answered(
         &mut self,
         state: &decision::PowerState,
@@ -181,13 +184,14 @@ impl Tracker {
     ) {
         match state {
             decision::PowerState::On => self.off_while_alive = None,
-            decision::PowerState::Off if ready_when_read && self.off_while_alive.is_none() => {
+            s if s.is_down() && ready_when_read && self.off_while_alive.is_none() => {
                 self.off_while_alive = Some(OffSeen {
                     read_at,
                     answered_at: now,
                     signs: 0,
                     last_sign: None,
                     reported: false,
+                    gone: s.is_gone(),
                     boot_id: self.reads_boot_id.clone(),
                 });
             }
@@ -285,6 +289,7 @@ mod tests {
             state: PowerState::Off,
             details: Vec::new(),
             identity: crate::identity::MachineIdentity::unreported("test"),
+            reader: "test".into(),
         }
     }
 
@@ -364,6 +369,28 @@ mod tests {
         );
         facts.boot_id = "boot-2".into();
         assert_eq!(pass(&mut tracker, &mut facts, &mut renew, true, 52), None);
+    }
+
+    /// "Gone" (terminated, not found) for a node whose kubelet lives on is the same lie as
+    /// Off: the source reads another account, endpoint or region. It opens the same watch.
+    #[test]
+    fn a_gone_answer_for_a_ready_node_is_watched_like_an_off_one() {
+        for state in [PowerState::NotFound, PowerState::Terminated] {
+            let mut tracker = Tracker::default();
+            let mut facts = crate::cluster::node_facts(&Node::default(), None, "me");
+            facts.readiness = Readiness::Ready;
+            facts.boot_id = "boot-1".into();
+            facts.lease_renew_time = Some(t(0));
+            tracker.observe(&mut facts, t(0));
+            tracker.power_answered(&state, t(1), true, t(2));
+            for (renewal, at) in [(1, 12), (2, 22)] {
+                facts.lease_renew_time = Some(t(renewal));
+                tracker.observe(&mut facts, t(at));
+            }
+            let o = facts.off_while_alive.as_ref();
+            assert!(o.is_some_and(|o| o.proven()), "{state}: {o:?}");
+            assert!(o.is_some_and(|o| o.gone), "{state}: {o:?}");
+        }
     }
 
     /// Each transition into NotReady is dated by oobfence's clock, once; staying NotReady adds

@@ -188,6 +188,10 @@ pub struct OffWhileAlive {
     /// Signs of life seen after the read, at least a second apart (a watch that lagged and
     /// delivers two updates at once counts once).
     pub signs_of_life_after: u32,
+    /// The read said the machine is gone (terminated, not found), not Off: the source asks
+    /// another account, endpoint or region than the one that runs the node's instance.
+    #[serde(default)]
+    pub gone: bool,
 }
 
 /// Signs of life after an Off read that prove the power source wrong: one could be a renewal
@@ -208,6 +212,10 @@ impl OffWhileAlive {
 pub struct IdentityBinding {
     pub at: Timestamp,
     pub verdict: Verdict,
+    /// Who answered the read that gave it ([`super::PowerReading::reader`]): a binding is
+    /// proof about that reader alone. New credentials, a new endpoint or a new account start
+    /// again.
+    pub reader: String,
 }
 
 /// Everything the core knows about one node, read from the cluster and the config.

@@ -133,6 +133,10 @@ pub struct PowerReading {
     /// What the machine that answered says it is; the core counts a read only when this is the
     /// node's machine (see [`crate::identity`]).
     pub identity: MachineIdentity,
+    /// Who answered: the source, where it asked and with which credentials (EC2: region,
+    /// endpoint and the access key id the request was signed with, never the secret). "Gone"
+    /// only counts through the reader that once knew the node's machine.
+    pub reader: String,
 }
 
 /// One named piece of evidence from a read.

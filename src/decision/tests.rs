@@ -6,12 +6,16 @@ use super::reading::ReadErrorKind;
 use super::*;
 use crate::identity::{MachineIdentity, NodeIdentity};
 
+mod trust;
+
 fn t(s: i64) -> Timestamp {
     Timestamp::from_second(1_800_000_000 + s).unwrap()
 }
 
 const UUID: &str = "4c4c4544-0038-4b10-8052-b4c04f4a4e32";
 const OTHER_UUID: &str = "4c4c4544-0038-4b10-8052-b4c04f4a4e33";
+/// Who answers the reads of these tests, unless a test says otherwise.
+const READER: &str = "ec2 us-east-1 at the region's endpoint, key AKIA…TEST";
 
 /// A read from the node's own machine.
 fn read(at: i64, state: PowerState) -> PowerReading {
@@ -25,6 +29,7 @@ fn read_from(at: i64, state: PowerState, identity: MachineIdentity) -> PowerRead
         state,
         details: Vec::new(),
         identity,
+        reader: READER.into(),
     }
 }
 
@@ -39,6 +44,7 @@ fn bound() -> NodeFacts {
         identity_binding: Some(IdentityBinding {
             at: t(-600),
             verdict: Verdict::Match("instance i-1 has the Node's address 10.0.0.5".into()),
+            reader: READER.into(),
         }),
         ..dead()
     }
@@ -79,6 +85,7 @@ fn dead() -> NodeFacts {
         identity: NodeIdentity {
             system_uuid: UUID.to_uppercase(),
             addresses: vec!["10.0.0.5".into()],
+            uuid_shared_with: Vec::new(),
         },
         identity_check: IdentityCheck::Checked,
         identity_binding: None,
@@ -554,6 +561,7 @@ fn not_found_without_a_learnt_binding_is_unverified() {
         identity_binding: Some(IdentityBinding {
             at: t(-600),
             verdict: Verdict::Mismatch("other".into()),
+            reader: READER.into(),
         }),
         ..dead()
     };
@@ -654,6 +662,7 @@ fn a_mismatch_learnt_while_healthy_blocks_before_any_read() {
         identity_binding: Some(IdentityBinding {
             at: t(-100),
             verdict: Verdict::Mismatch("system UUID differs".into()),
+            reader: READER.into(),
         }),
         ..dead()
     };
@@ -948,6 +957,7 @@ fn a_source_that_read_off_while_the_kubelet_lived_never_fences() {
         off_while_alive: Some(OffWhileAlive {
             read_at: t(-300),
             signs_of_life_after: OFF_WHILE_ALIVE_PROOF - 1,
+            gone: false,
         }),
         ..dead()
     };
@@ -957,6 +967,7 @@ fn a_source_that_read_off_while_the_kubelet_lived_never_fences() {
         off_while_alive: Some(OffWhileAlive {
             read_at: t(-300),
             signs_of_life_after: OFF_WHILE_ALIVE_PROOF,
+            gone: false,
         }),
         ..dead()
     };

@@ -27,7 +27,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use aws_sdk_ec2::config::interceptors::BeforeDeserializationInterceptorContextRef;
+use aws_sdk_ec2::config::interceptors::{
+    BeforeDeserializationInterceptorContextRef, BeforeTransmitInterceptorContextRef,
+};
 use aws_sdk_ec2::config::{ConfigBag, Intercept, RuntimeComponents};
 use aws_sdk_ec2::error::{BoxError, ProvideErrorMetadata, SdkError};
 use aws_sdk_ec2::types::{
@@ -196,6 +198,70 @@ impl Intercept for CountAttempts {
     }
 }
 
+/// Records the access key id one call was signed with (the `Credential=` of its Authorization
+/// header, as sent): the SDK re-reads a credentials file while it runs, so only the request
+/// itself tells which credentials, and so which account, an answer came from.
+#[derive(Debug, Clone, Default)]
+struct SignedWith(Arc<std::sync::Mutex<Vec<Option<String>>>>);
+
+impl SignedWith {
+    /// The one key every attempt of the call was signed with; `None` when unsigned, unknown
+    /// or not the same across attempts.
+    fn key(&self) -> Option<String> {
+        let keys = self.0.lock().map(|k| k.clone()).unwrap_or_default();
+        let first = keys.first()?.clone()?;
+        keys.iter()
+            .all(|k| k.as_deref() == Some(first.as_str()))
+            .then_some(first)
+    }
+}
+
+impl Intercept for SignedWith {
+    fn name(&self) -> &'static str {
+        "oobfence::SignedWith"
+    }
+
+    fn read_before_transmit(
+        &self,
+        context: &BeforeTransmitInterceptorContextRef<'_>,
+        _rc: &RuntimeComponents,
+        _cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        let key = context
+            .request()
+            .headers()
+            .get("authorization")
+            .and_then(signing_key_id)
+            .map(String::from);
+        if let Ok(mut keys) = self.0.lock() {
+            keys.push(key);
+        }
+        Ok(())
+    }
+}
+
+/// The access key id in a SigV4 Authorization header
+/// (`AWS4-HMAC-SHA256 Credential=AKID/DATE/REGION/ec2/aws4_request, ...`).
+pub fn signing_key_id(authorization: &str) -> Option<&str> {
+    let start = authorization.find("Credential=")? + "Credential=".len();
+    authorization[start..]
+        .split('/')
+        .next()
+        .filter(|k| !k.is_empty() && !k.contains([',', ' ']))
+}
+
+/// An access key id as `why` and the logs show it: its first and last four characters, enough
+/// to tell two keys apart and to find the key in the account.
+pub fn key_label(key: &str) -> String {
+    let chars: Vec<char> = key.chars().collect();
+    if chars.len() <= 8 {
+        return "…".into();
+    }
+    let head: String = chars[..4].iter().collect();
+    let tail: String = chars[chars.len() - 4..].iter().collect();
+    format!("{head}…{tail}")
+}
+
 /// What EC2 said about one instance.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct InstanceRead {
@@ -206,6 +272,8 @@ pub struct InstanceRead {
     /// Its private addresses ([`instance_identity`]); Unreported when it is absent from the
     /// answer.
     pub identity: MachineIdentity,
+    /// Who answered ([`Ec2Reader::reader_id`] with the key the call was signed with).
+    pub reader: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -360,6 +428,8 @@ struct ReadRequest {
 pub struct Ec2Reader {
     client: aws_sdk_ec2::Client,
     region: String,
+    /// `[aws] endpoint_url`, if set.
+    endpoint: Option<String>,
     timeout: Duration,
     requests: mpsc::Sender<ReadRequest>,
     pub stats: Arc<Ec2Stats>,
@@ -402,6 +472,7 @@ impl Ec2Reader {
         let reader = Arc::new(Ec2Reader {
             client,
             region: cfg.region.clone(),
+            endpoint: cfg.endpoint_url.clone(),
             timeout: cfg.timeout,
             requests: tx,
             stats,
@@ -414,6 +485,18 @@ impl Ec2Reader {
         &self.region
     }
 
+    /// Who answers through this reader, for a call signed with `key`: the region, the
+    /// endpoint and the access key id. A "gone" answer only counts through the reader that once
+    /// found the node's instance ([`crate::decision`]).
+    pub fn reader_id(&self, key: Option<&str>) -> String {
+        format!(
+            "ec2 {} at {}, key {}",
+            self.region,
+            self.endpoint.as_deref().unwrap_or("the region's endpoint"),
+            key.map_or_else(|| "unknown".to_string(), key_label)
+        )
+    }
+
     /// Reads many instances: one DescribeInstances per [`CHUNK`] ids, then one DescribeVolumes
     /// per chunk of the instances that are down. Ids absent from the answer are NotFound.
     pub async fn read_many(
@@ -423,7 +506,8 @@ impl Ec2Reader {
         let mut out = HashMap::new();
         for chunk in ids.chunks(CHUNK) {
             match self.describe_instances(chunk).await {
-                Ok(mut found) => {
+                Ok((mut found, key)) => {
+                    let reader = self.reader_id(key.as_deref());
                     let down: Vec<String> = chunk
                         .iter()
                         .filter(|id| found.get(*id).is_none_or(|d| d.state.is_down()))
@@ -462,6 +546,7 @@ impl Ec2Reader {
                                 state,
                                 volumes: vols,
                                 identity,
+                                reader: reader.clone(),
                             }),
                         );
                     }
@@ -476,13 +561,15 @@ impl Ec2Reader {
         out
     }
 
-    /// instance id → what DescribeInstances said about it.
+    /// instance id → what DescribeInstances said about it, and the access key id every page
+    /// was signed with (`None` if unknown or not the same on every page).
     async fn describe_instances(
         &self,
         ids: &[String],
-    ) -> Result<HashMap<String, Described>, PowerState> {
+    ) -> Result<(HashMap<String, Described>, Option<String>), PowerState> {
         let mut found = HashMap::new();
         let mut token: Option<String> = None;
+        let signed = SignedWith::default();
         for _ in 0..MAX_PAGES {
             self.stats.describe_instances_calls.inc();
             let call = self
@@ -496,6 +583,8 @@ impl Ec2Reader {
                 )
                 .max_results(1000)
                 .set_next_token(token.take())
+                .customize()
+                .interceptor(signed.clone())
                 .send();
             let out = bounded(self.timeout, call).await?;
             for r in out.reservations() {
@@ -513,7 +602,7 @@ impl Ec2Reader {
             }
             match out.next_token() {
                 Some(t) if !t.is_empty() => token = Some(t.to_string()),
-                _ => return Ok(found),
+                _ => return Ok((found, signed.key())),
             }
         }
         Err(PowerState::error(
@@ -727,6 +816,7 @@ async fn batch_loop(reader: std::sync::Weak<Ec2Reader>, mut rx: mpsc::Receiver<R
                     state: read.state.clone(),
                     details: volume_details(&read.volumes),
                     identity: read.identity.clone(),
+                    reader: Some(read.reader.clone()),
                 },
                 Some(Err(e)) => {
                     Reply::without_identity(e.clone(), "the DescribeInstances call failed")
@@ -817,6 +907,10 @@ impl PowerSource for Ec2Source {
 
     fn address(&self) -> String {
         format!("{}/{}", self.reader.region, self.instance_id)
+    }
+
+    fn reader_id(&self) -> String {
+        self.reader.reader_id(None)
     }
 
     fn read(&self) -> BoxFuture<'_, PowerState> {

@@ -554,6 +554,7 @@ fn succeeded(shared: &Shared, answer: Answer) -> Reply {
             ReadDetail::new("session", session),
         ],
         identity,
+        reader: None,
     }
 }
 
@@ -600,6 +601,7 @@ fn scrub_reply(password: &Secret, reply: Reply) -> Reply {
         state: scrub(password, reply.state),
         details: reply.details,
         identity,
+        reader: reply.reader,
     }
 }
 

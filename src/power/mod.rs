@@ -25,6 +25,9 @@ pub struct Reply {
     pub state: PowerState,
     pub details: Vec<ReadDetail>,
     pub identity: MachineIdentity,
+    /// Who answered, where the source knows better than [`PowerSource::reader_id`] (EC2: the
+    /// access key id the call was signed with).
+    pub reader: Option<String>,
 }
 
 impl Reply {
@@ -34,6 +37,7 @@ impl Reply {
             state,
             details: Vec::new(),
             identity: MachineIdentity::unreported(reason),
+            reader: None,
         }
     }
 }
@@ -48,6 +52,12 @@ pub trait PowerSource: Send + Sync {
     fn backend(&self) -> &'static str;
     /// Where the read goes (URL or host:port), for operators. Never contains secrets.
     fn address(&self) -> String;
+    /// Who answers this source's reads: where it asks and as whom. A "gone" answer counts only
+    /// through the reader that once found the node's machine, so a change of endpoint or
+    /// credentials starts that proof again.
+    fn reader_id(&self) -> String {
+        format!("{} {}", self.backend(), self.address())
+    }
     /// Read the power state once.
     fn read(&self) -> BoxFuture<'_, PowerState>;
 

@@ -260,6 +260,7 @@ impl RedfishSource {
             state: self.scrub(reply.state),
             details: reply.details,
             identity: scrub_identity(self.password.expose(), reply.identity),
+            reader: None,
         }
     }
 
@@ -434,6 +435,7 @@ pub fn parse_reply(body: &[u8], asked: &str) -> Reply {
             state,
             details: Vec::new(),
             identity: identity_of(&resource),
+            reader: None,
         },
     }
 }
