@@ -5,20 +5,33 @@
 //! why` shows the [`Rule`] that produced it. A new guard is a new fact and a new rule here,
 //! never a special case elsewhere.
 //!
-//! The one path to [`Step::Fence`]: the node is NotReady, and either oobfence has seen no sign
-//! of life from its kubelet (Lease renewal, new Ready heartbeat) for `lease_stale_after` renewal
-//! intervals (its own clock: pre-attestation, whose reads may have begun while the node still
-//! showed Ready) or the node has been NotReady, with no Lease renewal seen, for at least
-//! `not_ready_grace`; its power source is
-//! configured in the config file and maps to no other node's machine, and the last
-//! `confirm_reads` reads all said Off, spaced at least `confirm_interval` apart, with the newest
-//! no older than `read_max_age` — each from a machine that proved it is the node's machine
-//! ([`crate::identity`]) — and `dry_run` is off, and nothing bigger than the node holds the
-//! write ([`holds`]: no pause, a fresh view of the cluster, no storm, freeze or cooldown in its
-//! scopes, fence budget left; reads from before a thaw never count). A cloud instance that is terminated or unknown
-//! gets `on_terminated` instead of `action`, only after a streak of such answers alone (an
-//! unknown one needs at least two), from a region and account that once knew the instance as
-//! this node's. Everything else waits, re-reads, or refuses.
+//! Every path to a write, and what closes it:
+//!
+//! - [`Step::Fence`] with `action` (an Off machine): the node is NotReady, and either oobfence
+//!   has seen no sign of life from its kubelet (Lease renewal, new Ready heartbeat) for
+//!   `lease_stale_after` renewal intervals (its own clock: pre-attestation, whose reads may
+//!   have begun while the node still showed Ready) or the node has been NotReady, with no Lease
+//!   renewal seen, for at least `not_ready_grace`; no foreign out-of-service taint, no other
+//!   remediator, no opt-out, no flapping; its power source is configured in the config file
+//!   and maps to no other node's machine, in the region read; no read of it ever came from
+//!   another machine; it never said Off or gone while the kubelet lived on
+//!   (`off-while-alive`, `gone-while-alive`); and the last `confirm_reads` reads all said Off,
+//!   spaced at least `confirm_interval` apart, with the newest no older than `read_max_age` —
+//!   each from a machine that proved it is the node's machine ([`crate::identity`]: a UUID
+//!   another Node reports too proves nothing, `duplicate-system-uuid`), unless the entry says
+//!   `identity = "unchecked"`.
+//! - [`Step::Fence`] with `on_terminated` (a cloud instance terminated or unknown): the same,
+//!   but the streak is of such answers alone (an unknown one needs at least two), and each
+//!   counts only through the reader — region, endpoint, credentials — that once found the
+//!   instance as this node's (`reader-changed`); `identity = "unchecked"` never waives that.
+//! - [`Step::Unfence`]: oobfence's own fence, its taint still there, the node Ready again
+//!   with a new bootID, and a fresh On read from the node's machine.
+//! - [`Step::ClearRecord`]: oobfence's own fence record whose taint someone else removed.
+//!
+//! Every write, all three, is then held when something bigger than the node says so
+//! ([`holds`]: a pause, a stale view, standby under `[ha]`; and for a fence also a storm, a
+//! freeze, a cooldown or a spent budget; reads from before a thaw never count), and `dry_run`
+//! turns each into its `Would…` step. Everything else waits, re-reads, or refuses.
 //!
 //! A decision to write carries a [`WriteGuard`]: what it was based on. The writer checks it on
 //! the fresh GET right before the write ([`recheck`]) and aborts when anything moved.

@@ -94,6 +94,12 @@ pub struct IdentityReport {
     pub verdict: Option<String>,
     pub detail: Option<String>,
     pub verified_at: Option<Timestamp>,
+    /// Who answered the read that verified it: a "gone" answer counts only through it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verified_through: Option<String>,
+    /// Other Nodes that report the same system UUID (it then proves no machine).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub uuid_shared_with: Vec<String>,
     /// Why the mapping cannot be trusted (region mismatch, machine shared with another node).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mapping_conflict: Option<String>,
@@ -113,6 +119,9 @@ pub struct ReadReport {
     /// What the machine that answered says it is.
     #[serde(default)]
     pub identity: String,
+    /// Who answered: the source, where it asked and as whom.
+    #[serde(default)]
+    pub reader: String,
 }
 
 impl From<&PowerReading> for ReadReport {
@@ -124,6 +133,7 @@ impl From<&PowerReading> for ReadReport {
             latency_seconds: r.latency.as_secs_f64(),
             details: r.details.iter().map(ToString::to_string).collect(),
             identity: r.identity.to_string(),
+            reader: r.reader.clone(),
         }
     }
 }
@@ -194,6 +204,8 @@ impl NodeReport {
                     .as_ref()
                     .map(|b| b.verdict.detail().to_string()),
                 verified_at: i.facts.identity_binding.as_ref().map(|b| b.at),
+                verified_through: i.facts.identity_binding.as_ref().map(|b| b.reader.clone()),
+                uuid_shared_with: i.facts.identity.uuid_shared_with.clone(),
                 mapping_conflict: i.facts.mapping_conflict.as_ref().map(ToString::to_string),
             },
             fence: i.facts.fence.as_ref().map(|f| FenceReport {
@@ -329,7 +341,12 @@ impl NodeReport {
         );
         match (&id.verdict, &id.detail, id.verified_at) {
             (Some(v), Some(d), Some(t)) => {
-                let _ = writeln!(s, "  machine:      {v}: {d} (read {})", ago(t));
+                let through = id
+                    .verified_through
+                    .as_deref()
+                    .map(|r| format!(" through {r}"))
+                    .unwrap_or_default();
+                let _ = writeln!(s, "  machine:      {v}: {d} (read {}{through})", ago(t));
             }
             _ => {
                 let _ = writeln!(s, "  machine:      not read yet");
@@ -337,6 +354,13 @@ impl NodeReport {
         }
         if let Some(c) = &id.mapping_conflict {
             let _ = writeln!(s, "  mapping:      UNTRUSTED: {c}");
+        }
+        if !id.uuid_shared_with.is_empty() {
+            let _ = writeln!(
+                s,
+                "  system UUID:  UNTRUSTED: node(s) {} report it too; it proves no machine",
+                id.uuid_shared_with.join(", ")
+            );
         }
         if let Some(f) = &self.fence {
             let _ = writeln!(
@@ -372,6 +396,9 @@ impl NodeReport {
                 );
                 if !r.identity.is_empty() {
                     let _ = writeln!(s, "        from: {}", r.identity);
+                }
+                if !r.reader.is_empty() {
+                    let _ = writeln!(s, "        through: {}", r.reader);
                 }
                 for d in &r.details {
                     let _ = writeln!(s, "        {d}");

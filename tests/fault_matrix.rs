@@ -15,6 +15,9 @@
 
 mod support;
 
+#[path = "fault_matrix/trust.rs"]
+mod trust;
+
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
@@ -1967,6 +1970,9 @@ async fn fault_matrix() {
         ec2_throttling_intermediate_states_and_a_one_off_not_found(),
         apiserver_killed_before_the_write(),
         two_hosts_one_actor(),
+        trust::new_aws_endpoint_by_a_reload(),
+        trust::new_aws_credentials_by_a_reload(),
+        trust::a_cloned_system_uuid_proves_no_machine(),
     ];
     // The Lease scenarios time kubelet silences against the controller-manager's 20 s grace,
     // and the timeline is a measurement: on a machine the first wave leaves less loaded.

@@ -89,7 +89,7 @@ pub fn warnings(cfg: &Config) -> Vec<Finding> {
             Severity::Warning,
             "aws.identity",
             format!(
-                "\"unchecked\" for region {}: a stopped instance counts without its private address matching the node's",
+                "\"unchecked\" for region {}: a stopped instance counts without its private address matching the node's; a terminated or not-found answer never counts unless these credentials found the node's instance first (another account's credentials see no instance at all)",
                 a.region
             ),
         ));

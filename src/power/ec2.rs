@@ -250,18 +250,6 @@ pub fn signing_key_id(authorization: &str) -> Option<&str> {
         .filter(|k| !k.is_empty() && !k.contains([',', ' ']))
 }
 
-/// An access key id as `why` and the logs show it: its first and last four characters, enough
-/// to tell two keys apart and to find the key in the account.
-pub fn key_label(key: &str) -> String {
-    let chars: Vec<char> = key.chars().collect();
-    if chars.len() <= 8 {
-        return "…".into();
-    }
-    let head: String = chars[..4].iter().collect();
-    let tail: String = chars[chars.len() - 4..].iter().collect();
-    format!("{head}…{tail}")
-}
-
 /// What EC2 said about one instance.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct InstanceRead {
@@ -486,14 +474,15 @@ impl Ec2Reader {
     }
 
     /// Who answers through this reader, for a call signed with `key`: the region, the
-    /// endpoint and the access key id. A "gone" answer only counts through the reader that once
-    /// found the node's instance ([`crate::decision`]).
+    /// endpoint and the access key id (an identifier, not a secret: IAM lists it, and it finds
+    /// the credentials in use). A "gone" answer only counts through the reader that once found
+    /// the node's instance ([`crate::decision`]).
     pub fn reader_id(&self, key: Option<&str>) -> String {
         format!(
             "ec2 {} at {}, key {}",
             self.region,
             self.endpoint.as_deref().unwrap_or("the region's endpoint"),
-            key.map_or_else(|| "unknown".to_string(), key_label)
+            key.unwrap_or("unknown")
         )
     }
 

@@ -7,6 +7,8 @@
 pub mod bench;
 #[cfg(test)]
 pub mod cli;
+#[cfg(test)]
+pub mod daemon_process;
 pub mod fake_ec2;
 pub mod gate;
 pub mod ipmi_sim;

@@ -409,3 +409,18 @@ fn instance_ids_have_8_or_17_hex_digits() {
         assert!(instance_id_from_provider_id(&p).is_err(), "{p}");
     }
 }
+
+/// The key an answer came through is read off the request as signed: SigV4's `Credential=`.
+#[test]
+fn the_signing_key_is_read_off_the_authorization_header() {
+    let header = "AWS4-HMAC-SHA256 Credential=ASIARTXV5AHDR3S7DBS7/20261125/us-east-1/ec2/aws4_request, SignedHeaders=host;x-amz-date, Signature=0123abcd";
+    assert_eq!(signing_key_id(header), Some("ASIARTXV5AHDR3S7DBS7"));
+    for unsigned in [
+        "",
+        "Bearer token",
+        "AWS4-HMAC-SHA256 Credential=/20261125/us-east-1/ec2/aws4_request",
+        "AWS4-HMAC-SHA256 Credential=, SignedHeaders=host",
+    ] {
+        assert_eq!(signing_key_id(unsigned), None, "{unsigned:?}");
+    }
+}

@@ -1,0 +1,147 @@
+//! `oobfence run` as a process of its own, for what only a process can be given: SIGHUP (what
+//! `systemctl reload` sends) and an environment of its own (AWS credentials from a file).
+//! Stopped by its PID: SIGTERM, then SIGKILL if it does not exit in time.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+pub struct DaemonProcess {
+    child: tokio::process::Child,
+    pub listen: String,
+    log: PathBuf,
+}
+
+impl DaemonProcess {
+    /// Starts `oobfence run --config CONFIG` (serving HTTP on `listen`) with `env` set and
+    /// `env_remove` unset, its output in `dir`/daemon.log; returns once `/readyz` answers.
+    pub async fn start(
+        config: &Path,
+        listen: &str,
+        dir: &Path,
+        env: &[(&str, &str)],
+        env_remove: &[&str],
+    ) -> DaemonProcess {
+        let log = dir.join("daemon.log");
+        let out = std::fs::File::create(&log).expect("create the daemon log");
+        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_oobfence"));
+        cmd.arg("run")
+            .arg("--config")
+            .arg(config)
+            .env("OOBFENCE_LOG", oobfence::DEFAULT_LOG_FILTER)
+            .env_remove("NOTIFY_SOCKET")
+            .env_remove("CREDENTIALS_DIRECTORY")
+            .envs(env.iter().copied());
+        for k in env_remove {
+            cmd.env_remove(k);
+        }
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().expect("clone the log handle"))
+            .stderr(out)
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start oobfence run");
+        let d = DaemonProcess {
+            child,
+            listen: listen.to_string(),
+            log,
+        };
+        let url = format!("http://{listen}/readyz");
+        let started = Instant::now();
+        loop {
+            if let Ok(r) = reqwest::get(&url).await
+                && r.status().is_success()
+            {
+                return d;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "oobfence run never became ready; log:\n{}",
+                d.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn signal(&self, signal: &str) {
+        if let Some(pid) = self.child.id() {
+            let _ = std::process::Command::new("kill")
+                .args([signal, &pid.to_string()])
+                .status();
+        }
+    }
+
+    /// SIGHUP, as `systemctl reload` sends: waits until the log says the reload took (a new
+    /// "reloaded" line), and panics with the log if it was refused or never came.
+    pub async fn reload(&self) {
+        let before = self.log_text().matches("reloaded").count();
+        self.signal("-HUP");
+        let started = Instant::now();
+        loop {
+            let log = self.log_text();
+            if log.matches("reloaded").count() > before {
+                return;
+            }
+            assert!(
+                !log.contains("config reload refused")
+                    && started.elapsed() < Duration::from_secs(30),
+                "the reload did not take; log:\n{log}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// The daemon's `/nodes/NODE` report.
+    pub async fn report(&self, node: &str) -> Option<serde_json::Value> {
+        let r = reqwest::get(format!("http://{}/nodes/{node}", self.listen))
+            .await
+            .ok()?;
+        if !r.status().is_success() {
+            return None;
+        }
+        r.json().await.ok()
+    }
+
+    /// Waits until the report of `node` satisfies `reached`; on a timeout the panic shows the
+    /// last report and the log.
+    pub async fn wait_report(
+        &self,
+        node: &str,
+        what: &str,
+        limit: Duration,
+        reached: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        let started = Instant::now();
+        let mut last = None;
+        loop {
+            if let Some(r) = self.report(node).await {
+                if reached(&r) {
+                    return r;
+                }
+                last = Some(r);
+            }
+            assert!(
+                started.elapsed() < limit,
+                "node {node} never reached {what} within {limit:?}; last report: {last:#?}\nlog:\n{}",
+                self.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    /// SIGTERM, then SIGKILL after 10 s.
+    pub async fn stop(mut self) {
+        self.signal("-TERM");
+        if tokio::time::timeout(Duration::from_secs(10), self.child.wait())
+            .await
+            .is_err()
+        {
+            let _ = self.child.kill().await;
+        }
+    }
+}
