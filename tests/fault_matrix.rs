@@ -1972,6 +1972,7 @@ async fn fault_matrix() {
         two_hosts_one_actor(),
         trust::new_aws_endpoint_by_a_reload(),
         trust::new_aws_credentials_by_a_reload(),
+        trust::new_aws_credentials_read_while_the_node_runs(),
         trust::a_cloned_system_uuid_proves_no_machine(),
     ];
     // The Lease scenarios time kubelet silences against the controller-manager's 20 s grace,

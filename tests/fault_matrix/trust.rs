@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use super::support::daemon_process::DaemonProcess;
-use super::support::k8s::{FakeNode, events_for, free_port, kubeconfig_path};
+use super::support::k8s::{FakeNode, events_for, free_port, kubeconfig_path, wait_for};
 use super::support::moto::MotoServer;
 use super::support::scenario::{FIRST_BOOT, Scenario};
 use super::support::{OutputAside, venv_bin};
@@ -21,6 +21,9 @@ enum Change {
     Endpoint,
     /// The shared credentials file holds another account's keys.
     Credentials,
+    /// The same, with health reads every 10 s: the new reader says "not found" for the
+    /// running node first, which proves it wrong before the node fails.
+    CredentialsSeenWhileHealthy,
 }
 
 pub fn new_aws_endpoint_by_a_reload() -> ScenarioFuture {
@@ -29,6 +32,12 @@ pub fn new_aws_endpoint_by_a_reload() -> ScenarioFuture {
 
 pub fn new_aws_credentials_by_a_reload() -> ScenarioFuture {
     Box::pin(reader_changed_under_a_partitioned_node(Change::Credentials))
+}
+
+pub fn new_aws_credentials_read_while_the_node_runs() -> ScenarioFuture {
+    Box::pin(reader_changed_under_a_partitioned_node(
+        Change::CredentialsSeenWhileHealthy,
+    ))
 }
 
 async fn reader_changed_under_a_partitioned_node(change: Change) -> Outcome {
@@ -41,11 +50,21 @@ async fn reader_changed_under_a_partitioned_node(change: Change) -> Outcome {
             "fm-creds",
             "EC2: another account's credentials by a reload, node partitioned",
         ),
+        Change::CredentialsSeenWhileHealthy => (
+            "fm-creds-health",
+            "EC2: another account's credentials read while the node runs",
+        ),
     };
     let s = Scenario::ec2(prefix, 1).await;
     let node = s.node("n", 0).await;
     let rec = WriteRecorder::start(&s.client, &s.group).await;
     let alive = FakeNode::keep_alive(&[&node], FIRST_BOOT);
+    if let Change::CredentialsSeenWhileHealthy = change {
+        s.set_policy(&format!(
+            "{}health_read_interval = \"10s\"\n",
+            s.policy_lines()
+        ));
+    }
     let listen = format!("127.0.0.1:{}", free_port());
     let config = s.write_config(&kubeconfig_path(), &listen);
     // The daemon's credentials come from a file, as on a management host.
@@ -84,7 +103,7 @@ async fn reader_changed_under_a_partitioned_node(change: Change) -> Outcome {
             std::fs::write(&config, text).unwrap();
             Some(other)
         }
-        Change::Credentials => {
+        Change::Credentials | Change::CredentialsSeenWhileHealthy => {
             let (id, secret, token) = other_account_keys(&s.moto().endpoint());
             std::fs::write(&credentials, keys(&id, &secret, Some(&token))).unwrap();
             None
@@ -92,15 +111,48 @@ async fn reader_changed_under_a_partitioned_node(change: Change) -> Outcome {
     };
     daemon.reload().await;
 
+    // The new reader's health read says "not found" while the kubelet lives on: proven wrong,
+    // an Event and a problem for the alert, before the node fails.
+    let rule = if let Change::CredentialsSeenWhileHealthy = change {
+        let problem = format!(
+            "oobfence_node_identity_problem{{node=\"{}\",problem=\"gone-while-alive\"}} 1",
+            node.name
+        );
+        wait_for(
+            "the gone-while-alive problem",
+            Duration::from_secs(90),
+            || async {
+                let metrics = reqwest::get(format!("http://{listen}/metrics"))
+                    .await
+                    .ok()?
+                    .text()
+                    .await
+                    .ok()?;
+                metrics.contains(&problem).then_some(())
+            },
+        )
+        .await;
+        let events = events_for(&s.client, &node.name).await;
+        assert!(
+            events
+                .iter()
+                .any(|e| e.reason.as_deref() == Some("OobfencePowerSourceGoneWhileAlive")),
+            "no OobfencePowerSourceGoneWhileAlive Event: {events:?}"
+        );
+        "gone-while-alive"
+    } else {
+        "reader-changed"
+    };
+
     // A partition: the kubelet goes silent, its instance runs on.
     alive.stop().await;
     node.die(FIRST_BOOT).await;
     let r = daemon
         .wait_report(
             &node.name,
-            "rule reader-changed",
+            &format!("rule {rule}"),
             Duration::from_secs(90),
-            |r| r["rule"] == "reader-changed",
+            |r| r["rule"] == rule,
         )
         .await;
     let reason = r["reason"].as_str().unwrap_or_default().to_string();
