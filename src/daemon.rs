@@ -796,6 +796,10 @@ impl Daemon {
                     .get_or_insert_with(|| self.cfg.mapping_for(&name).map(|m| m.identity()))
             })
             .unwrap_or_default();
+        facts.off_witness = self.trackers.get_mut(&name).and_then(|t| {
+            *t.mapping_witness
+                .get_or_insert_with(|| self.cfg.mapping_for(&name).and_then(|m| m.off_witness()))
+        });
         facts.mapping_conflict = self.conflicts.get(&name).cloned();
         facts.holds = self.calm.holds(
             failure_domain(node, self.cfg.guards.failure_domain_label.as_deref()).as_deref(),

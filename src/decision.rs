@@ -34,6 +34,7 @@ pub mod holds;
 pub mod reading;
 #[cfg(test)]
 mod tests;
+pub mod witness;
 
 use std::fmt;
 use std::time::Duration;
@@ -50,6 +51,7 @@ pub use facts::{
 pub use guard::{FreshNode, GuardPurpose, WriteGuard, recheck};
 pub use holds::{Hold, HoldKind, Holds};
 pub use reading::{PowerReading, PowerState, ReadDetail, ReadErrorKind};
+pub use witness::{OffWitness, PowerDraw, Watts};
 
 /// Where a node stands, for `why`, `/nodes` and the `node_state` metric.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -118,6 +120,7 @@ pub enum Rule {
     IdentityMismatch,
     OffWhileAlive,
     IdentityUnverified,
+    OffUncorroborated,
     LeaseRenewedRecently,
     PreAttested,
     AwaitingPowerRead,
@@ -163,6 +166,7 @@ impl Rule {
             Rule::IdentityMismatch => "identity-mismatch",
             Rule::OffWhileAlive => "off-while-alive",
             Rule::IdentityUnverified => "identity-unverified",
+            Rule::OffUncorroborated => "off-uncorroborated",
             Rule::LeaseRenewedRecently => "lease-renewed-recently",
             Rule::PreAttested => "pre-attested",
             Rule::AwaitingPowerRead => "awaiting-power-read",
@@ -850,6 +854,29 @@ fn attest(
                     .read_at(plus(last.at, policy.recheck_interval));
                 }
             }
+            // With a second witness asked for, every Off counted must have it agree.
+            let mut witness = String::new();
+            if let Some(required) = facts.off_witness.filter(|_| !gone) {
+                for r in &streak {
+                    match witness::check(required, r.power_draw.as_ref()) {
+                        Ok(seen) if witness.is_empty() => witness = format!(", {seen}"),
+                        Ok(_) => {}
+                        Err(why) => {
+                            return Decision::new(
+                                S::Blocked,
+                                Step::Idle,
+                                Rule::OffUncorroborated,
+                                format!(
+                                    "the Off read at {} is not corroborated: {why}; never fenced on an Off the entry's corroborate = \"{}\" witness does not confirm",
+                                    r.at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                                    required.name()
+                                ),
+                            )
+                            .read_at(plus(last.at, policy.confirm_interval));
+                        }
+                    }
+                }
+            }
             let confirmed = streak.len();
             // A cloud that does not know an instance may just not have caught up yet
             // (eventual consistency): "not found" is never trusted on one answer.
@@ -877,7 +904,7 @@ fn attest(
                 (policy.action, Rule::ConfirmedOff)
             };
             let evidence = format!(
-                "{}, {confirmed} consecutive {what} reads spaced at least {} apart from the node's machine ({}), newest {} old ({})",
+                "{}, {confirmed} consecutive {what} reads spaced at least {} apart from the node's machine ({}{witness}), newest {} old ({})",
                 phase.describe(),
                 secs(policy.confirm_interval),
                 identity_summary(facts, last),

@@ -266,6 +266,7 @@ pub fn refusal(rule: Rule, previous: Option<Rule>) -> Option<Rule> {
         | Rule::IdentityMismatch
         | Rule::OffWhileAlive
         | Rule::IdentityUnverified
+        | Rule::OffUncorroborated
         | Rule::LeaseRenewedRecently
         | Rule::RecoveredSameBootId
         | Rule::Paused

@@ -90,6 +90,9 @@ pub struct BmcEntry {
     pub ipmi: Option<ipmi::IpmiOptions>,
     /// Whether an Off read must come from a machine that proves it is the node's.
     pub identity: IdentityCheck,
+    /// `corroborate`: the second witness an Off read needs to count (the system's power draw
+    /// at most `max_off_watts`), if any.
+    pub corroborate: Option<crate::decision::OffWitness>,
 }
 
 impl BmcEntry {
@@ -165,6 +168,53 @@ pub(super) struct RawBmc {
     privilege: Option<String>,
     #[serde(default)]
     identity: IdentityCheck,
+    corroborate: Option<String>,
+    max_off_watts: Option<f64>,
+}
+
+/// `max_off_watts` unless set: a powered-off server's BMC reports its standby draw (often
+/// 0 W, some 5-15 W); a running one draws far more.
+pub const DEFAULT_MAX_OFF_WATTS: u32 = 20;
+
+/// The highest `max_off_watts` accepted: above it, many running machines would count as off.
+pub const MAX_MAX_OFF_WATTS: u32 = 500;
+
+/// `corroborate` and `max_off_watts`, checked.
+fn off_witness(
+    corroborate: Option<&str>,
+    max_off_watts: Option<f64>,
+) -> Result<Option<crate::decision::OffWitness>, (&'static str, String)> {
+    use crate::decision::{OffWitness, Watts};
+    match (corroborate, max_off_watts) {
+        (None, None) => Ok(None),
+        (None, Some(_)) => Err((
+            "max_off_watts",
+            "applies with corroborate = \"power-draw\" only".into(),
+        )),
+        (Some("power-draw"), max) => {
+            let max_off_watts = match max {
+                None => Watts::whole(DEFAULT_MAX_OFF_WATTS),
+                Some(w) if w.is_finite() && (0.0..=f64::from(MAX_MAX_OFF_WATTS)).contains(&w) => {
+                    Watts::from_f64(w).expect("finite and in range")
+                }
+                Some(w) => {
+                    return Err((
+                        "max_off_watts",
+                        format!(
+                            "{w} is out of range: use a number of watts from 0 to {MAX_MAX_OFF_WATTS}, below the machine's lowest draw while running"
+                        ),
+                    ));
+                }
+            };
+            Ok(Some(OffWitness::PowerDraw { max_off_watts }))
+        }
+        (Some(other), _) => Err((
+            "corroborate",
+            format!(
+                "{other:?} is not a witness oobfence knows: use \"power-draw\" (the system's power draw, read beside an Off)"
+            ),
+        )),
+    }
 }
 
 fn default_bmc_timeout() -> Duration {
@@ -374,6 +424,8 @@ impl RawBmc {
                 ),
             ));
         }
+        let corroborate = off_witness(self.corroborate.as_deref(), self.max_off_watts)
+            .map_err(|(key, problem)| err(key, problem))?;
         Ok(BmcEntry {
             index,
             nodes,
@@ -387,6 +439,7 @@ impl RawBmc {
             timeout: self.timeout,
             ipmi: ipmi_options,
             identity: self.identity,
+            corroborate,
         })
     }
 }

@@ -157,6 +157,7 @@ pub async fn read_once(source: &Arc<dyn PowerSource>, deadline: Duration) -> Pow
         state: reply.state,
         details: reply.details,
         identity: reply.identity,
+        power_draw: reply.power_draw,
     }
 }
 

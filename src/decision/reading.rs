@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use super::witness::PowerDraw;
 use crate::identity::MachineIdentity;
 
 /// What one out-of-band read found.
@@ -133,6 +134,10 @@ pub struct PowerReading {
     /// What the machine that answered says it is; the core counts a read only when this is the
     /// node's machine (see [`crate::identity`]).
     pub identity: MachineIdentity,
+    /// The system's power draw, read beside an Off when the entry asks for that second witness
+    /// (see [`super::witness`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub power_draw: Option<PowerDraw>,
 }
 
 /// One named piece of evidence from a read.

@@ -727,6 +727,7 @@ async fn batch_loop(reader: std::sync::Weak<Ec2Reader>, mut rx: mpsc::Receiver<R
                     state: read.state.clone(),
                     details: volume_details(&read.volumes),
                     identity: read.identity.clone(),
+                    power_draw: None,
                 },
                 Some(Err(e)) => {
                     Reply::without_identity(e.clone(), "the DescribeInstances call failed")

@@ -19,6 +19,7 @@
 //! translation of every failure into a named error are what make IPMI safe to read from.
 
 pub mod commands;
+mod off_checks;
 pub mod rakp;
 pub mod session;
 
@@ -81,6 +82,8 @@ struct Shared {
     suites_text: String,
     privilege: Privilege,
     timeout: Duration,
+    /// The entry asks for the power draw beside an Off (`corroborate = "power-draw"`).
+    power_draw: bool,
     slot: Arc<tokio::sync::Mutex<Slot>>,
 }
 
@@ -137,6 +140,7 @@ impl IpmiSource {
                 suites_text: options.cipher_suites.to_string(),
                 privilege: options.privilege,
                 timeout: entry.timeout,
+                power_draw: entry.corroborate.is_some(),
                 slot: slot_for(&key),
             }),
         })
@@ -288,6 +292,8 @@ struct Answer {
     status: ChassisStatus,
     identity: MachineIdentity,
     session: String,
+    /// When the chassis reads off: its ACPI state and power draw.
+    off: Option<off_checks::OffChecks>,
 }
 
 /// How often an unanswered datagram is sent again: a fifth of the timeout, 0.2 s to 1 s.
@@ -485,6 +491,12 @@ async fn read_in(
             ),
         }
     };
+    let off = if status.is_on() {
+        None
+    } else {
+        Some(off_checks::ask(session, deadline, shared.power_draw).await)
+    };
+    let answered = answered && off.as_ref().is_none_or(|o| o.answered);
     let clean = answered && session.stray_and_resent() == before;
     let how = format!(
         "cipher suite {}, {}",
@@ -496,6 +508,7 @@ async fn read_in(
             status,
             identity,
             session: how,
+            off,
         }),
         clean,
     )
@@ -522,6 +535,7 @@ fn succeeded(shared: &Shared, answer: Answer) -> Reply {
         status,
         identity,
         session,
+        off,
     } = answer;
     let faults = status.faults();
     let events = status.last_events();
@@ -540,20 +554,26 @@ fn succeeded(shared: &Shared, answer: Answer) -> Reply {
             "IPMI chassis status reports power faults"
         );
     }
-    let state = if status.is_on() {
-        PowerState::On
-    } else {
-        PowerState::Off
+    let mut details = vec![
+        ReadDetail::new("chassis power faults", list(&faults)),
+        ReadDetail::new("last power event", list(&events)),
+        ReadDetail::new("chassis status bytes", status.hex()),
+        ReadDetail::new("session", session),
+    ];
+    let (state, power_draw) = match off {
+        _ if status.is_on() => (PowerState::On, None),
+        None => (PowerState::Off, None),
+        Some(checks) => {
+            let (state, more) = off_checks::apply(&checks);
+            details.extend(more);
+            (state, checks.power_draw)
+        }
     };
     Reply {
         state,
-        details: vec![
-            ReadDetail::new("chassis power faults", list(&faults)),
-            ReadDetail::new("last power event", list(&events)),
-            ReadDetail::new("chassis status bytes", status.hex()),
-            ReadDetail::new("session", session),
-        ],
+        details,
         identity,
+        power_draw,
     }
 }
 
@@ -600,6 +620,7 @@ fn scrub_reply(password: &Secret, reply: Reply) -> Reply {
         state: scrub(password, reply.state),
         details: reply.details,
         identity,
+        power_draw: reply.power_draw,
     }
 }
 

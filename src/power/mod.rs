@@ -15,6 +15,7 @@ use crate::identity::MachineIdentity;
 
 // The core owns these words; sources and their callers use them from here too.
 pub use crate::decision::reading::{PowerReading, PowerState, ReadDetail, ReadErrorKind};
+pub use crate::decision::witness::{OffWitness, PowerDraw, Watts};
 
 /// Every value [`PowerSource::backend`] takes.
 pub const BACKENDS: [&str; 3] = ["redfish", "ipmi", "ec2"];
@@ -25,6 +26,9 @@ pub struct Reply {
     pub state: PowerState,
     pub details: Vec<ReadDetail>,
     pub identity: MachineIdentity,
+    /// The system's power draw, when the entry asks for it as a second witness for Off
+    /// (`corroborate = "power-draw"`) and the state read Off.
+    pub power_draw: Option<PowerDraw>,
 }
 
 impl Reply {
@@ -34,6 +38,7 @@ impl Reply {
             state,
             details: Vec::new(),
             identity: MachineIdentity::unreported(reason),
+            power_draw: None,
         }
     }
 }
