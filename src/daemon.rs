@@ -396,9 +396,13 @@ fn spawn_token_expiry_watch(
 }
 
 fn log_startup_warnings(cfg: &Config) {
-    // The same findings `check-config` prints, one WARN line each.
+    // The same findings `check-config` prints, one line each: WARN, or INFO for a note.
     for f in crate::config::checks::warnings(cfg) {
-        tracing::warn!("{}: {}", f.key, f.problem);
+        if f.severity == crate::config::checks::Severity::Note {
+            tracing::info!("{}: {}", f.key, f.problem);
+        } else {
+            tracing::warn!("{}: {}", f.key, f.problem);
+        }
     }
 }
 
