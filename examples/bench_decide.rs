@@ -62,6 +62,7 @@ fn main() {
                 addresses: vec![format!("10.0.{}.{}", i / 250, i % 250)],
             },
             identity_check: IdentityCheck::Checked,
+            off_witness: None,
             identity_binding: None,
             holds: Default::default(),
         };
@@ -78,6 +79,7 @@ fn main() {
                 state: state.clone(),
                 details: Vec::new(),
                 identity: MachineIdentity::system_uuid(&uuid, None).expect("a UUID"),
+                power_draw: None,
             })
             .collect();
         cases.push((facts, reads));

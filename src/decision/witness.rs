@@ -26,7 +26,7 @@ impl Watts {
 
     /// A non-negative, finite number of watts (to the milliwatt); `None` otherwise.
     pub fn from_f64(watts: f64) -> Option<Watts> {
-        (watts.is_finite() && watts >= 0.0 && watts <= 1e12).then(|| Watts {
+        (watts.is_finite() && (0.0..=1e12).contains(&watts)).then(|| Watts {
             milli: (watts * 1000.0).round() as u64,
         })
     }
