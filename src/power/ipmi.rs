@@ -7,7 +7,9 @@
 //!
 //! After the chassis status, in the same session, Get System GUID asks the machine what it is
 //! (see [`crate::identity`]). That question comes second and can only cost the identity: a BMC
-//! that refuses it, answers it oddly or not at all still has its power state read.
+//! that refuses it, answers it oddly or not at all still has its power state read. An off
+//! chassis is then asked Get ACPI Power State (a sleeping or hibernated machine is Suspended) and,
+//! where the entry wants a second witness, DCMI Get Power Reading ([`off_checks`]).
 //!
 //! The RMCP+ session is oobfence's own ([`session`], on [`rakp`]'s RustCrypto primitives):
 //! cipher suite 17 or 3 (or 17 then 3, when the entry asks for it), logged in as User, Operator
