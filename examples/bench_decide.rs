@@ -63,6 +63,7 @@ fn main() {
                 uuid_shared_with: Vec::new(),
             },
             identity_check: IdentityCheck::Checked,
+            off_witness: None,
             identity_binding: None,
             holds: Default::default(),
         };
@@ -80,6 +81,7 @@ fn main() {
                 details: Vec::new(),
                 identity: MachineIdentity::system_uuid(&uuid, None).expect("a UUID"),
                 reader: "redfish https://bmc.example".into(),
+                power_draw: None,
             })
             .collect();
         cases.push((facts, reads));

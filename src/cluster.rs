@@ -429,6 +429,7 @@ pub fn node_facts(node: &Node, lease: Option<&Lease>, me: &str) -> NodeFacts {
         off_while_alive: None,
         identity: node_identity(node),
         identity_check: IdentityCheck::Checked,
+        off_witness: None,
         identity_binding: None,
         holds: Default::default(),
     }

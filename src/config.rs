@@ -206,6 +206,14 @@ impl Mapping<'_> {
             Mapping::Aws(a) => a.identity,
         }
     }
+
+    /// The second witness an Off read of this mapping needs (`corroborate`), if any.
+    pub fn off_witness(&self) -> Option<crate::decision::OffWitness> {
+        match self {
+            Mapping::Bmc(b) => b.corroborate,
+            Mapping::Aws(_) => None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -400,9 +400,13 @@ fn spawn_token_expiry_watch(
 }
 
 fn log_startup_warnings(cfg: &Config) {
-    // The same findings `check-config` prints, one WARN line each.
+    // The same findings `check-config` prints, one line each: WARN, or INFO for a note.
     for f in crate::config::checks::warnings(cfg) {
-        tracing::warn!("{}: {}", f.key, f.problem);
+        if f.severity == crate::config::checks::Severity::Note {
+            tracing::info!("{}: {}", f.key, f.problem);
+        } else {
+            tracing::warn!("{}: {}", f.key, f.problem);
+        }
     }
 }
 
@@ -811,6 +815,10 @@ impl Daemon {
                     .get_or_insert_with(|| self.cfg.mapping_for(&name).map(|m| m.identity()))
             })
             .unwrap_or_default();
+        facts.off_witness = self.trackers.get_mut(&name).and_then(|t| {
+            *t.mapping_witness
+                .get_or_insert_with(|| self.cfg.mapping_for(&name).and_then(|m| m.off_witness()))
+        });
         facts.mapping_conflict = self.conflicts.get(&name).cloned();
         facts.holds = self.calm.holds(
             failure_domain(node, self.cfg.guards.failure_domain_label.as_deref()).as_deref(),

@@ -19,7 +19,10 @@
 //!   spaced at least `confirm_interval` apart, with the newest no older than `read_max_age` —
 //!   each from a machine that proved it is the node's machine ([`crate::identity`]: a UUID
 //!   another Node reports too proves nothing, `duplicate-system-uuid`), unless the entry says
-//!   `identity = "unchecked"`.
+//!   `identity = "unchecked"`; where the entry asks for a second witness
+//!   (`corroborate = "power-draw"`), each Off drew at most `max_off_watts`
+//!   (`off-uncorroborated`); a sleeping or hibernated machine is never Off
+//!   (`power-suspended`).
 //! - [`Step::Fence`] with `on_terminated` (a cloud instance terminated or unknown): the same,
 //!   but the streak is of such answers alone (an unknown one needs at least two), and each
 //!   counts only through the reader — region, endpoint, credentials — that once found the
@@ -47,6 +50,7 @@ pub mod holds;
 pub mod reading;
 #[cfg(test)]
 mod tests;
+pub mod witness;
 
 use std::fmt;
 use std::time::Duration;
@@ -63,6 +67,7 @@ pub use facts::{
 pub use guard::{FreshNode, GuardPurpose, WriteGuard, recheck};
 pub use holds::{Hold, HoldKind, Holds};
 pub use reading::{PowerReading, PowerState, ReadDetail, ReadErrorKind};
+pub use witness::{OffWitness, PowerDraw, Watts};
 
 /// Where a node stands, for `why`, `/nodes` and the `node_state` metric.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -134,6 +139,7 @@ pub enum Rule {
     IdentityUnverified,
     ReaderChanged,
     DuplicateSystemUuid,
+    OffUncorroborated,
     LeaseRenewedRecently,
     PreAttested,
     AwaitingPowerRead,
@@ -182,6 +188,7 @@ impl Rule {
             Rule::IdentityUnverified => "identity-unverified",
             Rule::ReaderChanged => "reader-changed",
             Rule::DuplicateSystemUuid => "duplicate-system-uuid",
+            Rule::OffUncorroborated => "off-uncorroborated",
             Rule::LeaseRenewedRecently => "lease-renewed-recently",
             Rule::PreAttested => "pre-attested",
             Rule::AwaitingPowerRead => "awaiting-power-read",
@@ -884,6 +891,29 @@ fn attest(
                     .read_at(plus(last.at, policy.recheck_interval));
                 }
             }
+            // With a second witness asked for, every Off counted must have it agree.
+            let mut witness = String::new();
+            if let Some(required) = facts.off_witness.filter(|_| !gone) {
+                for r in &streak {
+                    match witness::check(required, r.power_draw.as_ref()) {
+                        Ok(seen) if witness.is_empty() => witness = format!(", {seen}"),
+                        Ok(_) => {}
+                        Err(why) => {
+                            return Decision::new(
+                                S::Blocked,
+                                Step::Idle,
+                                Rule::OffUncorroborated,
+                                format!(
+                                    "the Off read at {} is not corroborated: {why}; never fenced on an Off the entry's corroborate = \"{}\" witness does not confirm",
+                                    r.at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                                    required.name()
+                                ),
+                            )
+                            .read_at(plus(last.at, policy.confirm_interval));
+                        }
+                    }
+                }
+            }
             let confirmed = streak.len();
             // A cloud that does not know an instance may just not have caught up yet
             // (eventual consistency): "not found" is never trusted on one answer.
@@ -911,7 +941,7 @@ fn attest(
                 (policy.action, Rule::ConfirmedOff)
             };
             let evidence = format!(
-                "{}, {confirmed} consecutive {what} reads spaced at least {} apart from the node's machine ({}), newest {} old ({})",
+                "{}, {confirmed} consecutive {what} reads spaced at least {} apart from the node's machine ({}{witness}), newest {} old ({})",
                 phase.describe(),
                 secs(policy.confirm_interval),
                 identity_summary(facts, last),

@@ -269,6 +269,7 @@ pub fn refusal(rule: Rule, previous: Option<Rule>) -> Option<Rule> {
         | Rule::IdentityUnverified
         | Rule::ReaderChanged
         | Rule::DuplicateSystemUuid
+        | Rule::OffUncorroborated
         | Rule::LeaseRenewedRecently
         | Rule::RecoveredSameBootId
         | Rule::Paused

@@ -168,7 +168,7 @@ pub const ALL_STATES: [NodeState; 6] = [
 
 /// The reasons a NotReady node's fencing can be refused for, as `blocked{reason}` and
 /// `node_blocked{reason}` label values (the decision rules' names).
-pub const BLOCKED_REASONS: [&str; 20] = [
+pub const BLOCKED_REASONS: [&str; 21] = [
     "power-on",
     "power-unknown",
     "power-transitional",
@@ -178,6 +178,7 @@ pub const BLOCKED_REASONS: [&str; 20] = [
     "identity-mismatch",
     "off-while-alive",
     "identity-unverified",
+    "off-uncorroborated",
     "region-mismatch",
     "shared-machine",
     "opted-out",

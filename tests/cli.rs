@@ -88,6 +88,22 @@ fn bad_configs_exit_2_with_one_line_naming_file_and_key() {
             good.replace("rack1-*", "rack1-[*"),
             "bmc[0].nodes",
         ),
+        (
+            "unknown witness",
+            good.replace(
+                "tls_insecure = true",
+                "tls_insecure = true\ncorroborate = \"power\"",
+            ),
+            "bmc[0].corroborate",
+        ),
+        (
+            "max_off_watts out of range",
+            good.replace(
+                "tls_insecure = true",
+                "tls_insecure = true\ncorroborate = \"power-draw\"\nmax_off_watts = 5000",
+            ),
+            "bmc[0].max_off_watts",
+        ),
     ];
     for (what, text, key) in cases {
         let path = dir.path().join("dc1.toml");

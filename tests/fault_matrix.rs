@@ -884,7 +884,7 @@ fn dead_nodes_behind_faulty_redfish_bmcs() -> ScenarioFuture {
                 at(odd.port),
                 "pw",
                 pinned(&odd.cert, "/paused"),
-                "power-transitional",
+                "power-suspended",
             ),
             (
                 "tls-mismatch",

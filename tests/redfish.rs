@@ -618,8 +618,11 @@ fn expected(value: Option<&serde_json::Value>) -> PowerState {
     match value.and_then(|v| v.as_str()) {
         Some("Off") => PowerState::Off,
         Some("On") => PowerState::On,
-        Some(t @ ("PoweringOn" | "PoweringOff" | "Paused")) => PowerState::Transitional {
+        Some(t @ ("PoweringOn" | "PoweringOff")) => PowerState::Transitional {
             detail: t.to_string(),
+        },
+        Some("Paused") => PowerState::Suspended {
+            detail: "the ComputerSystem's PowerState is Paused".into(),
         },
         _ => PowerState::error(ReadErrorKind::BadReply, ""),
     }

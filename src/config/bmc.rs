@@ -90,6 +90,9 @@ pub struct BmcEntry {
     pub ipmi: Option<ipmi::IpmiOptions>,
     /// Whether an Off read must come from a machine that proves it is the node's.
     pub identity: IdentityCheck,
+    /// `corroborate`: the second witness an Off read needs to count (the system's power draw
+    /// at most `max_off_watts`), if any.
+    pub corroborate: Option<crate::decision::OffWitness>,
 }
 
 impl BmcEntry {
@@ -165,6 +168,53 @@ pub(super) struct RawBmc {
     privilege: Option<String>,
     #[serde(default)]
     identity: IdentityCheck,
+    corroborate: Option<String>,
+    max_off_watts: Option<f64>,
+}
+
+/// `max_off_watts` unless set: a powered-off server's BMC reports its standby draw (often
+/// 0 W, some 5-15 W); a running one draws far more.
+pub const DEFAULT_MAX_OFF_WATTS: u32 = 20;
+
+/// The highest `max_off_watts` accepted: above it, many running machines would count as off.
+pub const MAX_MAX_OFF_WATTS: u32 = 500;
+
+/// `corroborate` and `max_off_watts`, checked.
+fn off_witness(
+    corroborate: Option<&str>,
+    max_off_watts: Option<f64>,
+) -> Result<Option<crate::decision::OffWitness>, (&'static str, String)> {
+    use crate::decision::{OffWitness, Watts};
+    match (corroborate, max_off_watts) {
+        (None, None) => Ok(None),
+        (None, Some(_)) => Err((
+            "max_off_watts",
+            "applies with corroborate = \"power-draw\" only".into(),
+        )),
+        (Some("power-draw"), max) => {
+            let max_off_watts = match max {
+                None => Watts::whole(DEFAULT_MAX_OFF_WATTS),
+                Some(w) if w.is_finite() && (0.0..=f64::from(MAX_MAX_OFF_WATTS)).contains(&w) => {
+                    Watts::from_f64(w).expect("finite and in range")
+                }
+                Some(w) => {
+                    return Err((
+                        "max_off_watts",
+                        format!(
+                            "{w} is out of range: use a number of watts from 0 to {MAX_MAX_OFF_WATTS}, below the machine's lowest draw while running"
+                        ),
+                    ));
+                }
+            };
+            Ok(Some(OffWitness::PowerDraw { max_off_watts }))
+        }
+        (Some(other), _) => Err((
+            "corroborate",
+            format!(
+                "{other:?} is not a witness oobfence knows: use \"power-draw\" (the system's power draw, read beside an Off)"
+            ),
+        )),
+    }
 }
 
 fn default_bmc_timeout() -> Duration {
@@ -374,6 +424,8 @@ impl RawBmc {
                 ),
             ));
         }
+        let corroborate = off_witness(self.corroborate.as_deref(), self.max_off_watts)
+            .map_err(|(key, problem)| err(key, problem))?;
         Ok(BmcEntry {
             index,
             nodes,
@@ -387,6 +439,96 @@ impl RawBmc {
             timeout: self.timeout,
             ipmi: ipmi_options,
             identity: self.identity,
+            corroborate,
         })
+    }
+}
+
+/// `corroborate` and `max_off_watts`: a default threshold, a checked one, and a clear error
+/// naming the key for a typo, a value out of range, or a threshold without a witness.
+#[cfg(test)]
+mod corroborate_tests {
+    use std::path::Path;
+
+    use crate::config::Config;
+    use crate::decision::{OffWitness, Watts};
+
+    fn parse(protocol: &str, extra: &str) -> Result<Config, String> {
+        let dir = tempfile::tempdir().unwrap();
+        let pw = dir.path().join("pw");
+        std::fs::write(&pw, "s3cret-value\n").unwrap();
+        let address = if protocol == "ipmi" {
+            "{node}-bmc.dc1.example"
+        } else {
+            "https://{node}-bmc.dc1.example"
+        };
+        let text = format!(
+            "datacenter = \"dc1\"\n[[bmc]]\nnodes = [\"n-*\"]\nprotocol = \"{protocol}\"\n\
+             address = \"{address}\"\nusername = \"fence\"\npassword_file = \"{}\"\n{extra}",
+            pw.display()
+        );
+        Config::parse(&text, Path::new("dc1.toml")).map_err(|e| e.to_string())
+    }
+
+    fn witness(protocol: &str, extra: &str) -> Option<OffWitness> {
+        parse(protocol, extra)
+            .unwrap_or_else(|e| panic!("{extra}: {e}"))
+            .bmc[0]
+            .corroborate
+    }
+
+    #[test]
+    fn power_draw_has_a_default_threshold_and_takes_one() {
+        for protocol in ["redfish", "ipmi"] {
+            assert_eq!(witness(protocol, ""), None);
+            assert_eq!(
+                witness(protocol, "corroborate = \"power-draw\"\n"),
+                Some(OffWitness::PowerDraw {
+                    max_off_watts: Watts::whole(super::DEFAULT_MAX_OFF_WATTS)
+                })
+            );
+            for (value, watts) in [("0", 0.0), ("35", 35.0), ("12.5", 12.5), ("500", 500.0)] {
+                assert_eq!(
+                    witness(
+                        protocol,
+                        &format!("corroborate = \"power-draw\"\nmax_off_watts = {value}\n")
+                    ),
+                    Some(OffWitness::PowerDraw {
+                        max_off_watts: Watts::from_f64(watts).unwrap()
+                    }),
+                    "{value}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_typo_or_a_value_out_of_range_is_an_error_naming_the_key() {
+        let err = |extra: &str| parse("redfish", extra).unwrap_err();
+        let e = err("corroborate = \"power_draw\"\n");
+        assert!(
+            e.contains("bmc[0].corroborate") && e.contains("\"power_draw\" is not a witness"),
+            "{e}"
+        );
+        assert!(e.contains("use \"power-draw\""), "{e}");
+        for value in ["-1", "500.5", "1e9", "nan"] {
+            let e = err(&format!(
+                "corroborate = \"power-draw\"\nmax_off_watts = {value}\n"
+            ));
+            assert!(
+                e.contains("bmc[0].max_off_watts") && e.contains("out of range"),
+                "{value}: {e}"
+            );
+        }
+        let e = err("max_off_watts = 20\n");
+        assert!(
+            e.contains("bmc[0].max_off_watts")
+                && e.contains("applies with corroborate = \"power-draw\" only"),
+            "{e}"
+        );
+        let e = err("corroborate = \"power-draw\"\nmax_off_watt = 20\n");
+        assert!(e.contains("max_off_watt"), "{e}");
+        let e = err("corroborate = \"power-draw\"\nmax_off_watts = \"20 W\"\n");
+        assert!(e.contains("max_off_watts"), "{e}");
     }
 }

@@ -74,6 +74,13 @@ pub fn warnings(cfg: &Config) -> Vec<Finding> {
                 "\"unchecked\": an Off read counts without the machine proving it is the node's; a wrong mapping can fence a running node",
             ));
         }
+        if b.protocol == super::Protocol::Redfish {
+            out.push(finding(
+                Severity::Note,
+                key("protocol"),
+                "Redfish has no sleep state but Paused: a machine hibernated (ACPI S4), or a virtual machine saved to disk behind a Redfish service in front of a hypervisor (sushy-tools over libvirt: a managed save, as libvirt-guests does on a host shutdown), reads Off with its own UUID and resumes with the same bootID; for VMs set libvirt-guests ON_SHUTDOWN=shutdown, or corroborate = \"power-draw\" (a VM has no power draw to read, so its Off never counts)",
+            ));
+        }
         if let Some(file) = &b.password_file
             && let Some(problem) = readable_by_others(file)
         {
@@ -383,6 +390,32 @@ mod tests {
             e.encode(claims),
             e.encode("sig")
         )
+    }
+
+    /// Redfish cannot tell a hibernated machine or a VM saved to disk from one that is off:
+    /// check-config says so for every Redfish entry, and for no IPMI one (Get ACPI Power State
+    /// tells, where the BMC has it; the read says when it does not).
+    #[test]
+    fn redfish_entries_get_the_saved_vm_note() {
+        let dir = tempfile::tempdir().unwrap();
+        let pw = dir.path().join("pw");
+        std::fs::write(&pw, "s3cret-value\n").unwrap();
+        let text = format!(
+            "datacenter = \"dc1\"\n\
+             [[bmc]]\nnodes = [\"rf-*\"]\nprotocol = \"redfish\"\naddress = \"https://{{node}}-bmc\"\nusername = \"u\"\npassword_file = \"{0}\"\n\
+             [[bmc]]\nnodes = [\"ipmi-*\"]\nprotocol = \"ipmi\"\naddress = \"{{node}}-bmc\"\nusername = \"u\"\npassword_file = \"{0}\"\n",
+            pw.display()
+        );
+        let cfg = Config::parse(&text, Path::new("dc1.toml")).unwrap();
+        let notes: Vec<_> = warnings(&cfg)
+            .into_iter()
+            .filter(|f| f.key.ends_with(".protocol"))
+            .collect();
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert_eq!(notes[0].severity, Severity::Note);
+        assert_eq!(notes[0].key, "bmc[0].protocol");
+        assert!(notes[0].problem.contains("saved to disk"), "{}", notes[0]);
+        assert!(notes[0].problem.contains("reads Off"), "{}", notes[0]);
     }
 
     #[test]

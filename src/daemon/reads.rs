@@ -158,6 +158,7 @@ pub async fn read_once(source: &Arc<dyn PowerSource>, deadline: Duration) -> Pow
         details: reply.details,
         identity: reply.identity,
         reader: reply.reader.unwrap_or_else(|| source.reader_id()),
+        power_draw: reply.power_draw,
     }
 }
 

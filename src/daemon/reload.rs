@@ -111,6 +111,7 @@ impl Daemon {
             }
             t.source = None;
             t.mapping_identity = None;
+            t.mapping_witness = None;
             t.quiet = None;
         }
         if new.max_concurrent_reads != self.cfg.max_concurrent_reads {

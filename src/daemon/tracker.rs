@@ -62,6 +62,9 @@ pub(super) struct Tracker {
     /// The identity check of the config's mapping for the node (`Some(None)`: unmapped),
     /// matched once: the mapping's name patterns are not matched every pass.
     pub(super) mapping_identity: Option<Option<crate::identity::IdentityCheck>>,
+    /// The second witness the mapping asks of an Off read (`Some(None)`: none or unmapped),
+    /// matched once like `mapping_identity`.
+    pub(super) mapping_witness: Option<Option<crate::decision::OffWitness>>,
     /// The node's power source said Off while the node was Ready (since its last On), and the
     /// signs of life seen since.
     pub(super) off_while_alive: Option<OffSeen>,
@@ -290,6 +293,7 @@ mod tests {
             details: Vec::new(),
             identity: crate::identity::MachineIdentity::unreported("test"),
             reader: "test".into(),
+            power_draw: None,
         }
     }
 

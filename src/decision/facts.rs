@@ -257,6 +257,8 @@ pub struct NodeFacts {
     /// What the kubelet reported about its machine (system UUID, addresses).
     pub identity: NodeIdentity,
     pub identity_check: IdentityCheck,
+    /// What the entry asks of an Off read besides the state (`corroborate`), if anything.
+    pub off_witness: Option<super::witness::OffWitness>,
     /// The last identity verification from a read, if any.
     pub identity_binding: Option<IdentityBinding>,
     /// The node's power source said Off while its kubelet was alive, if it did since its last

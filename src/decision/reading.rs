@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use super::witness::PowerDraw;
 use crate::identity::MachineIdentity;
 
 /// What one out-of-band read found.
@@ -137,6 +138,10 @@ pub struct PowerReading {
     /// endpoint and the access key id the request was signed with, never the secret). "Gone"
     /// only counts through the reader that once knew the node's machine.
     pub reader: String,
+    /// The system's power draw, read beside an Off when the entry asks for that second witness
+    /// (see [`super::witness`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub power_draw: Option<PowerDraw>,
 }
 
 /// One named piece of evidence from a read.

@@ -30,6 +30,7 @@ fn read_from(at: i64, state: PowerState, identity: MachineIdentity) -> PowerRead
         details: Vec::new(),
         identity,
         reader: READER.into(),
+        power_draw: None,
     }
 }
 
@@ -88,6 +89,7 @@ fn dead() -> NodeFacts {
             uuid_shared_with: Vec::new(),
         },
         identity_check: IdentityCheck::Checked,
+        off_witness: None,
         identity_binding: None,
         holds: Holds::default(),
     }
@@ -684,6 +686,97 @@ fn a_machine_shared_by_two_nodes_blocks() {
     };
     let d = decide(&facts, &[off(60), off(65)], &policy(), t(66));
     assert_eq!((d.step, d.rule), (Step::Idle, Rule::SharedMachine));
+}
+
+/// An entry with `corroborate = "power-draw"`: Off counts only with the system drawing at most
+/// 20 W in the same read.
+fn witnessed() -> NodeFacts {
+    NodeFacts {
+        off_witness: Some(OffWitness::PowerDraw {
+            max_off_watts: Watts::whole(20),
+        }),
+        ..dead()
+    }
+}
+
+fn off_drawing(at: i64, draw: Option<PowerDraw>) -> PowerReading {
+    PowerReading {
+        power_draw: draw,
+        ..off(at)
+    }
+}
+
+fn drawing(watts: f64) -> Option<PowerDraw> {
+    Some(PowerDraw::Seen {
+        watts: Watts::from_f64(watts).unwrap(),
+        from: "PowerControl[0].PowerConsumedWatts of /redfish/v1/Chassis/1/Power".into(),
+    })
+}
+
+#[test]
+fn an_off_drawing_power_is_not_counted() {
+    // A BMC restarted while its host ran: Off, and 180 W drawn.
+    let reads = [
+        off_drawing(60, drawing(180.0)),
+        off_drawing(65, drawing(180.0)),
+    ];
+    let d = decide(&witnessed(), &reads, &policy(), t(66));
+    assert_eq!(
+        (d.state, d.step, d.rule),
+        (NodeState::Blocked, Step::Idle, Rule::OffUncorroborated)
+    );
+    assert!(d.reason.contains("180 W"), "{}", d.reason);
+    assert!(d.reason.contains("never fenced"), "{}", d.reason);
+    // One stale Off among good ones is enough to refuse.
+    let reads = [
+        off_drawing(60, drawing(5.0)),
+        off_drawing(65, drawing(180.0)),
+    ];
+    let d = decide(&witnessed(), &reads, &policy(), t(66));
+    assert_eq!(d.rule, Rule::OffUncorroborated);
+    let reads = [
+        off_drawing(60, drawing(180.0)),
+        off_drawing(65, drawing(5.0)),
+    ];
+    let d = decide(&witnessed(), &reads, &policy(), t(66));
+    assert_eq!(d.rule, Rule::OffUncorroborated);
+}
+
+#[test]
+fn an_off_without_its_witness_is_not_counted() {
+    let unavailable = || {
+        Some(PowerDraw::Unavailable {
+            why: "the Chassis links neither Power nor EnvironmentMetrics".into(),
+        })
+    };
+    for draw in [None, unavailable()] {
+        let reads = [off_drawing(60, draw.clone()), off_drawing(65, draw.clone())];
+        let d = decide(&witnessed(), &reads, &policy(), t(66));
+        assert_eq!(
+            (d.state, d.step, d.rule),
+            (NodeState::Blocked, Step::Idle, Rule::OffUncorroborated),
+            "{draw:?}"
+        );
+    }
+}
+
+#[test]
+fn an_off_under_the_threshold_fences() {
+    let reads = [
+        off_drawing(60, drawing(4.5)),
+        off_drawing(65, drawing(20.0)),
+    ];
+    let d = decide(&witnessed(), &reads, &policy(), t(66));
+    assert_eq!(d.rule, Rule::ConfirmedOff, "{}", d.reason);
+    assert!(matches!(d.step, Step::Fence(_)));
+    assert!(d.reason.contains("drawing 20 W"), "{}", d.reason);
+    // Without corroborate, the power draw is evidence only: a high one does not block.
+    let reads = [
+        off_drawing(60, drawing(180.0)),
+        off_drawing(65, drawing(180.0)),
+    ];
+    let d = decide(&dead(), &reads, &policy(), t(66));
+    assert_eq!(d.rule, Rule::ConfirmedOff, "{}", d.reason);
 }
 
 #[test]

@@ -806,6 +806,7 @@ async fn batch_loop(reader: std::sync::Weak<Ec2Reader>, mut rx: mpsc::Receiver<R
                     details: volume_details(&read.volumes),
                     identity: read.identity.clone(),
                     reader: Some(read.reader.clone()),
+                    power_draw: None,
                 },
                 Some(Err(e)) => {
                     Reply::without_identity(e.clone(), "the DescribeInstances call failed")

@@ -7,7 +7,9 @@
 //!
 //! After the chassis status, in the same session, Get System GUID asks the machine what it is
 //! (see [`crate::identity`]). That question comes second and can only cost the identity: a BMC
-//! that refuses it, answers it oddly or not at all still has its power state read.
+//! that refuses it, answers it oddly or not at all still has its power state read. An off
+//! chassis is then asked Get ACPI Power State (a sleeping or hibernated machine is Suspended) and,
+//! where the entry wants a second witness, DCMI Get Power Reading ([`off_checks`]).
 //!
 //! The RMCP+ session is oobfence's own ([`session`], on [`rakp`]'s RustCrypto primitives):
 //! cipher suite 17 or 3 (or 17 then 3, when the entry asks for it), logged in as User, Operator
@@ -19,6 +21,7 @@
 //! translation of every failure into a named error are what make IPMI safe to read from.
 
 pub mod commands;
+mod off_checks;
 pub mod rakp;
 pub mod session;
 
@@ -81,6 +84,8 @@ struct Shared {
     suites_text: String,
     privilege: Privilege,
     timeout: Duration,
+    /// The entry asks for the power draw beside an Off (`corroborate = "power-draw"`).
+    power_draw: bool,
     slot: Arc<tokio::sync::Mutex<Slot>>,
 }
 
@@ -137,6 +142,7 @@ impl IpmiSource {
                 suites_text: options.cipher_suites.to_string(),
                 privilege: options.privilege,
                 timeout: entry.timeout,
+                power_draw: entry.corroborate.is_some(),
                 slot: slot_for(&key),
             }),
         })
@@ -288,6 +294,8 @@ struct Answer {
     status: ChassisStatus,
     identity: MachineIdentity,
     session: String,
+    /// When the chassis reads off: its ACPI state and power draw.
+    off: Option<off_checks::OffChecks>,
 }
 
 /// How often an unanswered datagram is sent again: a fifth of the timeout, 0.2 s to 1 s.
@@ -485,6 +493,12 @@ async fn read_in(
             ),
         }
     };
+    let off = if status.is_on() {
+        None
+    } else {
+        Some(off_checks::ask(session, deadline, shared.power_draw).await)
+    };
+    let answered = answered && off.as_ref().is_none_or(|o| o.answered);
     let clean = answered && session.stray_and_resent() == before;
     let how = format!(
         "cipher suite {}, {}",
@@ -496,6 +510,7 @@ async fn read_in(
             status,
             identity,
             session: how,
+            off,
         }),
         clean,
     )
@@ -522,6 +537,7 @@ fn succeeded(shared: &Shared, answer: Answer) -> Reply {
         status,
         identity,
         session,
+        off,
     } = answer;
     let faults = status.faults();
     let events = status.last_events();
@@ -540,21 +556,27 @@ fn succeeded(shared: &Shared, answer: Answer) -> Reply {
             "IPMI chassis status reports power faults"
         );
     }
-    let state = if status.is_on() {
-        PowerState::On
-    } else {
-        PowerState::Off
+    let mut details = vec![
+        ReadDetail::new("chassis power faults", list(&faults)),
+        ReadDetail::new("last power event", list(&events)),
+        ReadDetail::new("chassis status bytes", status.hex()),
+        ReadDetail::new("session", session),
+    ];
+    let (state, power_draw) = match off {
+        _ if status.is_on() => (PowerState::On, None),
+        None => (PowerState::Off, None),
+        Some(checks) => {
+            let (state, more) = off_checks::apply(&checks);
+            details.extend(more);
+            (state, checks.power_draw)
+        }
     };
     Reply {
         state,
-        details: vec![
-            ReadDetail::new("chassis power faults", list(&faults)),
-            ReadDetail::new("last power event", list(&events)),
-            ReadDetail::new("chassis status bytes", status.hex()),
-            ReadDetail::new("session", session),
-        ],
+        details,
         identity,
         reader: None,
+        power_draw,
     }
 }
 
@@ -602,6 +624,7 @@ fn scrub_reply(password: &Secret, reply: Reply) -> Reply {
         details: reply.details,
         identity,
         reader: reply.reader,
+        power_draw: reply.power_draw,
     }
 }
 

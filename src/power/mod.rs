@@ -15,6 +15,7 @@ use crate::identity::MachineIdentity;
 
 // The core owns these words; sources and their callers use them from here too.
 pub use crate::decision::reading::{PowerReading, PowerState, ReadDetail, ReadErrorKind};
+pub use crate::decision::witness::{OffWitness, PowerDraw, Watts};
 
 /// Every value [`PowerSource::backend`] takes.
 pub const BACKENDS: [&str; 3] = ["redfish", "ipmi", "ec2"];
@@ -28,6 +29,9 @@ pub struct Reply {
     /// Who answered, where the source knows better than [`PowerSource::reader_id`] (EC2: the
     /// access key id the call was signed with).
     pub reader: Option<String>,
+    /// The system's power draw, when the entry asks for it as a second witness for Off
+    /// (`corroborate = "power-draw"`) and the state read Off.
+    pub power_draw: Option<PowerDraw>,
 }
 
 impl Reply {
@@ -38,6 +42,7 @@ impl Reply {
             details: Vec::new(),
             identity: MachineIdentity::unreported(reason),
             reader: None,
+            power_draw: None,
         }
     }
 }

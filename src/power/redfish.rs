@@ -21,7 +21,7 @@ use futures::future::BoxFuture;
 use reqwest::{StatusCode, Url};
 use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, Visitor};
 
-use super::{PowerSource, PowerState, ReadErrorKind, Reply};
+use super::{PowerDraw, PowerSource, PowerState, ReadErrorKind, Reply};
 use crate::config::{BmcEntry, BmcTls};
 use crate::identity::MachineIdentity;
 use crate::secret::Secret;
@@ -50,6 +50,8 @@ pub struct RedfishSource {
     password: Secret,
     tls: BmcTls,
     timeout: Duration,
+    /// The entry asks for the power draw beside an Off (`corroborate = "power-draw"`).
+    power_draw: bool,
 }
 
 impl fmt::Debug for RedfishSource {
@@ -120,6 +122,7 @@ impl RedfishSource {
             password: entry.password.clone(),
             tls: entry.tls.clone(),
             timeout: entry.timeout,
+            power_draw: entry.corroborate.is_some(),
         })
     }
 
@@ -155,7 +158,10 @@ impl RedfishSource {
     }
 
     async fn read_within_deadline(&self) -> Reply {
-        let reply = match tokio::time::timeout(self.timeout, self.read_once()).await {
+        // The power draw witness, when asked for, must be in by nine tenths of the timeout, so
+        // that its silence shows as its own, not as the whole read's.
+        let witness_by = tokio::time::Instant::now() + self.timeout.mul_f64(0.9);
+        let reply = match tokio::time::timeout(self.timeout, self.read_once(witness_by)).await {
             Ok(reply) => reply,
             Err(_) => failed(PowerState::error(
                 ReadErrorKind::Timeout,
@@ -168,7 +174,7 @@ impl RedfishSource {
         self.scrub_reply(reply)
     }
 
-    async fn read_once(&self) -> Reply {
+    async fn read_once(&self, witness_by: tokio::time::Instant) -> Reply {
         let (path, found) = match (&self.system, self.discovered.get()) {
             (Some(path), _) => (path.clone(), false),
             (None, Some(path)) => (path.clone(), false),
@@ -178,7 +184,22 @@ impl RedfishSource {
             },
         };
         let reply = match self.get(&path).await {
-            Ok(body) => parse_reply(&body, &path),
+            Ok(body) => {
+                let mut reply = parse_reply(&body, &path);
+                if self.power_draw && reply.state == PowerState::Off {
+                    let draw =
+                        tokio::time::timeout_at(witness_by, witness::power_draw(self, &body))
+                            .await
+                            .unwrap_or_else(|_| PowerDraw::Unavailable {
+                                why: "the power draw was not read within the read's timeout".into(),
+                            });
+                    reply
+                        .details
+                        .push(super::ReadDetail::new("power draw", draw.to_string()));
+                    reply.power_draw = Some(draw);
+                }
+                reply
+            }
             Err(state) => failed(state),
         };
         if found && !matches!(reply.state, PowerState::Error { .. }) {
@@ -256,11 +277,30 @@ impl RedfishSource {
     /// Last line of defence: no detail or identity string leaves this source with the password
     /// in it.
     fn scrub_reply(&self, reply: Reply) -> Reply {
+        let secret = self.password.expose();
+        let clean = |text: String| {
+            if !secret.is_empty() && text.contains(secret) {
+                text.replace(secret, "<redacted>")
+            } else {
+                text
+            }
+        };
         Reply {
             state: self.scrub(reply.state),
-            details: reply.details,
-            identity: scrub_identity(self.password.expose(), reply.identity),
             reader: None,
+            details: reply
+                .details
+                .into_iter()
+                .map(|d| super::ReadDetail::new(d.name, clean(d.value)))
+                .collect(),
+            identity: scrub_identity(secret, reply.identity),
+            power_draw: reply.power_draw.map(|d| match d {
+                PowerDraw::Seen { watts, from } => PowerDraw::Seen {
+                    watts,
+                    from: clean(from),
+                },
+                PowerDraw::Unavailable { why } => PowerDraw::Unavailable { why: clean(why) },
+            }),
         }
     }
 
@@ -417,8 +457,8 @@ fn check_path(path: &str) -> Result<(), &'static str> {
 /// `asked` and its `@odata.type` is a ComputerSystem (see [`check_is_asked_system`]); a BMC
 /// that answers with another system, a Chassis or a Manager (they have a `PowerState` too) must
 /// not have its answer taken for this machine's. Then only a single `PowerState` property that
-/// is exactly `"Off"` maps to [`PowerState::Off`]. `"On"` maps to On; `"PoweringOn"`,
-/// `"PoweringOff"` and `"Paused"` are transitional; anything else is a
+/// is exactly `"Off"` maps to [`PowerState::Off`]. `"On"` maps to On; `"PoweringOn"` and
+/// `"PoweringOff"` are transitional; `"Paused"` is suspended (memory kept); anything else is a
 /// [`ReadErrorKind::BadReply`] error naming what was found. The identity is the `UUID` property
 /// (with `SerialNumber` as evidence), or unreported with the reason when it is unusable.
 pub fn parse_reply(body: &[u8], asked: &str) -> Reply {
@@ -436,6 +476,7 @@ pub fn parse_reply(body: &[u8], asked: &str) -> Reply {
             details: Vec::new(),
             identity: identity_of(&resource),
             reader: None,
+            power_draw: None,
         },
     }
 }
@@ -582,9 +623,12 @@ fn power_state_of(resource: &Resource) -> PowerState {
         serde_json::Value::String(s) => match s.as_str() {
             "Off" => PowerState::Off,
             "On" => PowerState::On,
-            "PoweringOn" | "PoweringOff" | "Paused" => {
-                PowerState::Transitional { detail: s.clone() }
-            }
+            "PoweringOn" | "PoweringOff" => PowerState::Transitional { detail: s.clone() },
+            // Resource.PowerState "Paused" (v1_13_0): "The resource is paused." A paused
+            // system keeps its memory and resumes with the same processes.
+            "Paused" => PowerState::Suspended {
+                detail: "the ComputerSystem's PowerState is Paused".into(),
+            },
             other => bad(format!("unknown PowerState {}", quote(other))),
         },
         serde_json::Value::Null => bad("PowerState is null".to_string()),
@@ -1005,3 +1049,4 @@ mod reply_identity_tests {
 mod tests;
 
 pub mod pinning;
+mod witness;

@@ -9,6 +9,12 @@ use super::OutputAside;
 /// The UUID the odd server's machines report.
 pub const UUID: &str = "4c4c4544-0038-4b10-8052-b4c04f4a4e32";
 
+/// The UUID of `/w/off-hot`, a system that reads Off while its chassis draws 180.5 W.
+pub const HOT_UUID: &str = "4c4c4544-0038-4b10-8052-b4c04f4a4e40";
+
+/// The UUID of the other `/w/` systems (read Off; `/w/off-cold` draws 4.5 W).
+pub const COLD_UUID: &str = "4c4c4544-0038-4b10-8052-b4c04f4a4e41";
+
 /// An HTTPS server (Python's `http.server`) that answers each path with one odd reply.
 const ODD_BMC: &str = r##"
 import http.server, json, ssl, sys, time
@@ -43,6 +49,45 @@ ROUTES = {
     "/forbidden": (403, b"{}"),
     "/empty": (204, b""),
 }
+
+# The power draw witness: systems that read Off, and the chassis they link to.
+def linked(odata_id, uuid, chassis):
+    links = ""
+    if chassis is not None:
+        links = ', "Links": {"Chassis": [%s]}' % ", ".join('{"@odata.id": %s}' % json.dumps(c) for c in chassis)
+    return system(odata_id, '"PowerState": "Off", "UUID": %s%s' % (json.dumps(uuid), links))
+
+def resource(odata_id, odata_type, members):
+    doc = {"@odata.id": odata_id, "@odata.type": odata_type}
+    doc.update(members)
+    return json.dumps(doc).encode()
+
+HOT, COLD = "4c4c4544-0038-4b10-8052-b4c04f4a4e40", "4c4c4544-0038-4b10-8052-b4c04f4a4e41"
+ROUTES.update({
+    # A stale Off: the chassis still draws 180.5 W (in its second power control).
+    "/w/off-hot": (200, linked("/w/off-hot", HOT, ["/w/chassis-hot"])),
+    "/w/chassis-hot": (200, resource("/w/chassis-hot", "#Chassis.v1_10_0.Chassis", {"PowerState": "On", "Power": {"@odata.id": "/w/chassis-hot/Power"}})),
+    "/w/chassis-hot/Power": (200, resource("/w/chassis-hot/Power", "#Power.v1_5_0.Power", {"PowerControl": [{"PowerConsumedWatts": 3}, {"PowerConsumedWatts": 180.5}]})),
+    # A real Off: 4.5 W of standby power, through EnvironmentMetrics.
+    "/w/off-cold": (200, linked("/w/off-cold", COLD, ["/w/chassis-cold"])),
+    "/w/chassis-cold": (200, resource("/w/chassis-cold", "#Chassis.v1_15_0.Chassis", {"PowerState": "Off", "EnvironmentMetrics": {"@odata.id": "/w/chassis-cold/EnvironmentMetrics"}})),
+    "/w/chassis-cold/EnvironmentMetrics": (200, resource("/w/chassis-cold/EnvironmentMetrics", "#EnvironmentMetrics.v1_3_0.EnvironmentMetrics", {"PowerWatts": {"Reading": 4.5}})),
+    # No chassis linked.
+    "/w/off-unlinked": (200, linked("/w/off-unlinked", COLD, None)),
+    # A chassis that links no power resource, though one sits at the usual path: never guessed.
+    "/w/off-bare": (200, linked("/w/off-bare", COLD, ["/w/chassis-bare"])),
+    "/w/chassis-bare": (200, resource("/w/chassis-bare", "#Chassis.v1_10_0.Chassis", {"PowerState": "Off"})),
+    "/w/chassis-bare/Power": (200, resource("/w/chassis-bare/Power", "#Power.v1_5_0.Power", {"PowerControl": [{"PowerConsumedWatts": 1}]})),
+    # A power control without a reading.
+    "/w/off-null": (200, linked("/w/off-null", COLD, ["/w/chassis-null"])),
+    "/w/chassis-null": (200, resource("/w/chassis-null", "#Chassis.v1_10_0.Chassis", {"Power": {"@odata.id": "/w/chassis-null/Power"}})),
+    "/w/chassis-null/Power": (200, resource("/w/chassis-null/Power", "#Power.v1_5_0.Power", {"PowerControl": [{"PowerConsumedWatts": None}]})),
+    # A chassis link that answers with another resource.
+    "/w/off-wrong": (200, linked("/w/off-wrong", COLD, ["/w/chassis-wrong"])),
+    "/w/chassis-wrong": (200, resource("/w/chassis-hot", "#Chassis.v1_10_0.Chassis", {"Power": {"@odata.id": "/w/chassis-hot/Power"}})),
+    # A linked chassis that is not there.
+    "/w/off-missing": (200, linked("/w/off-missing", COLD, ["/w/chassis-missing"])),
+})
 
 class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"

@@ -2,8 +2,9 @@
 //! cipher suite 17 (RAKP-HMAC-SHA256, HMAC-SHA256-128, AES-CBC-128), and suite 3 when a test
 //! needs to see inside the BMC. It speaks exactly what a status read needs: Get Channel
 //! Authentication Capabilities (IPMI 1.5, session-less), Open Session, RAKP 1–4, and inside a
-//! session Set Session Privilege Level, Get Chassis Status, Get System GUID and Close Session;
-//! anything else is answered "invalid command" (C1h). Like many real BMCs it ignores the RMCP
+//! session Set Session Privilege Level, Get Chassis Status, Get System GUID and Close Session,
+//! and when a test sets them, Get ACPI Power State and DCMI Get Power Reading; anything else is
+//! answered "invalid command" (C1h). Like many real BMCs it ignores the RMCP
 //! presence ping.
 //!
 //! Its crypto is oobfence's own (`oobfence::power::ipmi::rakp`), so it is first checked against
@@ -94,6 +95,12 @@ struct State {
     next_session: Mutex<u32>,
     /// Set Session Privilege Level requests go unanswered (a BMC that stalls mid-login).
     silent_on_set_privilege: AtomicBool,
+    /// The Get ACPI Power State answer's system power state; `None`: the command is not
+    /// implemented (C1h).
+    acpi: Mutex<Option<u8>>,
+    /// The DCMI Get Power Reading answer's current watts and "measurement active" bit; `None`:
+    /// the command is not implemented (C1h).
+    power_reading: Mutex<Option<(u16, bool)>>,
 }
 
 /// A running test BMC; stopped when dropped.
@@ -119,6 +126,8 @@ impl RmcpBmc {
             seen: Mutex::default(),
             next_session: Mutex::new(0x5eed_0001),
             silent_on_set_privilege: AtomicBool::new(false),
+            acpi: Mutex::new(None),
+            power_reading: Mutex::new(None),
         });
         let s = state.clone();
         let task = tokio::spawn(async move {
@@ -145,6 +154,18 @@ impl RmcpBmc {
 
     pub fn set_power(&self, on: bool) {
         self.state.powered_on.store(on, Ordering::SeqCst);
+    }
+
+    /// Answers Get ACPI Power State with system power state `state` (`None`: C1h, as a BMC
+    /// without the command).
+    pub fn set_acpi_state(&self, state: Option<u8>) {
+        *self.state.acpi.lock().unwrap() = state;
+    }
+
+    /// Answers DCMI Get Power Reading with `watts` now, the measurement active or not (`None`:
+    /// C1h, as a BMC without DCMI).
+    pub fn set_power_reading(&self, reading: Option<(u16, bool)>) {
+        *self.state.power_reading.lock().unwrap() = reading;
     }
 
     /// Leaves every Set Session Privilege Level request unanswered from now on.
@@ -424,6 +445,28 @@ impl State {
             }
             // Get System GUID.
             (0x06, 0x37) => response(&msg, 0, &self.guid),
+            // Get ACPI Power State: system, then device power state.
+            (0x06, 0x07) => match *self.acpi.lock().unwrap() {
+                Some(state) => response(&msg, 0, &[state, 0x00]),
+                None => response(&msg, 0xc1, &[]),
+            },
+            // DCMI Get Power Reading (group DCh): current, min, max, average watts, timestamp,
+            // period, state (bit 6: measurement active).
+            (0x2c, 0x02) if data.first() == Some(&0xdc) => {
+                match *self.power_reading.lock().unwrap() {
+                    Some((watts, active)) => {
+                        let w = watts.to_le_bytes();
+                        let mut d = vec![0xdc];
+                        for _ in 0..4 {
+                            d.extend(w);
+                        }
+                        d.extend([0u8; 8]);
+                        d.push(if active { 0x40 } else { 0x00 });
+                        response(&msg, 0, &d)
+                    }
+                    None => response(&msg, 0xc1, &[]),
+                }
+            }
             // Close Session.
             (0x06, 0x3c) => {
                 close = true;

@@ -1,9 +1,13 @@
 //! What oobfence reads out of the BMC's answers: Get Chassis Status (NetFn Chassis 00h,
-//! command 01h) and Get System GUID (NetFn App 06h, command 37h; the machine's identity, see
-//! [`crate::identity::uuid_forms_of_ipmi_guid`]). The requests themselves are sent by
-//! [`super::session`].
+//! command 01h), Get System GUID (NetFn App 06h, command 37h; the machine's identity, see
+//! [`crate::identity::uuid_forms_of_ipmi_guid`]), Get ACPI Power State (NetFn App 06h, command
+//! 07h; a sleeping machine's chassis may read off) and DCMI Get Power Reading (NetFn Group
+//! Extension 2Ch, command 02h, group DCh; the second witness for Off). The requests themselves
+//! are sent by [`super::session`]. The ACPI and DCMI parsers live in [`acpi`].
 
 use std::fmt;
+
+pub mod acpi;
 
 /// What a BMC answered to Get System GUID.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -61,6 +61,7 @@ const BMC_ADDRESS: u8 = 0x20;
 const CONSOLE_ADDRESS: u8 = 0x81;
 const NETFN_CHASSIS: u8 = 0x00;
 const NETFN_APP: u8 = 0x06;
+const NETFN_GROUP_EXTENSION: u8 = 0x2c;
 
 /// A reason a read fails, found on the wire or in the BMC's answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -815,6 +816,21 @@ impl Session {
     /// Get System GUID: the answer's data.
     pub async fn system_guid(&mut self) -> Result<Answer, Trouble> {
         self.request(NETFN_APP, 0x37, &[]).await
+    }
+
+    /// Get ACPI Power State: the answer's data.
+    pub async fn acpi_power_state(&mut self) -> Result<Answer, Trouble> {
+        self.request(NETFN_APP, 0x07, &[]).await
+    }
+
+    /// DCMI Get Power Reading (system power statistics): the answer's data.
+    pub async fn dcmi_power_reading(&mut self) -> Result<Answer, Trouble> {
+        self.request(
+            NETFN_GROUP_EXTENSION,
+            0x02,
+            &super::commands::acpi::POWER_READING_REQUEST,
+        )
+        .await
     }
 
     /// Sends Close Session without waiting for the answer, from any context (a `Drop`, a

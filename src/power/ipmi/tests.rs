@@ -55,6 +55,7 @@ fn answer(status: &[u8], identity: MachineIdentity) -> Answer {
         status: ChassisStatus::parse(status).unwrap(),
         identity,
         session: "cipher suite 17, User".into(),
+        off: None,
     }
 }
 

@@ -42,7 +42,7 @@ fn exact_values_map_to_states() {
         parse_power_state(&system(r#""PowerState":"On""#)),
         PowerState::On
     );
-    for t in ["PoweringOn", "PoweringOff", "Paused"] {
+    for t in ["PoweringOn", "PoweringOff"] {
         let body = format!(r#""Id":"1","PowerState":"{t}","Status":{{"State":"Enabled"}}"#);
         assert_eq!(
             parse_power_state(&system(&body)),
@@ -51,6 +51,13 @@ fn exact_values_map_to_states() {
             }
         );
     }
+    // Paused (Resource.PowerState, v1_13_0): memory kept, the system resumes where it was.
+    assert_eq!(
+        parse_power_state(&system(r#""PowerState":"Paused""#)),
+        PowerState::Suspended {
+            detail: "the ComputerSystem's PowerState is Paused".into()
+        }
+    );
 }
 
 #[test]
