@@ -1,7 +1,9 @@
 //! `systemctl reload` (SIGHUP): the config file and the secrets it names are read again and,
 //! when whole, take over from the next pass. What oobfence knows about the nodes (reads, fence
 //! records, identity bindings, the guards' memory) carries over, except where a node's power
-//! source is now another one: its old reads say nothing about the new machine.
+//! source is now another one: its old reads say nothing about the new machine. A binding kept
+//! proves nothing about a reader with new credentials or a new endpoint: each read names its
+//! reader, and the core counts a "gone" answer only through the one that learnt the binding.
 
 use std::sync::Arc;
 
