@@ -539,6 +539,8 @@ pub struct Cluster {
     /// This daemon's [`actor_name`], written to and checked in `oobfence.io/fenced-by`.
     actor: String,
     holds_now: HoldsNow,
+    /// `[pause] configmap`, read again right before every write.
+    pause_configmap: Option<crate::config::ConfigMapRef>,
     /// `[ha]`: this instance's standing; writes are signed with its name and term.
     leadership: Option<crate::leader::LeadershipHandle>,
     /// How long the write itself (the PATCH or DELETE after the last re-check) may take:
@@ -558,6 +560,7 @@ impl Cluster {
             datacenter: datacenter.to_string(),
             actor: actor.to_string(),
             holds_now: Arc::new(|_| Holds::default()),
+            pause_configmap: None,
             leadership: None,
             write_timeout: CALL_TIMEOUT,
         }
@@ -578,8 +581,8 @@ impl Cluster {
 
     /// The last check before a write that came after other calls: the write holds (pause,
     /// stale view, standby) as they stand now.
-    fn may_still_write(&self, uid: &str) -> Result<(), ClusterError> {
-        match (self.holds_now)(uid).write {
+    async fn may_still_write(&self, uid: &str) -> Result<(), ClusterError> {
+        match self.holds_at_write(uid).await?.write {
             Some(h) => Err(ClusterError::Abandoned(h.reason)),
             None => Ok(()),
         }
@@ -606,6 +609,39 @@ impl Cluster {
     pub fn with_holds(mut self, holds_now: HoldsNow) -> Self {
         self.holds_now = holds_now;
         self
+    }
+
+    /// The pause ConfigMap (`[pause] configmap`), read again right before every write as the
+    /// pause file is: a pause set after the daemon's last look (up to 5 s old) still stops
+    /// the write.
+    pub fn with_pause_configmap(mut self, cm: Option<crate::config::ConfigMapRef>) -> Self {
+        self.pause_configmap = cm;
+        self
+    }
+
+    /// The holds on `uid` right before a write: what the daemon holds as it stands now, and
+    /// the pause ConfigMap read now. A ConfigMap that cannot be read fails the write (it is
+    /// retried), as a fresh read of the Node that fails does: nothing is written on a switch
+    /// nobody could read.
+    async fn holds_at_write(&self, uid: &str) -> Result<Holds, ClusterError> {
+        let mut holds = (self.holds_now)(uid);
+        if holds.write.is_some() {
+            return Ok(holds);
+        }
+        if let Some(cm) = &self.pause_configmap
+            && let Some(reason) = bounded(crate::pause::read_configmap(
+                &self.client,
+                cm,
+                &self.datacenter,
+            ))
+            .await?
+        {
+            holds.write = Some(decision::holds::Hold {
+                kind: decision::holds::HoldKind::Paused,
+                reason: format!("writes are paused by an operator ({reason})"),
+            });
+        }
+        Ok(holds)
     }
 
     pub fn actor(&self) -> &str {
@@ -658,7 +694,7 @@ impl Cluster {
             lease_renew_time,
             fence: fence_record(node, &self.actor),
         };
-        let holds = (self.holds_now)(&fresh.uid);
+        let holds = self.holds_at_write(&fresh.uid).await?;
         decision::recheck(guard, &fresh, &holds, Timestamp::now()).map_err(ClusterError::Abandoned)
     }
 
@@ -790,7 +826,7 @@ impl Cluster {
                 Some(guard) => self.recheck(&node, guard).await?,
                 // Clearing a record writes too: a pause or a stale view holds it.
                 None => {
-                    if let Some(h) = (self.holds_now)(uid).write {
+                    if let Some(h) = self.holds_at_write(uid).await?.write {
                         return Err(ClusterError::Abandoned(h.reason));
                     }
                 }
@@ -867,7 +903,7 @@ impl Cluster {
                 ..Default::default()
             };
             // The backup Event took a call: check once more, then the write alone.
-            self.may_still_write(uid)?;
+            self.may_still_write(uid).await?;
             bounded_by(self.write_timeout, self.nodes().delete(name, &dp)).await?;
             Ok(FenceWrite {
                 boot_id: boot_id(&node),

@@ -172,7 +172,12 @@ pub async fn run(
     );
     tracing::info!(path = %cfg.journal.path.display(), "decision journal");
     let volumes = VolumeWatch::start(client.clone());
-    crate::pause::spawn_watch(cfg.pause.clone(), client.clone(), shared.clone());
+    crate::pause::spawn_watch(
+        cfg.pause.clone(),
+        cfg.datacenter.clone(),
+        client.clone(),
+        shared.clone(),
+    );
     let leadership = cfg
         .ha
         .as_ref()
@@ -180,11 +185,9 @@ pub async fn run(
     if let Ok(mut l) = shared.leadership.write() {
         l.clone_from(&leadership);
     }
-    let mut cluster_writer = Cluster::new(client, &cfg.datacenter).with_holds(holds_now(
-        &cfg,
-        &shared,
-        leadership.clone(),
-    ));
+    let mut cluster_writer = Cluster::new(client, &cfg.datacenter)
+        .with_holds(holds_now(&cfg, &shared, leadership.clone()))
+        .with_pause_configmap(cfg.pause.configmap.clone());
     if let (Some(l), Some(ha)) = (&leadership, &cfg.ha) {
         cluster_writer = cluster_writer.with_leadership(l.clone(), ha.write_timeout());
     }
