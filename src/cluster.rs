@@ -24,6 +24,8 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
+pub use credentials::Credentials;
+
 use crate::config::KubernetesConfig;
 use crate::decision::{
     self, FenceAction, FenceRecord, FreshNode, Holds, NodeFacts, Readiness, WriteGuard,
@@ -80,6 +82,8 @@ pub enum ClusterError {
         "cannot find a kubeconfig ($KUBECONFIG, ~/.kube/config) and [kubernetes] kubeconfig is not set: {0}"
     )]
     Infer(#[source] kube::config::InferConfigError),
+    #[error("kubeconfig: {0}")]
+    Credentials(String),
     #[error("Kubernetes client: {0}")]
     Client(#[source] kube::Error),
     #[error("Kubernetes API: {0}")]
@@ -114,11 +118,16 @@ pub const USER_AGENT: &str = concat!("oobfence/", env!("CARGO_PKG_VERSION"));
 
 /// Builds a client from `[kubernetes]`.
 pub async fn connect(cfg: &KubernetesConfig) -> Result<Client, ClusterError> {
+    Ok(connect_with_credentials(cfg).await?.0)
+}
+
+/// Reads the kubeconfig `[kubernetes]` names (or the standard one) into kube's config.
+pub async fn load_kube_config(cfg: &KubernetesConfig) -> Result<kube::Config, ClusterError> {
     let options = KubeConfigOptions {
         context: cfg.context.clone(),
         ..Default::default()
     };
-    let mut config = match &cfg.kubeconfig {
+    let config = match &cfg.kubeconfig {
         Some(path) => {
             let kc = Kubeconfig::read_from(path).map_err(|source| ClusterError::Kubeconfig {
                 path: path.display().to_string(),
@@ -141,6 +150,16 @@ pub async fn connect(cfg: &KubernetesConfig) -> Result<Client, ClusterError> {
         }
         None => kube::Config::infer().await.map_err(ClusterError::Infer)?,
     };
+    Ok(config)
+}
+
+/// Builds the daemon's client from `[kubernetes]`, and the [`Credentials`] its requests carry:
+/// a reload replaces the kubeconfig's inline token there, for every request from then on.
+pub async fn connect_with_credentials(
+    cfg: &KubernetesConfig,
+) -> Result<(Client, Credentials), ClusterError> {
+    let mut config = load_kube_config(cfg).await?;
+    let credentials = Credentials::take_from(&mut config).map_err(ClusterError::Credentials)?;
     // The API server names a write's field manager after the User-Agent: without one,
     // oobfence's taints show in managedFields (and audit logs) as written by "unknown".
     config.headers.push((
@@ -155,10 +174,14 @@ pub async fn connect(cfg: &KubernetesConfig) -> Result<Client, ClusterError> {
             .inc();
         req
     });
-    Ok(kube::client::ClientBuilder::try_from(config)
+    let carried = credentials.clone();
+    let auth = tower::util::MapRequestLayer::new(move |req| carried.apply(req));
+    let client = kube::client::ClientBuilder::try_from(config)
         .map_err(ClusterError::Client)?
+        .with_layer(&auth)
         .with_layer(&counted)
-        .build())
+        .build();
+    Ok((client, credentials))
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
@@ -1059,3 +1082,5 @@ pub fn leases_by_node(leases: &[std::sync::Arc<Lease>]) -> BTreeMap<String, std:
 
 #[cfg(test)]
 mod tests;
+
+pub mod credentials;
