@@ -642,22 +642,26 @@ impl Cluster {
         self
     }
 
-    /// The holds on `uid` right before a write: what the daemon holds as it stands now, and
-    /// the pause ConfigMap read now. A ConfigMap that cannot be read fails the write (it is
+    /// The holds on `uid` right before a write: the pause ConfigMap read now, then what the
+    /// daemon holds as it stands now — last, since with `[ha]` leadership is a deadline that
+    /// the read must not eat into. A ConfigMap that cannot be read fails the write (it is
     /// retried), as a fresh read of the Node that fails does: nothing is written on a switch
     /// nobody could read.
     async fn holds_at_write(&self, uid: &str) -> Result<Holds, ClusterError> {
+        let paused = match &self.pause_configmap {
+            Some(cm) => {
+                bounded(crate::pause::read_configmap(
+                    &self.client,
+                    cm,
+                    &self.datacenter,
+                ))
+                .await?
+            }
+            None => None,
+        };
         let mut holds = (self.holds_now)(uid);
-        if holds.write.is_some() {
-            return Ok(holds);
-        }
-        if let Some(cm) = &self.pause_configmap
-            && let Some(reason) = bounded(crate::pause::read_configmap(
-                &self.client,
-                cm,
-                &self.datacenter,
-            ))
-            .await?
+        if holds.write.is_none()
+            && let Some(reason) = paused
         {
             holds.write = Some(decision::holds::Hold {
                 kind: decision::holds::HoldKind::Paused,

@@ -260,3 +260,60 @@ fn with_ha_a_pause_file_is_refused_with_the_reason() {
         );
     }
 }
+
+/// The ConfigMap's read right before the write must not eat into what the daemon's own holds
+/// guard: they are asked after it, at the last moment. Here the read takes 2 s and a hold (as
+/// `[ha]` leadership running out would) begins during it: the write is abandoned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_daemons_holds_are_asked_after_the_configmap_read() {
+    use oobfence::decision::{Hold, HoldKind, Holds};
+    let client = support::k8s::client().await;
+    let name = unique("pause-slow");
+    let cm = ConfigMapRef {
+        namespace: "default".into(),
+        name: format!("{name}-switch"),
+    };
+    create_pause_configmap(&client, &cm).await;
+    let node = FakeNode::create(&client, &name, &name, "boot-1").await;
+    node.die("boot-1").await;
+    let guard = guard_for(&client, &node.get().await).await;
+
+    let cm_path = format!("/api/v1/namespaces/{}/configmaps/{}", cm.namespace, cm.name);
+    let inner = client.clone();
+    let slow = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+        let (client, cm_path) = (inner.clone(), cm_path.clone());
+        async move {
+            let is_cm = req.uri().path() == cm_path;
+            let response = client.send(req).await?;
+            if is_cm {
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            }
+            Ok::<_, kube::Error>(response)
+        }
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(1);
+    let holds: cluster::HoldsNow = Arc::new(move |_| Holds {
+        write: (std::time::Instant::now() > deadline).then(|| Hold {
+            kind: HoldKind::Standby,
+            reason: "standby: the Lease ran out".into(),
+        }),
+        ..Default::default()
+    });
+    let cluster = Cluster::new(Client::new(slow, "default"), "test")
+        .with_holds(holds)
+        .with_pause_configmap(Some(cm.clone()));
+    let e = cluster
+        .apply_fence_taint(&name, &guard, "test")
+        .await
+        .expect_err("the hold that began during the read stops the write");
+    assert!(
+        matches!(&e, ClusterError::Abandoned(why) if why.contains("standby")),
+        "{e}"
+    );
+    assert!(
+        !FakeNode::has_oos_taint(&node.get().await),
+        "nothing written"
+    );
+    node.delete().await;
+    delete_configmap(&client, &cm).await;
+}
