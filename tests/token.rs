@@ -134,14 +134,40 @@ async fn a_token_rotated_by_reload_is_the_one_used_and_the_old_one_can_be_revoke
     let before = expiry_metric(&support::k8s::scrape(&listen).await);
     assert!(before > 0.0, "the old token's expiry is reported: {before}");
 
+    let pid = child.id().expect("the daemon runs");
+    let hangup = || {
+        let status = std::process::Command::new("kill")
+            .args(["-HUP", &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    };
+
+    // A token pasted wrong: the API server refuses it, so the reload is refused and the
+    // token in use stays.
+    write_kubeconfig(&kubeconfig, "not-a-token");
+    hangup();
+    wait_for("the reload refused", Duration::from_secs(30), || async {
+        log_text()
+            .lines()
+            .any(|l| l.contains("config reload refused") && l.contains("401"))
+            .then_some(())
+    })
+    .await;
+    let metrics = support::k8s::scrape(&listen).await;
+    assert_eq!(
+        expiry_metric(&metrics),
+        before,
+        "the token in use is still the old one"
+    );
+    assert_eq!(
+        sample(&metrics, "oobfence_config_last_reload_successful"),
+        Some(0.0)
+    );
+
     // The rotation, as the runbook says: a new kubeconfig in place, then a reload.
     write_kubeconfig(&kubeconfig, &mint(&admin, &new_account, 7200).await);
-    let pid = child.id().expect("the daemon runs");
-    let status = std::process::Command::new("kill")
-        .args(["-HUP", &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    hangup();
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let now = expiry_metric(&support::k8s::scrape(&listen).await);
