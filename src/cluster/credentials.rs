@@ -201,3 +201,71 @@ impl Credentials {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(server: &str, token: Option<&str>) -> kube::Config {
+        let mut c = kube::Config::new(server.parse().unwrap());
+        c.auth_info.token = token.map(|t| SecretString::from(t.to_string()));
+        c
+    }
+
+    fn header(c: &Credentials) -> Option<String> {
+        let req = http::Request::new(kube::client::Body::empty());
+        c.apply(req)
+            .headers()
+            .get(http::header::AUTHORIZATION)
+            .map(|h| h.to_str().unwrap().to_string())
+    }
+
+    #[tokio::test]
+    async fn only_the_token_may_change_without_a_restart() {
+        let mut running = config("https://127.0.0.1:6443", Some("old"));
+        let c = Credentials::take_from(&mut running).unwrap();
+        assert_eq!(
+            running.auth_info.token.as_ref().map(|_| ()),
+            None,
+            "kube carries none"
+        );
+        assert!(c.carries_token());
+        assert_eq!(header(&c).as_deref(), Some("Bearer old"));
+        assert!(!format!("{c:?}").contains("old"), "no token in Debug");
+
+        // The same token: nothing to do, and no call made (the address is not listening).
+        let same = c
+            .replacement(config("https://127.0.0.1:6443", Some("old")))
+            .await;
+        assert!(matches!(same, Ok(None)));
+        let e = c
+            .replacement(config("https://10.0.0.9:6443", Some("new")))
+            .await
+            .err()
+            .unwrap();
+        assert!(e.contains("another API server"), "{e}");
+        let e = c
+            .replacement(config("https://127.0.0.1:6443", None))
+            .await
+            .err()
+            .unwrap();
+        assert!(e.contains("no longer holds a token inline"), "{e}");
+        assert_eq!(header(&c).as_deref(), Some("Bearer old"), "unchanged");
+
+        // No inline token at start (a token file, certificates): left to kube.
+        let mut other = config("https://127.0.0.1:6443", None);
+        let c = Credentials::take_from(&mut other).unwrap();
+        assert!(!c.carries_token());
+        assert_eq!(header(&c), None);
+        assert!(matches!(
+            c.replacement(config("https://127.0.0.1:6443", None)).await,
+            Ok(None)
+        ));
+        let e = c
+            .replacement(config("https://127.0.0.1:6443", Some("new")))
+            .await
+            .err()
+            .unwrap();
+        assert!(e.contains("only a restart"), "{e}");
+    }
+}
