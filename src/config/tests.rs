@@ -663,4 +663,16 @@ fn with_ha_there_is_no_pause_file() {
     assert_eq!(e.key, "pause.file");
     assert!(e.problem.contains("failover"), "{e}");
     assert!(parse(&format!("{base}{ha}[pause]\nfile = \"\"\n")).is_ok());
+    // No ConfigMap either: the group has no pause switch at all, which check-config says.
+    let none = parse(&format!("{base}{ha}[pause]\nconfigmap = \"\"\n")).unwrap();
+    assert!(
+        crate::config::checks::warnings(&none)
+            .iter()
+            .any(|f| f.key == "pause.configmap")
+    );
+    assert!(
+        !crate::config::checks::warnings(&cfg)
+            .iter()
+            .any(|f| f.key == "pause.configmap")
+    );
 }
