@@ -121,8 +121,9 @@ pub enum Command {
         output: PathBuf,
     },
     /// Stop every write of this datacenter's daemon (fence, unfence, delete) without stopping
-    /// it: writes the pause file named in the config. Decisions, reads, Events and metrics go
-    /// on; `why` shows the pause.
+    /// it: writes the pause file named in the config; with `[ha]`, the datacenter's annotation
+    /// on the pause ConfigMap, which every instance reads (so a failover does not lift it).
+    /// Decisions, reads, Events and metrics go on; `why` shows the pause.
     Pause {
         /// The datacenter's config file, /etc/oobfence/DC.toml.
         #[arg(long, short, env = "OOBFENCE_CONFIG")]
@@ -131,8 +132,8 @@ pub enum Command {
         #[arg(long, default_value = "paused by an operator")]
         reason: String,
     },
-    /// Remove the pause file: writes resume within a second (unless the pause ConfigMap still
-    /// says paused).
+    /// Remove the pause file (with `[ha]`, the datacenter's annotation on the pause
+    /// ConfigMap): writes resume within seconds (unless another switch still says paused).
     Resume {
         /// The datacenter's config file, /etc/oobfence/DC.toml.
         #[arg(long, short, env = "OOBFENCE_CONFIG")]
@@ -319,8 +320,8 @@ async fn dispatch(command: Command) -> ExitCode {
             json,
         } => nodes(&config, state.as_deref(), json).await,
         Command::Man { output } => man_pages(&output),
-        Command::Pause { config, reason } => pause(&config, Some(&reason)),
-        Command::Resume { config } => pause(&config, None),
+        Command::Pause { config, reason } => pause(&config, Some(&reason)).await,
+        Command::Resume { config } => pause(&config, None).await,
         Command::MakeKubeconfig {
             kubeconfig,
             context,
@@ -638,12 +639,16 @@ fn daemon_url(cfg: &Config) -> String {
     format!("http://{addr}")
 }
 
-/// `pause` (with a reason) and `resume` (without): the pause file.
-fn pause(path: &Path, reason: Option<&str>) -> Result<ExitCode, ExitCode> {
+/// `pause` (with a reason) and `resume` (without): the pause file; with `[ha]`, the group's
+/// annotation on the pause ConfigMap.
+async fn pause(path: &Path, reason: Option<&str>) -> Result<ExitCode, ExitCode> {
     let cfg = Config::load_without_secrets(path).map_err(|e| {
         say_error(e);
         ExitCode::from(2)
     })?;
+    if cfg.ha.is_some() {
+        return pause_group(&cfg, path, reason).await;
+    }
     let Some(file) = &cfg.pause.file else {
         say_error(format!(
             "{}: [pause] file = \"\": this datacenter has no pause file; use the ConfigMap instead: kubectl annotate configmap ... {}=\"reason\"",
@@ -652,9 +657,7 @@ fn pause(path: &Path, reason: Option<&str>) -> Result<ExitCode, ExitCode> {
         ));
         return Err(ExitCode::from(2));
     };
-    let by = std::env::var("SUDO_USER")
-        .or_else(|_| std::env::var("USER"))
-        .unwrap_or_else(|_| "unknown".into());
+    let by = operator();
     match reason {
         Some(reason) => match crate::pause::write_file(file, reason, &by) {
             Ok(()) => {
@@ -699,6 +702,57 @@ fn pause(path: &Path, reason: Option<&str>) -> Result<ExitCode, ExitCode> {
                 Err(ExitCode::from(1))
             }
         },
+    }
+}
+
+fn operator() -> String {
+    std::env::var("SUDO_USER")
+        .or_else(|_| std::env::var("USER"))
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+/// `pause` / `resume` under `[ha]`: every instance of the datacenter reads the pause
+/// ConfigMap, so the pause holds whichever instance leads, before and after a failover.
+async fn pause_group(
+    cfg: &Config,
+    path: &Path,
+    reason: Option<&str>,
+) -> Result<ExitCode, ExitCode> {
+    let Some(cm) = &cfg.pause.configmap else {
+        say_error(format!(
+            "{}: [pause] configmap = \"\" with [ha]: this datacenter has no switch every instance reads; set [pause] configmap (default {})",
+            path.display(),
+            crate::config::DEFAULT_PAUSE_CONFIGMAP
+        ));
+        return Err(ExitCode::from(2));
+    };
+    let client = crate::cluster::connect(&cfg.kubernetes)
+        .await
+        .map_err(|e| {
+            say_error(e);
+            ExitCode::from(2)
+        })?;
+    let key = crate::pause::datacenter_annotation(&cfg.datacenter);
+    match crate::pause::set_group_pause(&client, cm, &cfg.datacenter, reason, &operator()).await {
+        Ok(()) if reason.is_some() => {
+            println!(
+                "paused: ConfigMap {cm} carries {key}; every instance of datacenter {}, whichever leads, writes nothing from now on (each reads it again right before a write). Resume with: oobfence resume --config {}",
+                cfg.datacenter,
+                path.display()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Ok(()) => {
+            println!(
+                "removed {key} from ConfigMap {cm}: writes resume within 5 seconds unless it still carries {}",
+                crate::pause::ANNOTATION_PAUSED
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            say_error(e);
+            Err(ExitCode::from(1))
+        }
     }
 }
 

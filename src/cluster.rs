@@ -24,6 +24,8 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
+pub use credentials::Credentials;
+
 use crate::config::KubernetesConfig;
 use crate::decision::{
     self, FenceAction, FenceRecord, FreshNode, Holds, NodeFacts, Readiness, WriteGuard,
@@ -82,6 +84,8 @@ pub enum ClusterError {
         "cannot find a kubeconfig ($KUBECONFIG, ~/.kube/config) and [kubernetes] kubeconfig is not set: {0}"
     )]
     Infer(#[source] kube::config::InferConfigError),
+    #[error("kubeconfig: {0}")]
+    Credentials(String),
     #[error("Kubernetes client: {0}")]
     Client(#[source] kube::Error),
     #[error("Kubernetes API: {0}")]
@@ -116,11 +120,16 @@ pub const USER_AGENT: &str = concat!("oobfence/", env!("CARGO_PKG_VERSION"));
 
 /// Builds a client from `[kubernetes]`.
 pub async fn connect(cfg: &KubernetesConfig) -> Result<Client, ClusterError> {
+    Ok(connect_with_credentials(cfg).await?.0)
+}
+
+/// Reads the kubeconfig `[kubernetes]` names (or the standard one) into kube's config.
+pub async fn load_kube_config(cfg: &KubernetesConfig) -> Result<kube::Config, ClusterError> {
     let options = KubeConfigOptions {
         context: cfg.context.clone(),
         ..Default::default()
     };
-    let mut config = match &cfg.kubeconfig {
+    let config = match &cfg.kubeconfig {
         Some(path) => {
             let kc = Kubeconfig::read_from(path).map_err(|source| ClusterError::Kubeconfig {
                 path: path.display().to_string(),
@@ -143,6 +152,16 @@ pub async fn connect(cfg: &KubernetesConfig) -> Result<Client, ClusterError> {
         }
         None => kube::Config::infer().await.map_err(ClusterError::Infer)?,
     };
+    Ok(config)
+}
+
+/// Builds the daemon's client from `[kubernetes]`, and the [`Credentials`] its requests carry:
+/// a reload replaces the kubeconfig's inline token there, for every request from then on.
+pub async fn connect_with_credentials(
+    cfg: &KubernetesConfig,
+) -> Result<(Client, Credentials), ClusterError> {
+    let mut config = load_kube_config(cfg).await?;
+    let credentials = Credentials::take_from(&mut config).map_err(ClusterError::Credentials)?;
     // The API server names a write's field manager after the User-Agent: without one,
     // oobfence's taints show in managedFields (and audit logs) as written by "unknown".
     config.headers.push((
@@ -157,10 +176,14 @@ pub async fn connect(cfg: &KubernetesConfig) -> Result<Client, ClusterError> {
             .inc();
         req
     });
-    Ok(kube::client::ClientBuilder::try_from(config)
+    let carried = credentials.clone();
+    let auth = tower::util::MapRequestLayer::new(move |req| carried.apply(req));
+    let client = kube::client::ClientBuilder::try_from(config)
         .map_err(ClusterError::Client)?
+        .with_layer(&auth)
         .with_layer(&counted)
-        .build())
+        .build();
+    Ok((client, credentials))
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
@@ -543,6 +566,8 @@ pub struct Cluster {
     /// This daemon's [`actor_name`], written to and checked in `oobfence.io/fenced-by`.
     actor: String,
     holds_now: HoldsNow,
+    /// `[pause] configmap`, read again right before every write.
+    pause_configmap: Option<crate::config::ConfigMapRef>,
     /// `[ha]`: this instance's standing; writes are signed with its name and term.
     leadership: Option<crate::leader::LeadershipHandle>,
     /// How long the write itself (the PATCH or DELETE after the last re-check) may take:
@@ -562,6 +587,7 @@ impl Cluster {
             datacenter: datacenter.to_string(),
             actor: actor.to_string(),
             holds_now: Arc::new(|_| Holds::default()),
+            pause_configmap: None,
             leadership: None,
             write_timeout: CALL_TIMEOUT,
         }
@@ -582,8 +608,8 @@ impl Cluster {
 
     /// The last check before a write that came after other calls: the write holds (pause,
     /// stale view, standby) as they stand now.
-    fn may_still_write(&self, uid: &str) -> Result<(), ClusterError> {
-        match (self.holds_now)(uid).write {
+    async fn may_still_write(&self, uid: &str) -> Result<(), ClusterError> {
+        match self.holds_at_write(uid).await?.write {
             Some(h) => Err(ClusterError::Abandoned(h.reason)),
             None => Ok(()),
         }
@@ -610,6 +636,43 @@ impl Cluster {
     pub fn with_holds(mut self, holds_now: HoldsNow) -> Self {
         self.holds_now = holds_now;
         self
+    }
+
+    /// The pause ConfigMap (`[pause] configmap`), read again right before every write as the
+    /// pause file is: a pause set after the daemon's last look (up to 5 s old) still stops
+    /// the write.
+    pub fn with_pause_configmap(mut self, cm: Option<crate::config::ConfigMapRef>) -> Self {
+        self.pause_configmap = cm;
+        self
+    }
+
+    /// The holds on `uid` right before a write: the pause ConfigMap read now, then what the
+    /// daemon holds as it stands now — last, since with `[ha]` leadership is a deadline that
+    /// the read must not eat into. A ConfigMap that cannot be read fails the write (it is
+    /// retried), as a fresh read of the Node that fails does: nothing is written on a switch
+    /// nobody could read.
+    async fn holds_at_write(&self, uid: &str) -> Result<Holds, ClusterError> {
+        let paused = match &self.pause_configmap {
+            Some(cm) => {
+                bounded(crate::pause::read_configmap(
+                    &self.client,
+                    cm,
+                    &self.datacenter,
+                ))
+                .await?
+            }
+            None => None,
+        };
+        let mut holds = (self.holds_now)(uid);
+        if holds.write.is_none()
+            && let Some(reason) = paused
+        {
+            holds.write = Some(decision::holds::Hold {
+                kind: decision::holds::HoldKind::Paused,
+                reason: format!("writes are paused by an operator ({reason})"),
+            });
+        }
+        Ok(holds)
     }
 
     pub fn actor(&self) -> &str {
@@ -662,7 +725,7 @@ impl Cluster {
             lease_renew_time,
             fence: fence_record(node, &self.actor),
         };
-        let holds = (self.holds_now)(&fresh.uid);
+        let holds = self.holds_at_write(&fresh.uid).await?;
         decision::recheck(guard, &fresh, &holds, Timestamp::now()).map_err(ClusterError::Abandoned)
     }
 
@@ -794,7 +857,7 @@ impl Cluster {
                 Some(guard) => self.recheck(&node, guard).await?,
                 // Clearing a record writes too: a pause or a stale view holds it.
                 None => {
-                    if let Some(h) = (self.holds_now)(uid).write {
+                    if let Some(h) = self.holds_at_write(uid).await?.write {
                         return Err(ClusterError::Abandoned(h.reason));
                     }
                 }
@@ -871,7 +934,7 @@ impl Cluster {
                 ..Default::default()
             };
             // The backup Event took a call: check once more, then the write alone.
-            self.may_still_write(uid)?;
+            self.may_still_write(uid).await?;
             bounded_by(self.write_timeout, self.nodes().delete(name, &dp)).await?;
             Ok(FenceWrite {
                 boot_id: boot_id(&node),
@@ -1027,3 +1090,5 @@ pub fn leases_by_node(leases: &[std::sync::Arc<Lease>]) -> BTreeMap<String, std:
 
 #[cfg(test)]
 mod tests;
+
+pub mod credentials;

@@ -585,15 +585,26 @@ impl RawGuards {
 }
 
 impl RawPause {
-    fn validate(self, path: &Path, dc: &str) -> Result<PauseConfig, ConfigError> {
+    fn validate(self, path: &Path, dc: &str, ha: bool) -> Result<PauseConfig, ConfigError> {
         let err = |key: &str, problem: String| ConfigError {
             file: path.to_owned(),
             key: format!("pause.{key}"),
             problem,
         };
         let file = match self.file {
+            // With [ha] a pause is the group's: the ConfigMap, which every instance reads.
+            None if ha => None,
             None => Some(default_pause_file(dc)),
             Some(p) if p.as_os_str().is_empty() => None,
+            Some(p) if ha => {
+                return Err(err(
+                    "file",
+                    format!(
+                        "{:?}: with [ha] a pause file is read only by the instance on its own host, so a failover would resume every write on the other; remove it: under [ha] `oobfence pause` writes the pause ConfigMap, which every instance reads",
+                        p.display().to_string()
+                    ),
+                ));
+            }
             Some(p) if !p.is_absolute() => {
                 return Err(err(
                     "file",
@@ -628,6 +639,20 @@ impl RawPause {
             }
         })
         .transpose()?;
+        if ha {
+            // An annotation's name is at most 63 characters.
+            let key = crate::pause::datacenter_annotation(dc);
+            let name = key.split_once('/').map_or(key.as_str(), |(_, n)| n);
+            if name.len() > 63 || name.ends_with('-') {
+                return Err(ConfigError {
+                    file: path.to_owned(),
+                    key: "datacenter".into(),
+                    problem: format!(
+                        "{dc:?}: with [ha] the group's pause annotation {key} must be a valid annotation name (at most 63 characters after the '/', ending in a letter or digit): use a shorter datacenter name"
+                    ),
+                });
+            }
+        }
         Ok(PauseConfig { file, configmap })
     }
 }
@@ -971,11 +996,11 @@ impl RawConfig {
         };
 
         let guards = self.guards.validate(path)?;
-        let pause = self.pause.validate(path, dc)?;
         let ha = match self.ha {
             Some(h) => h.validate(path)?,
             None => None,
         };
+        let pause = self.pause.validate(path, dc, ha.is_some())?;
 
         Ok(Config {
             source: path.to_owned(),

@@ -109,6 +109,8 @@ pub struct Daemon {
     /// first: so that a node becomes eligible when its waits end, not at the next tick.
     /// An entry no longer its tracker's `wake_at` is stale and skipped.
     wakeups: BinaryHeap<Reverse<(Timestamp, String)>>,
+    /// The token every request carries; a reload replaces it.
+    credentials: cluster::Credentials,
 }
 
 /// Runs the daemon until `shutdown` completes.
@@ -118,7 +120,7 @@ pub async fn run(
 ) -> Result<(), DaemonError> {
     let cfg = Arc::new(cfg);
     log_startup_warnings(&cfg);
-    let client = cluster::connect(&cfg.kubernetes).await?;
+    let (client, credentials) = cluster::connect_with_credentials(&cfg.kubernetes).await?;
     let shared = Shared::new(&cfg.datacenter);
     shared.metrics.set_config_info(&cfg);
 
@@ -130,7 +132,12 @@ pub async fn run(
         })?;
     tracing::info!(listen = %cfg.server.listen, "serving /metrics, /healthz, /readyz, /nodes");
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    spawn_token_expiry_watch(cfg.kubernetes.clone(), shared.clone(), stop_rx.clone());
+    spawn_token_expiry_watch(
+        cfg.kubernetes.clone(),
+        credentials.clone(),
+        shared.clone(),
+        stop_rx.clone(),
+    );
     let http = tokio::spawn(crate::http::serve(
         listener,
         shared.clone(),
@@ -175,7 +182,12 @@ pub async fn run(
     );
     tracing::info!(path = %cfg.journal.path.display(), "decision journal");
     let volumes = VolumeWatch::start(client.clone());
-    crate::pause::spawn_watch(cfg.pause.clone(), client.clone(), shared.clone());
+    crate::pause::spawn_watch(
+        cfg.pause.clone(),
+        cfg.datacenter.clone(),
+        client.clone(),
+        shared.clone(),
+    );
     let leadership = cfg
         .ha
         .as_ref()
@@ -183,11 +195,9 @@ pub async fn run(
     if let Ok(mut l) = shared.leadership.write() {
         l.clone_from(&leadership);
     }
-    let mut cluster_writer = Cluster::new(client, &cfg.datacenter).with_holds(holds_now(
-        &cfg,
-        &shared,
-        leadership.clone(),
-    ));
+    let mut cluster_writer = Cluster::new(client, &cfg.datacenter)
+        .with_holds(holds_now(&cfg, &shared, leadership.clone()))
+        .with_pause_configmap(cfg.pause.configmap.clone());
     if let (Some(l), Some(ha)) = (&leadership, &cfg.ha) {
         cluster_writer = cluster_writer.with_leadership(l.clone(), ha.write_timeout());
     }
@@ -214,6 +224,7 @@ pub async fn run(
         calm: Calm::default(),
         leadership,
         guards_epoch: 0,
+        credentials,
     };
 
     tokio::pin!(shutdown);
@@ -281,8 +292,9 @@ pub async fn run(
                 notify_systemd(&[sd_notify::NotifyState::Reloading]);
                 let tx = reloads_tx.clone();
                 let (running, stats) = (daemon.cfg.clone(), daemon.shared.metrics.ec2.clone());
+                let credentials = daemon.credentials.clone();
                 tokio::spawn(async move {
-                    let _ = tx.send(reload::prepare(running, stats).await).await;
+                    let _ = tx.send(reload::prepare(running, stats, credentials).await).await;
                 });
             }
             Some(prepared) = reloads_rx.recv() => {
@@ -359,23 +371,30 @@ fn notify_systemd(states: &[sd_notify::NotifyState<'_>]) {
     let _ = sd_notify::notify(states);
 }
 
-/// Keeps `oobfence_kubeconfig_token_expiry_timestamp_seconds` current: a token file may be
-/// replaced under the running daemon (kube re-reads it), so it is read again every 10 minutes.
+/// Keeps `oobfence_kubeconfig_token_expiry_timestamp_seconds` current with the token the
+/// requests carry: an inline token's is the one in `credentials` (a reload replaces it and
+/// sets the metric at once); a token file may be replaced under the running daemon (kube
+/// re-reads it), so it is read again every 10 minutes.
 fn spawn_token_expiry_watch(
     k: crate::config::KubernetesConfig,
+    credentials: cluster::Credentials,
     shared: Arc<Shared>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     tokio::spawn(async move {
         let mut logged = None;
         loop {
-            let k2 = k.clone();
-            let expiry = tokio::task::spawn_blocking(move || {
-                crate::config::checks::configured_token_expiry(&k2)
-            })
-            .await
-            .ok()
-            .flatten();
+            let expiry = if credentials.carries_token() {
+                credentials.token_expiry()
+            } else {
+                let k2 = k.clone();
+                tokio::task::spawn_blocking(move || {
+                    crate::config::checks::configured_token_expiry(&k2)
+                })
+                .await
+                .ok()
+                .flatten()
+            };
             shared
                 .metrics
                 .kubeconfig_token_expiry

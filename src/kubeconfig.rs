@@ -281,7 +281,7 @@ fn render(admin: &kube::Config, account: &str, token: &str, expires: jiff::Times
     }
     format!(
         "# Written by `oobfence make-kubeconfig` for ServiceAccount {account}.\n\
-         # The token expires at {expires}: run the command again before then and restart\n\
+         # The token expires at {expires}: run the command again before then and reload\n\
          # the oobfence@ units that use this file.\n\
          apiVersion: v1\n\
          kind: Config\n\

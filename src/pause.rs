@@ -35,7 +35,7 @@ const API_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Watches both switches for the daemon's lifetime and publishes them in `shared`: the pause
 /// (`shared.pause`) and the last successful API round trip (`shared.last_round_trip`).
-pub fn spawn_watch(cfg: PauseConfig, client: Client, shared: Arc<Shared>) {
+pub fn spawn_watch(cfg: PauseConfig, datacenter: String, client: Client, shared: Arc<Shared>) {
     tokio::spawn(async move {
         let mut configmap_says: Option<String> = None;
         let mut last_api: Option<tokio::time::Instant> = None;
@@ -44,12 +44,14 @@ pub fn spawn_watch(cfg: PauseConfig, client: Client, shared: Arc<Shared>) {
             if last_api.is_none_or(|t| t.elapsed() >= API_EVERY) {
                 last_api = Some(tokio::time::Instant::now());
                 let result = match &cfg.configmap {
-                    Some(cm) => tokio::time::timeout(API_TIMEOUT, read_configmap(&client, cm))
-                        .await
-                        .map_err(|_| {
-                            format!("reading ConfigMap {cm} took longer than {API_TIMEOUT:?}")
-                        })
-                        .and_then(|r| r.map_err(|e| format!("cannot read ConfigMap {cm}: {e}"))),
+                    Some(cm) => {
+                        tokio::time::timeout(API_TIMEOUT, read_configmap(&client, cm, &datacenter))
+                            .await
+                            .map_err(|_| {
+                                format!("reading ConfigMap {cm} took longer than {API_TIMEOUT:?}")
+                            })
+                            .and_then(|r| r.map_err(|e| format!("cannot read ConfigMap {cm}: {e}")))
+                    }
                     None => tokio::time::timeout(API_TIMEOUT, client.apiserver_version())
                         .await
                         .map_err(|_| "the API server's /version took too long".to_string())
@@ -104,6 +106,16 @@ pub fn spawn_watch(cfg: PauseConfig, client: Client, shared: Arc<Shared>) {
 
 pub const ANNOTATION_PAUSED: &str = "oobfence.io/paused";
 
+/// The annotation that pauses one datacenter, every instance of it (`[ha]`: the group):
+/// `oobfence.io/paused-<datacenter>`, the name lowercased with '_' and '.' as '-'. What
+/// `oobfence pause` writes under `[ha]`.
+pub fn datacenter_annotation(datacenter: &str) -> String {
+    format!(
+        "{ANNOTATION_PAUSED}-{}",
+        datacenter.to_ascii_lowercase().replace(['_', '.'], "-")
+    )
+}
+
 /// What the pause file says: `None` when it does not exist, else the reason to show.
 pub fn read_file(path: &Path) -> Option<String> {
     match std::fs::read(path) {
@@ -150,31 +162,80 @@ pub fn remove_file(path: &Path) -> io::Result<bool> {
     }
 }
 
-/// What the ConfigMap says: `Ok(None)` when it or the annotation is absent or `"false"`.
+/// What the ConfigMap says to `datacenter`'s oobfence: `Ok(None)` when it is absent, or when
+/// neither the annotation for every datacenter nor the one for this datacenter is there (or
+/// each says `"false"`).
 pub async fn read_configmap(
     client: &Client,
     cm: &ConfigMapRef,
+    datacenter: &str,
 ) -> Result<Option<String>, kube::Error> {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &cm.namespace);
     let Some(found) = api.get_opt(&cm.name).await? else {
         return Ok(None);
     };
-    Ok(configmap_says(&found, cm))
+    Ok(configmap_says(&found, cm, datacenter))
 }
 
-fn configmap_says(found: &ConfigMap, cm: &ConfigMapRef) -> Option<String> {
-    let value = found.annotations().get(ANNOTATION_PAUSED)?.trim();
-    if value.eq_ignore_ascii_case("false") {
-        return None;
+fn configmap_says(found: &ConfigMap, cm: &ConfigMapRef, datacenter: &str) -> Option<String> {
+    let said: Vec<String> = [
+        ANNOTATION_PAUSED.to_string(),
+        datacenter_annotation(datacenter),
+    ]
+    .into_iter()
+    .filter_map(|key| {
+        let value = found.annotations().get(&key)?.trim();
+        if value.eq_ignore_ascii_case("false") {
+            return None;
+        }
+        let value: String = value
+            .chars()
+            .filter(|c| !c.is_control())
+            .take(200)
+            .collect();
+        Some(format!("ConfigMap {cm} annotation {key}={value:?}"))
+    })
+    .collect();
+    (!said.is_empty()).then(|| said.join("; "))
+}
+
+/// `oobfence pause` / `oobfence resume` under `[ha]`: sets (`reason` given) or removes this
+/// datacenter's annotation on the pause ConfigMap, which every instance of the group reads;
+/// `by` is who paused. The ConfigMap must exist (`kubectl -n NS create configmap NAME`).
+pub async fn set_group_pause(
+    client: &Client,
+    cm: &ConfigMapRef,
+    datacenter: &str,
+    reason: Option<&str>,
+    by: &str,
+) -> Result<(), String> {
+    let key = datacenter_annotation(datacenter);
+    let value = reason.map(|r| {
+        let r = r.replace(['\n', '\r'], " ");
+        format!("{r} (paused by {by} at {})", jiff::Timestamp::now())
+    });
+    let patch = serde_json::json!({"metadata": {"annotations": {key: value}}});
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &cm.namespace);
+    let (params, patch) = (
+        kube::api::PatchParams::default(),
+        kube::api::Patch::Merge(&patch),
+    );
+    let call = api.patch(&cm.name, &params, &patch);
+    match tokio::time::timeout(API_TIMEOUT, call).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(kube::Error::Api(s))) if s.code == 404 => Err(format!(
+            "the pause ConfigMap {cm} does not exist: create it once (kubectl -n {} create configmap {})",
+            cm.namespace, cm.name
+        )),
+        Ok(Err(kube::Error::Api(s))) if s.code == 403 => Err(format!(
+            "the kubeconfig's token may not patch the pause ConfigMap {cm} (apply deploy/rbac.yaml again: Role oobfence-pause): {}",
+            s.message
+        )),
+        Ok(Err(e)) => Err(format!("cannot write the pause ConfigMap {cm}: {e}")),
+        Err(_) => Err(format!(
+            "writing the pause ConfigMap {cm} took longer than {API_TIMEOUT:?}"
+        )),
     }
-    let value: String = value
-        .chars()
-        .filter(|c| !c.is_control())
-        .take(200)
-        .collect();
-    Some(format!(
-        "ConfigMap {cm} annotation {ANNOTATION_PAUSED}={value:?}"
-    ))
 }
 
 #[cfg(test)]
@@ -212,7 +273,7 @@ mod tests {
                 c.metadata.annotations =
                     Some([(ANNOTATION_PAUSED.to_string(), v.to_string())].into());
             }
-            configmap_says(&c, &cm)
+            configmap_says(&c, &cm, "dc1")
         };
         assert_eq!(with(None), None);
         assert_eq!(with(Some("false")), None);
@@ -224,5 +285,32 @@ mod tests {
         );
         assert!(with(Some("")).is_some(), "present and empty still pauses");
         assert!(with(Some("storm in dc2")).unwrap().contains("storm in dc2"));
+    }
+
+    #[test]
+    fn a_datacenters_annotation_pauses_that_datacenter_only() {
+        let cm = ConfigMapRef {
+            namespace: "oobfence".into(),
+            name: "oobfence-pause".into(),
+        };
+        assert_eq!(
+            datacenter_annotation("DC_1.east"),
+            "oobfence.io/paused-dc-1-east"
+        );
+        let mut c = ConfigMap::default();
+        c.metadata.annotations = Some(
+            [
+                (datacenter_annotation("dc1"), "rack 7".to_string()),
+                (datacenter_annotation("dc3"), "false".to_string()),
+            ]
+            .into(),
+        );
+        assert!(
+            configmap_says(&c, &cm, "dc1")
+                .unwrap()
+                .contains("oobfence.io/paused-dc1=\"rack 7\"")
+        );
+        assert_eq!(configmap_says(&c, &cm, "dc2"), None);
+        assert_eq!(configmap_says(&c, &cm, "dc3"), None);
     }
 }

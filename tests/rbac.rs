@@ -334,6 +334,18 @@ async fn the_token_may_do_the_daemons_work_and_nothing_more() {
         matches!(pause_cm, Ok(None)),
         "get the pause ConfigMap: {pause_cm:?}"
     );
+    // `oobfence pause` under [ha] annotates it with the daemon's kubeconfig (404: allowed).
+    let patched = Api::<ConfigMap>::namespaced(sa.clone(), "oobfence")
+        .patch(
+            "oobfence-pause",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"oobfence.io/paused-dc1": "x"}}})),
+        )
+        .await;
+    assert!(
+        matches!(&patched, Err(kube::Error::Api(s)) if s.code == 404),
+        "patch the pause ConfigMap: {patched:?}"
+    );
     assert_forbidden(
         "get another ConfigMap in oobfence's namespace",
         Api::<ConfigMap>::namespaced(sa.clone(), "oobfence")

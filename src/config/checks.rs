@@ -115,6 +115,13 @@ pub fn warnings(cfg: &Config) -> Vec<Finding> {
             "1: a single Off read is enough to fence",
         ));
     }
+    if cfg.ha.is_some() && cfg.pause.configmap.is_none() {
+        out.push(finding(
+            Severity::Warning,
+            "pause.configmap",
+            "\"\" with [ha]: the group has no pause switch (`oobfence pause` cannot pause it, and a pause file is refused under [ha])",
+        ));
+    }
     out
 }
 

@@ -641,3 +641,38 @@ fn ha_is_off_by_default_and_checks_its_timings() {
         assert!(e.problem.contains(says), "{body}: {e}");
     }
 }
+
+/// With `[ha]` the pause is the group's: no default pause file, an explicit one refused (a
+/// failover would lift it), the ConfigMap kept.
+#[test]
+fn with_ha_there_is_no_pause_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = minimal(&write_pw(dir.path()));
+    assert!(
+        parse(&base).unwrap().pause.file.is_some(),
+        "the default file"
+    );
+    let ha = "\n[ha]\nenabled = true\nidentity = \"mgmt-a\"\n";
+    let cfg = parse(&format!("{base}{ha}")).unwrap();
+    assert_eq!(cfg.pause.file, None);
+    assert!(cfg.pause.configmap.is_some());
+    let e = parse(&format!(
+        "{base}{ha}[pause]\nfile = \"/etc/oobfence/dc1.paused\"\n"
+    ))
+    .unwrap_err();
+    assert_eq!(e.key, "pause.file");
+    assert!(e.problem.contains("failover"), "{e}");
+    assert!(parse(&format!("{base}{ha}[pause]\nfile = \"\"\n")).is_ok());
+    // No ConfigMap either: the group has no pause switch at all, which check-config says.
+    let none = parse(&format!("{base}{ha}[pause]\nconfigmap = \"\"\n")).unwrap();
+    assert!(
+        crate::config::checks::warnings(&none)
+            .iter()
+            .any(|f| f.key == "pause.configmap")
+    );
+    assert!(
+        !crate::config::checks::warnings(&cfg)
+            .iter()
+            .any(|f| f.key == "pause.configmap")
+    );
+}

@@ -47,6 +47,8 @@ pub(super) fn fixed_settings_changed(old: &Config, new: &Config) -> Option<Strin
 pub(super) struct Prepared {
     cfg: Arc<Config>,
     sources: Arc<PowerSources>,
+    /// The kubeconfig's new token, accepted by the API server; `None`: the same one.
+    token: Option<crate::cluster::credentials::Replacement>,
 }
 
 /// Reads the config file again and builds what it needs (secrets, CA files, an EC2 client),
@@ -55,6 +57,7 @@ pub(super) struct Prepared {
 pub(super) async fn prepare(
     running: Arc<Config>,
     ec2_stats: crate::power::ec2::Ec2Stats,
+    credentials: crate::cluster::Credentials,
 ) -> Result<Prepared, String> {
     let path = running.source.clone();
     let new = tokio::task::spawn_blocking(move || Config::load(&path))
@@ -64,6 +67,11 @@ pub(super) async fn prepare(
     if let Some(why) = fixed_settings_changed(&running, &new) {
         return Err(why);
     }
+    // The kubeconfig is read again too: a rotated token is used from this reload on.
+    let kube_config = crate::cluster::load_kube_config(&new.kubernetes)
+        .await
+        .map_err(|e| e.to_string())?;
+    let token = credentials.replacement(kube_config).await?;
     let new = Arc::new(new);
     let sources = tokio::time::timeout(SOURCES_DEADLINE, PowerSources::new(new.clone(), ec2_stats))
         .await
@@ -75,6 +83,7 @@ pub(super) async fn prepare(
     Ok(Prepared {
         cfg: new,
         sources: Arc::new(sources),
+        token,
     })
 }
 
@@ -83,7 +92,11 @@ impl Daemon {
     /// since it was prepared (two reloads in a row): what only a restart applies is checked
     /// again against it.
     pub(super) fn apply_reload(&mut self, prepared: Prepared) -> Result<String, String> {
-        let Prepared { cfg: new, sources } = prepared;
+        let Prepared {
+            cfg: new,
+            sources,
+            token,
+        } = prepared;
         if let Some(why) = fixed_settings_changed(&self.cfg, &new) {
             return Err(why);
         }
@@ -123,8 +136,23 @@ impl Daemon {
                 self.shared.metrics.power_reads_in_flight.clone(),
             );
         }
+        let token_note = match token {
+            Some(t) => {
+                let expiry = t.expiry();
+                self.credentials.replace(t);
+                self.shared
+                    .metrics
+                    .kubeconfig_token_expiry
+                    .set(expiry.map_or(0.0, |t| t.as_millisecond() as f64 / 1000.0));
+                match expiry {
+                    Some(at) => format!("; the kubeconfig's new token is in use (expires {at})"),
+                    None => "; the kubeconfig's new token is in use".to_string(),
+                }
+            }
+            None => String::new(),
+        };
         let summary = format!(
-            "config {} reloaded (sha256 {}…, was {}…): {} [[bmc]] entries, action {}{}; {remapped} node(s) now read through another power source",
+            "config {} reloaded (sha256 {}…, was {}…): {} [[bmc]] entries, action {}{}; {remapped} node(s) now read through another power source{token_note}",
             new.source.display(),
             &new.digest[..12.min(new.digest.len())],
             &self.cfg.digest[..12.min(self.cfg.digest.len())],

@@ -88,10 +88,16 @@ pub struct Scenario {
 }
 
 /// The config text of a scenario, for a daemon the test runs itself (`oobfence run`): `extra`
-/// is appended (sections such as `[ha]`).
+/// is appended (sections such as `[ha]`). With `[ha]` there is no pause file (a pause is the
+/// group's: the ConfigMap).
 impl Scenario {
     pub fn config_text(&self, kubeconfig: &Path, listen: &str, extra: &str) -> String {
-        format!("{}\n{extra}", self.config(kubeconfig, listen, ""))
+        let mut text = self.config(kubeconfig, listen, "");
+        if extra.contains("[ha]") {
+            let file = format!("file = \"{}\"\n", self.pause_file().display());
+            text = text.replace(&file, "file = \"\"\n");
+        }
+        format!("{text}\n{extra}")
     }
 }
 
