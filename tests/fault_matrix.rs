@@ -916,12 +916,17 @@ fn dead_nodes_behind_faulty_redfish_bmcs() -> ScenarioFuture {
             ),
         ];
         let mut nodes = Vec::new();
-        for (suffix, address, password, extra, _) in &cases {
+        for (i, (suffix, address, password, extra, _)) in cases.iter().enumerate() {
             s.map_redfish(suffix, address, password, extra);
-            let identity = if *suffix == "wrong-password" {
-                s.identity(0).await
-            } else {
-                KubeletIdentity::uuid(odd_bmc::UUID)
+            // Each node reports its own machine's UUID: one that two Nodes report proves none
+            // of them (duplicate-system-uuid). Those whose BMC never answers get one nothing
+            // else reports.
+            let identity = match *suffix {
+                "wrong-password" => s.identity(0).await,
+                "control" => KubeletIdentity::uuid(odd_bmc::UUID),
+                "powering-off" => KubeletIdentity::uuid(odd_bmc::POWERING_OFF_UUID),
+                "paused" => KubeletIdentity::uuid(odd_bmc::PAUSED_UUID),
+                _ => KubeletIdentity::uuid(&format!("4c4c4544-0038-4b10-8052-{i:012x}")),
             };
             nodes.push(s.node_reporting(suffix, FIRST_BOOT, identity).await);
         }

@@ -9,6 +9,12 @@ use super::OutputAside;
 /// The UUID the odd server's machines report.
 pub const UUID: &str = "4c4c4544-0038-4b10-8052-b4c04f4a4e32";
 
+/// The UUID of `/powering-off`: a machine of its own (a UUID two Nodes report proves nothing).
+pub const POWERING_OFF_UUID: &str = "4c4c4544-0038-4b10-8052-b4c04f4a4e50";
+
+/// The UUID of `/paused`.
+pub const PAUSED_UUID: &str = "4c4c4544-0038-4b10-8052-b4c04f4a4e51";
+
 /// The UUID of `/w/off-hot`, a system that reads Off while its chassis draws 180.5 W.
 pub const HOT_UUID: &str = "4c4c4544-0038-4b10-8052-b4c04f4a4e40";
 
@@ -44,8 +50,8 @@ ROUTES = {
     "/big": (200, BIG),
     "/error": (500, b'{"error": {"code": "Base.1.0.GeneralError"}}'),
     "/unavailable": (503, b'{"error": {"code": "Base.1.0.ServiceTemporarilyUnavailable"}}'),
-    "/powering-off": (200, system("/powering-off", '"PowerState": "PoweringOff", "UUID": "4C4C4544-0038-4B10-8052-B4C04F4A4E32"')),
-    "/paused": (200, system("/paused", '"PowerState": "Paused", "UUID": "4C4C4544-0038-4B10-8052-B4C04F4A4E32"')),
+    "/powering-off": (200, system("/powering-off", '"PowerState": "PoweringOff", "UUID": "4C4C4544-0038-4B10-8052-B4C04F4A4E50"')),
+    "/paused": (200, system("/paused", '"PowerState": "Paused", "UUID": "4C4C4544-0038-4B10-8052-B4C04F4A4E51"')),
     "/forbidden": (403, b"{}"),
     "/empty": (204, b""),
 }
