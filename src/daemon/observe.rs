@@ -136,43 +136,24 @@ impl Daemon {
     /// as long as it lasts.
     pub(super) fn report_shared_uuids(&self, nodes: &[Arc<Node>], newly_shared: &[String]) {
         for name in newly_shared {
-            let others = self.shared_uuids.of(name);
-            let message = format!(
-                "node {name} reports the same system UUID as node(s) {}: a UUID several machines share (cloned VMs, boards shipped with one) cannot prove which machine a BMC answers for, so none of their Off reads counts until each machine has its own (rule duplicate-system-uuid)",
-                others.join(", ")
-            );
-            tracing::error!(node = %name, "{message}");
             let Some(node) = nodes.iter().find(|n| n.name_any() == *name) else {
                 continue;
             };
-            let cluster = self.cluster.clone();
-            let event_node = node.clone();
-            let event = message.clone();
-            tokio::spawn(async move {
-                cluster
-                    .event(
-                        &event_node,
-                        EventType::Warning,
-                        reasons::DUPLICATE_SYSTEM_UUID,
-                        &event,
-                    )
-                    .await
-            });
-            let mut record = self.journal.record(
-                name,
-                &node.uid().unwrap_or_default(),
-                RecordKind::Observation,
-                "duplicate-system-uuid",
-                journal::Inputs::default(),
+            let message = format!(
+                "node {name} reports the same system UUID as node(s) {}: a UUID several machines share (cloned VMs, boards shipped with one) cannot prove which machine a BMC answers for, so none of their Off reads counts until each machine has its own (rule duplicate-system-uuid)",
+                self.shared_uuids.of(name).join(", ")
             );
-            record.result = "observed".into();
-            record.message = message;
-            self.journal.submit(&record);
+            self.report_untrusted_source(
+                node,
+                reasons::DUPLICATE_SYSTEM_UUID,
+                "duplicate-system-uuid",
+                message,
+            );
         }
     }
 
-    /// A power source said Off for a node whose kubelet went on living: logged, journaled
-    /// and an Event, once per episode; the core refuses its Off reads (`off-while-alive`).
+    /// A power source said Off (or gone) for a node whose kubelet went on living: once per
+    /// episode; the core refuses its reads (`off-while-alive`, `gone-while-alive`).
     pub(super) fn report_off_while_alive(
         &self,
         node: &Arc<Node>,
@@ -180,25 +161,39 @@ impl Daemon {
         signs: u32,
         gone: bool,
     ) {
-        let name = node.name_any();
         let at = read_at.strftime("%Y-%m-%dT%H:%M:%SZ");
-        let (rule, reason, message) = if gone {
-            (
-                "gone-while-alive",
+        if gone {
+            self.report_untrusted_source(
+                node,
                 reasons::GONE_WHILE_ALIVE,
+                "gone-while-alive",
                 format!(
                     "the node's power source said its instance is gone (terminated or not found) at {at} while the node was Ready, and its kubelet showed life {signs} times since: the [aws] credentials, endpoint or region read another account; none of its Off or gone answers fences this node until it reads the instance running again (rule gone-while-alive)"
                 ),
-            )
+            );
         } else {
-            (
-                "off-while-alive",
+            self.report_untrusted_source(
+                node,
                 reasons::OFF_WHILE_ALIVE,
+                "off-while-alive",
                 format!(
                     "the node's power source read Off at {at} while the node was Ready, and its kubelet showed life {signs} times since: the [[bmc]] entry reads another machine or the BMC misreports; its Off reads never fence this node until it reads On again (rule off-while-alive)"
                 ),
-            )
-        };
+            );
+        }
+    }
+
+    /// A reason the node's power source cannot be trusted, found while nothing is being
+    /// decided: an ERROR line, a Warning Event with `reason`, and a journal observation
+    /// under `rule`.
+    fn report_untrusted_source(
+        &self,
+        node: &Arc<Node>,
+        reason: &'static str,
+        rule: &'static str,
+        message: String,
+    ) {
+        let name = node.name_any();
         tracing::error!(node = %name, "{message}");
         let cluster = self.cluster.clone();
         let event_node = node.clone();
