@@ -96,17 +96,6 @@ impl DaemonProcess {
         }
     }
 
-    /// The daemon's `/nodes/NODE` report.
-    pub async fn report(&self, node: &str) -> Option<serde_json::Value> {
-        let r = reqwest::get(format!("http://{}/nodes/{node}", self.listen))
-            .await
-            .ok()?;
-        if !r.status().is_success() {
-            return None;
-        }
-        r.json().await.ok()
-    }
-
     /// Waits until the report of `node` satisfies `reached`; on a timeout the panic shows the
     /// last report and the log.
     pub async fn wait_report(
@@ -116,22 +105,10 @@ impl DaemonProcess {
         limit: Duration,
         reached: impl Fn(&serde_json::Value) -> bool,
     ) -> serde_json::Value {
-        let started = Instant::now();
-        let mut last = None;
-        loop {
-            if let Some(r) = self.report(node).await {
-                if reached(&r) {
-                    return r;
-                }
-                last = Some(r);
-            }
-            assert!(
-                started.elapsed() < limit,
-                "node {node} never reached {what} within {limit:?}; last report: {last:#?}\nlog:\n{}",
-                self.log_text()
-            );
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
+        super::k8s::wait_node_report(&self.listen, node, what, limit, reached, || {
+            format!("\nlog:\n{}", self.log_text())
+        })
+        .await
     }
 
     /// SIGTERM, then SIGKILL after 10 s.

@@ -489,6 +489,46 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// The `/nodes/NODE` report of the daemon serving HTTP on `listen`.
+pub async fn node_report(listen: &str, node: &str) -> Option<serde_json::Value> {
+    let r = reqwest::get(format!("http://{listen}/nodes/{node}"))
+        .await
+        .ok()?;
+    if !r.status().is_success() {
+        return None;
+    }
+    r.json().await.ok()
+}
+
+/// Waits until the report of `node` from the daemon serving HTTP on `listen` satisfies
+/// `reached`; on a timeout the panic shows the last report and `more` (a daemon's log).
+pub async fn wait_node_report(
+    listen: &str,
+    node: &str,
+    what: &str,
+    limit: Duration,
+    reached: impl Fn(&serde_json::Value) -> bool,
+    more: impl Fn() -> String,
+) -> serde_json::Value {
+    let mut last = None;
+    let start = Instant::now();
+    loop {
+        if let Some(r) = node_report(listen, node).await {
+            if reached(&r) {
+                return r;
+            }
+            last = Some(r);
+        }
+        if start.elapsed() > limit {
+            panic!(
+                "node {node} never reached {what} within {limit:?}; last report: {last:#?}{}",
+                more()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
 /// An oobfence daemon running in this process against the test cluster.
 /// Heartbeats of [`FakeNode::keep_alive`]; they stop when this is dropped.
 pub struct KeepAlive(tokio::task::JoinHandle<()>);
@@ -575,13 +615,7 @@ impl RunningDaemon {
     }
 
     pub async fn report(&self, node: &str) -> Option<serde_json::Value> {
-        let r = reqwest::get(format!("http://{}/nodes/{node}", self.listen))
-            .await
-            .ok()?;
-        if !r.status().is_success() {
-            return None;
-        }
-        r.json().await.ok()
+        node_report(&self.listen, node).await
     }
 
     pub async fn metrics(&self) -> String {
@@ -621,20 +655,7 @@ impl RunningDaemon {
         limit: Duration,
         reached: impl Fn(&serde_json::Value) -> bool,
     ) -> serde_json::Value {
-        let mut last = None;
-        let start = Instant::now();
-        loop {
-            if let Some(r) = self.report(node).await {
-                if reached(&r) {
-                    return r;
-                }
-                last = Some(r);
-            }
-            if start.elapsed() > limit {
-                panic!("node {node} never reached {what} within {limit:?}; last report: {last:#?}");
-            }
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
+        wait_node_report(&self.listen, node, what, limit, reached, String::new).await
     }
 
     pub async fn stop(mut self) {
