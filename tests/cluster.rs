@@ -412,7 +412,7 @@ async fn a_taint_write_that_meets_409_reads_again_and_keeps_the_other_writers_ch
     let name = unique("conflict");
     let node = FakeNode::create(&client, &name, &name, "boot-1").await;
     node.die("boot-1").await;
-    let guard = guard_for(&client, &node.get().await).await;
+    let guard = support::k8s::fence_guard_for(&client, &node.get().await).await;
     let (racing, competing) = support::k8s::client_racing_a_writer(client.clone(), &name, 2);
     let cluster = Cluster::new(racing, "test");
     let write = cluster
@@ -456,7 +456,7 @@ async fn a_taint_write_that_keeps_meeting_409_gives_up_and_writes_nothing() {
     let name = unique("conflict-forever");
     let node = FakeNode::create(&client, &name, &name, "boot-1").await;
     node.die("boot-1").await;
-    let guard = guard_for(&client, &node.get().await).await;
+    let guard = support::k8s::fence_guard_for(&client, &node.get().await).await;
     let (racing, competing) =
         support::k8s::client_racing_a_writer(client.clone(), &name, usize::MAX);
     let cluster = Cluster::new(racing, "test");
@@ -494,7 +494,7 @@ async fn writes_refuse_a_node_re_registered_under_the_same_name() {
     .await;
     let node = FakeNode::create(&client, &name, &group, "boot-2").await;
     node.die("boot-2").await;
-    let mut old_guard = guard_for(&client, &node.get().await).await;
+    let mut old_guard = support::k8s::fence_guard_for(&client, &node.get().await).await;
     old_guard.uid = old.uid().unwrap();
     let e = cluster.delete_node(&name, &old_guard).await.unwrap_err();
     assert!(matches!(e, ClusterError::NodeReplaced { .. }), "{e}");
@@ -506,7 +506,7 @@ async fn writes_refuse_a_node_re_registered_under_the_same_name() {
     let n = node.get().await;
     assert!(!FakeNode::has_oos_taint(&n));
     // And a Ready node is never tainted, whatever the caller believed.
-    let guard = guard_for(&client, &node.get().await).await;
+    let guard = support::k8s::fence_guard_for(&client, &node.get().await).await;
     node.come_back("boot-2").await;
     let e = cluster
         .apply_fence_taint(&name, &guard, "test")
@@ -563,22 +563,6 @@ async fn a_node_the_controller_marks_unknown_is_fenced() {
     node.delete().await;
 }
 
-/// What a fence decision about `node`, as it is now, would carry: its uid, bootID and Lease
-/// renewTime, and an Off read taken just now.
-async fn guard_for(client: &Client, node: &Node) -> WriteGuard {
-    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
-        Api::namespaced(client.clone(), cluster::NODE_LEASE_NAMESPACE);
-    let lease = leases.get_opt(&node.name_any()).await.unwrap();
-    WriteGuard {
-        purpose: GuardPurpose::Fence,
-        uid: node.uid().unwrap(),
-        boot_id: cluster::boot_id(node),
-        lease_renew_time: lease.as_ref().and_then(cluster::lease_renewed),
-        evidence_at: jiff::Timestamp::now(),
-        read_max_age: Duration::from_secs(30),
-    }
-}
-
 /// The write re-checks, on its fresh GET, what the decision used: a node that booted again, a
 /// kubelet that renewed its Lease, or an Off read gone stale while the write was on its way
 /// abandons the write; nothing is written.
@@ -592,7 +576,7 @@ async fn a_fence_write_is_abandoned_when_anything_the_decision_used_moved() {
     node.die("boot-1").await;
 
     // The machine booted again (new bootID) between the reads and the write.
-    let guard = guard_for(&client, &node.get().await).await;
+    let guard = support::k8s::fence_guard_for(&client, &node.get().await).await;
     node.set_status("False", jiff::Timestamp::now(), "boot-2")
         .await;
     let e = cluster
@@ -610,7 +594,7 @@ async fn a_fence_write_is_abandoned_when_anything_the_decision_used_moved() {
     );
 
     // The kubelet renewed its Lease after the decision.
-    let guard = guard_for(&client, &node.get().await).await;
+    let guard = support::k8s::fence_guard_for(&client, &node.get().await).await;
     tokio::time::sleep(Duration::from_millis(20)).await;
     node.renew_lease().await;
     let e = cluster
@@ -623,7 +607,7 @@ async fn a_fence_write_is_abandoned_when_anything_the_decision_used_moved() {
     );
 
     // The newest Off read is older than read_max_age by the time of the write.
-    let mut guard = guard_for(&client, &node.get().await).await;
+    let mut guard = support::k8s::fence_guard_for(&client, &node.get().await).await;
     guard.evidence_at = jiff::Timestamp::now() - jiff::SignedDuration::from_secs(31);
     let e = cluster
         .apply_fence_taint(&name, &guard, "test")
@@ -637,7 +621,7 @@ async fn a_fence_write_is_abandoned_when_anything_the_decision_used_moved() {
     assert!(node.try_get().await.is_some(), "never deleted");
 
     // Nothing moved: written.
-    let guard = guard_for(&client, &node.get().await).await;
+    let guard = support::k8s::fence_guard_for(&client, &node.get().await).await;
     cluster
         .apply_fence_taint(&name, &guard, "test")
         .await
@@ -663,7 +647,11 @@ async fn another_oobfences_fence_is_never_lifted() {
     let node = FakeNode::create(&client, &name, &group, "boot-1").await;
     node.die("boot-1").await;
     other
-        .apply_fence_taint(&name, &guard_for(&client, &node.get().await).await, "test")
+        .apply_fence_taint(
+            &name,
+            &support::k8s::fence_guard_for(&client, &node.get().await).await,
+            "test",
+        )
         .await
         .expect("the other host fences");
     node.come_back("boot-2").await;
@@ -671,7 +659,7 @@ async fn another_oobfences_fence_is_never_lifted() {
     let unfence = WriteGuard {
         purpose: GuardPurpose::Unfence,
         lease_renew_time: None,
-        ..guard_for(&client, &n).await
+        ..support::k8s::fence_guard_for(&client, &n).await
     };
     let e = me.remove_fence_taint(&name, &unfence).await.unwrap_err();
     assert!(

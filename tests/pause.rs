@@ -9,31 +9,16 @@ use std::time::Duration;
 
 use std::path::Path;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use kube::Client;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use kube::{Client, ResourceExt};
 use serde_json::json;
 
 use oobfence::cluster::{self, Cluster, ClusterError};
 use oobfence::config::ConfigMapRef;
-use oobfence::decision::{GuardPurpose, WriteGuard};
 use support::cli::{oobfence, oobfence_async};
 use support::k8s::{FakeNode, RunningDaemon, kubeconfig_path, unique};
 use support::scenario::{DATACENTER, FIRST_BOOT, Scenario};
-
-async fn guard_for(client: &Client, node: &Node) -> WriteGuard {
-    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
-        Api::namespaced(client.clone(), cluster::NODE_LEASE_NAMESPACE);
-    let lease = leases.get_opt(&node.name_any()).await.unwrap();
-    WriteGuard {
-        purpose: GuardPurpose::Fence,
-        uid: node.uid().unwrap(),
-        boot_id: cluster::boot_id(node),
-        lease_renew_time: lease.as_ref().and_then(cluster::lease_renewed),
-        evidence_at: jiff::Timestamp::now(),
-        read_max_age: Duration::from_secs(30),
-    }
-}
 
 async fn create_pause_configmap(client: &Client, cm: &ConfigMapRef) {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &cm.namespace);
@@ -108,7 +93,7 @@ async fn a_configmap_pause_set_while_a_write_is_on_its_way_stops_it() {
     create_pause_configmap(&client, &cm).await;
     let node = FakeNode::create(&client, &name, &name, "boot-1").await;
     node.die("boot-1").await;
-    let guard = guard_for(&client, &node.get().await).await;
+    let guard = support::k8s::fence_guard_for(&client, &node.get().await).await;
 
     let (pausing, paused) = client_pausing_after_the_fresh_read(client.clone(), &name, &cm);
     let cluster = Cluster::new(pausing, "test").with_pause_configmap(Some(cm.clone()));
@@ -276,7 +261,7 @@ async fn the_daemons_holds_are_asked_after_the_configmap_read() {
     create_pause_configmap(&client, &cm).await;
     let node = FakeNode::create(&client, &name, &name, "boot-1").await;
     node.die("boot-1").await;
-    let guard = guard_for(&client, &node.get().await).await;
+    let guard = support::k8s::fence_guard_for(&client, &node.get().await).await;
 
     let cm_path = format!("/api/v1/namespaces/{}/configmaps/{}", cm.namespace, cm.name);
     let inner = client.clone();

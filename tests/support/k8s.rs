@@ -678,3 +678,19 @@ impl Drop for RunningDaemon {
         }
     }
 }
+
+/// What a fence decision about `node`, as it is now, would carry: its uid, bootID and Lease
+/// renewTime, and an Off read taken just now.
+pub async fn fence_guard_for(client: &Client, node: &Node) -> oobfence::decision::WriteGuard {
+    let leases: Api<Lease> =
+        Api::namespaced(client.clone(), oobfence::cluster::NODE_LEASE_NAMESPACE);
+    let lease = leases.get_opt(&node.name_any()).await.unwrap();
+    oobfence::decision::WriteGuard {
+        purpose: oobfence::decision::GuardPurpose::Fence,
+        uid: node.uid().unwrap(),
+        boot_id: oobfence::cluster::boot_id(node),
+        lease_renew_time: lease.as_ref().and_then(oobfence::cluster::lease_renewed),
+        evidence_at: jiff::Timestamp::now(),
+        read_max_age: Duration::from_secs(30),
+    }
+}
