@@ -607,12 +607,22 @@ impl Cluster {
     }
 
     /// The last check before a write that came after other calls: the write holds (pause,
-    /// stale view, standby) as they stand now.
+    /// stale view, standby) as they stand now, and with `[ha]` this instance's own deadline
+    /// ([`crate::leader::Leadership::may_write`]), read last and here whatever the holds say.
     async fn may_still_write(&self, uid: &str) -> Result<(), ClusterError> {
-        match self.holds_at_write(uid).await?.write {
-            Some(h) => Err(ClusterError::Abandoned(h.reason)),
-            None => Ok(()),
+        if let Some(h) = self.holds_at_write(uid).await?.write {
+            return Err(ClusterError::Abandoned(h.reason));
         }
+        if let Some(l) = &self.leadership {
+            let why = match l.read() {
+                Ok(l) => l.standby_reason(),
+                Err(_) => Some("this instance's leadership cannot be read".to_string()),
+            };
+            if let Some(why) = why {
+                return Err(ClusterError::Abandoned(why));
+            }
+        }
+        Ok(())
     }
 
     /// What a write records in `oobfence.io/fenced-by`: the actor, and with `[ha]` the
@@ -970,15 +980,30 @@ impl Cluster {
     /// so that the volumes are detached now rather than after the attach/detach controller's
     /// 6-minute timeout. Only those objects (name and uid precondition): a node re-registered
     /// under the same name since (EC2 re-uses private DNS names) keeps its new attachments.
-    /// Returns the names deleted. Only call this once the Node object is deleted.
+    /// Returns the names deleted. Only call this once the Node object (uid `node_uid`) is
+    /// deleted.
+    ///
+    /// Each delete is a write like the Node's: right before it, the write holds (pause, stale
+    /// view) and the leadership are checked again; once one holds, the rest are left to the
+    /// attach/detach controller and the error ([`ClusterError::Abandoned`]) says why.
     pub async fn delete_volume_attachments(
         &self,
+        node_uid: &str,
         recorded: &[RecordedAttachment],
     ) -> Result<Vec<String>, ClusterError> {
         use k8s_openapi::api::storage::v1::VolumeAttachment;
         let api: Api<VolumeAttachment> = Api::all(self.client.clone());
         let mut deleted = Vec::new();
         for va in recorded {
+            if let Err(e) = self.may_still_write(node_uid).await {
+                return Err(match deleted.is_empty() {
+                    true => e,
+                    false => ClusterError::Abandoned(format!(
+                        "{e} (after deleting {})",
+                        deleted.join(", ")
+                    )),
+                });
+            }
             let dp = DeleteParams {
                 preconditions: Some(Preconditions {
                     uid: Some(va.uid.clone()),
@@ -986,7 +1011,7 @@ impl Cluster {
                 }),
                 ..Default::default()
             };
-            match bounded(api.delete(&va.name, &dp)).await {
+            match bounded_by(self.write_timeout, api.delete(&va.name, &dp)).await {
                 Ok(_) => deleted.push(va.name.clone()),
                 // Gone already, or another object under that name now: not ours to delete.
                 Err(ClusterError::Api(kube::Error::Api(s)))

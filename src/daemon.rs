@@ -41,7 +41,7 @@ use tokio::sync::mpsc;
 
 use crate::cluster::{self, Cluster, EventType, reasons};
 use crate::config::Config;
-use crate::decision::holds::{Calm, Census, CensusNode, GuardPolicy, Hold, HoldKind, View};
+use crate::decision::holds::{Calm, Census, CensusNode, GuardPolicy, Hold, HoldKind, Holds, View};
 use crate::decision::{self, Decision, MappingConflict, Readiness, Rule, Step};
 use crate::identity;
 use crate::journal::Journal;
@@ -337,12 +337,16 @@ fn holds_now(
     let shared = shared.clone();
     let file = cfg.pause.file.clone();
     Arc::new(move |uid: &str| {
+        // A uid no pass holds holds for (a Node just deleted): what holds every write.
         let mut holds = shared
             .holds
             .read()
             .ok()
             .and_then(|h| h.get(uid).cloned())
-            .unwrap_or_default();
+            .unwrap_or_else(|| Holds {
+                write: shared.calm.read().ok().and_then(|c| c.write_hold()),
+                ..Default::default()
+            });
         if holds.write.is_none()
             && let Some(reason) = file.as_deref().and_then(crate::pause::read_file)
         {

@@ -1115,6 +1115,14 @@ fn decide_fenced(
             "the node's fence was placed by another oobfence (another datacenter's or host's, oobfence.io/fenced-by); this daemon never lifts nor adopts it",
         );
     }
+    if !record.taint_present && policy.dry_run {
+        return Decision::new(
+            S::Healthy,
+            Step::Idle,
+            Rule::DryRun,
+            "oobfence's out-of-service taint was removed by someone else; dry run: would drop its fence record, which stays",
+        );
+    }
     if !record.taint_present {
         return Decision::new(
             S::Healthy,

@@ -724,7 +724,10 @@ async fn only_recorded_volume_attachments_are_deleted() {
     .await;
     vas.create(&Default::default(), &va(&reused)).await.unwrap();
 
-    let deleted = cluster.delete_volume_attachments(&recorded).await.unwrap();
+    let deleted = cluster
+        .delete_volume_attachments("uid-a", &recorded)
+        .await
+        .unwrap();
     assert_eq!(deleted, vec![old.clone()]);
     assert!(
         vas.get_opt(&old)
@@ -745,7 +748,10 @@ async fn only_recorded_volume_attachments_are_deleted() {
         uid: "0".into(),
     };
     assert_eq!(
-        cluster.delete_volume_attachments(&[unknown]).await.unwrap(),
+        cluster
+            .delete_volume_attachments("uid-a", &[unknown])
+            .await
+            .unwrap(),
         Vec::<String>::new()
     );
     for n in [&new, &reused] {

@@ -248,7 +248,10 @@ async fn delete_node_and_attachments(
         Err(e) => format!(
             "VolumeAttachments NOT deleted (could not list them before the delete: {e}): they are force-detached after 6 minutes"
         ),
-        Ok(recorded) => match cluster.delete_volume_attachments(&recorded).await {
+        Ok(recorded) => match cluster
+            .delete_volume_attachments(&guard.uid, &recorded)
+            .await
+        {
             Ok(v) => {
                 for _ in &v {
                     shared.metrics.action("delete_volumeattachment", true);
@@ -260,7 +263,13 @@ async fn delete_node_and_attachments(
                 }
             }
             Err(e) => {
-                shared.metrics.action("delete_volumeattachment", false);
+                let result = match e {
+                    cluster::ClusterError::Abandoned(_) => "abandoned",
+                    _ => "failure",
+                };
+                shared
+                    .metrics
+                    .action_result("delete_volumeattachment", result);
                 format!(
                     "VolumeAttachments NOT deleted ({e}): they are force-detached after 6 minutes"
                 )

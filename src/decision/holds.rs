@@ -487,28 +487,7 @@ impl Calm {
             .filter_map(|s| self.scopes.get_key_value(&s))
             .collect();
 
-        let write = if self.pause.is_paused() {
-            Some(Hold {
-                kind: HoldKind::Paused,
-                reason: format!(
-                    "writes are paused by an operator ({}); resume with `oobfence resume` or by removing the annotation",
-                    self.pause.by.join("; ")
-                ),
-            })
-        } else if let Some(why) = &self.stale {
-            Some(Hold {
-                kind: HoldKind::StaleView,
-                reason: format!(
-                    "oobfence's view of the cluster is stale ({why}): nothing is decided on it until the API answers again"
-                ),
-            })
-        } else {
-            self.standby.as_ref().map(|why| Hold {
-                kind: HoldKind::Standby,
-                reason: format!("{why} ([ha]: one instance of a datacenter writes)"),
-            })
-        };
-
+        let write = self.write_hold();
         let fence = self.fence_hold(&scopes, uid, policy, now);
         let evidence_not_before = scopes
             .iter()
@@ -532,6 +511,33 @@ impl Calm {
             evidence_not_before,
             pre_attest,
             lease_not_yet_counted: !self.stale_uids.contains(uid),
+        }
+    }
+
+    /// What holds every write now, whatever the node: a pause, a stale view, standby. The
+    /// writer asks it for an object no pass holds a node's holds for (the VolumeAttachments of
+    /// a Node just deleted).
+    pub fn write_hold(&self) -> Option<Hold> {
+        if self.pause.is_paused() {
+            Some(Hold {
+                kind: HoldKind::Paused,
+                reason: format!(
+                    "writes are paused by an operator ({}); resume with `oobfence resume` or by removing the annotation",
+                    self.pause.by.join("; ")
+                ),
+            })
+        } else if let Some(why) = &self.stale {
+            Some(Hold {
+                kind: HoldKind::StaleView,
+                reason: format!(
+                    "oobfence's view of the cluster is stale ({why}): nothing is decided on it until the API answers again"
+                ),
+            })
+        } else {
+            self.standby.as_ref().map(|why| Hold {
+                kind: HoldKind::Standby,
+                reason: format!("{why} ([ha]: one instance of a datacenter writes)"),
+            })
         }
     }
 

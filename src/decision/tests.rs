@@ -518,6 +518,27 @@ fn record_without_taint_is_cleared() {
     );
 }
 
+/// A dry run writes nothing, not even the removal of a record whose taint someone else took
+/// off: it says what it would do.
+#[test]
+fn dry_run_keeps_a_record_without_taint() {
+    let p = Policy {
+        dry_run: true,
+        ..policy()
+    };
+    for readiness in [Readiness::Ready, Readiness::NotReady { since: t(0) }] {
+        let mut facts = fenced(readiness.clone(), "boot-a");
+        facts.fence.as_mut().unwrap().taint_present = false;
+        let d = decide(&facts, &[], &p, t(300));
+        assert_eq!(
+            (d.step, d.rule),
+            (Step::Idle, Rule::DryRun),
+            "{readiness:?}"
+        );
+        assert!(d.reason.contains("would drop"), "{}", d.reason);
+    }
+}
+
 // --- paths to a wrong write -------------------------------------------------------------
 
 /// An EC2 node whose providerID zone is not in the configured region: its instance is

@@ -1,0 +1,188 @@
+//! Trust at write time, on the real API server: every write re-checks the pause and the
+//! leadership right before it (the VolumeAttachments a Node delete frees too), a dry run
+//! writes nothing, and the fence budget survives a restart.
+
+mod support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::storage::v1::VolumeAttachment;
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::json;
+
+use oobfence::cluster::{self, Cluster, ClusterError};
+use oobfence::decision::holds::{Hold, HoldKind, Holds};
+use oobfence::leader::Leadership;
+use support::k8s::{FakeNode, taints, unique, volume_attachment, wait_for};
+use support::scenario::{DATACENTER, FIRST_BOOT, Scenario};
+
+/// A decision these tests wait for: generous, a loaded 2-core machine is slow.
+const DECISION: Duration = Duration::from_secs(90);
+
+/// The uid of the Node whose attachments are deleted (gone: its holds are the datacenter's).
+const NODE_UID: &str = "0b7e6c4e-0000-4000-8000-000000000001";
+
+/// Holds that pause every write once `calls` reaches `paused_from` (counted per check).
+fn paused_from(paused_from: usize) -> (Arc<AtomicUsize>, oobfence::cluster::HoldsNow) {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let c = calls.clone();
+    let holds: oobfence::cluster::HoldsNow = Arc::new(move |_uid: &str| {
+        let n = c.fetch_add(1, Ordering::SeqCst);
+        Holds {
+            write: (n >= paused_from).then(|| Hold {
+                kind: HoldKind::Paused,
+                reason: "writes are paused by an operator (test)".into(),
+            }),
+            ..Default::default()
+        }
+    });
+    (calls, holds)
+}
+
+async fn exists(vas: &Api<VolumeAttachment>, name: &str) -> bool {
+    vas.get_opt(name)
+        .await
+        .unwrap()
+        .is_some_and(|v| v.metadata.deletion_timestamp.is_none())
+}
+
+/// The VolumeAttachments a Node delete frees are deletes too: a pause placed after the Node
+/// went stops each one not yet made, as it would have stopped the Node's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn volume_attachment_deletes_re_check_the_pause_before_each() {
+    let client = support::k8s::client().await;
+    let group = unique("vapause");
+    let node = format!("{group}-a");
+    let vas: Api<VolumeAttachment> = Api::all(client.clone());
+    let names = [format!("{group}-1"), format!("{group}-2")];
+    for n in &names {
+        let va = volume_attachment(n, &node, "ebs.csi.aws.com", &format!("pv-{n}"));
+        vas.create(&Default::default(), &va).await.unwrap();
+    }
+
+    // Paused from the start: nothing is deleted.
+    let (_, holds) = paused_from(0);
+    let cluster = Cluster::new(client.clone(), "test").with_holds(holds);
+    let recorded = cluster.volume_attachments_of(&node).await.unwrap();
+    assert_eq!(recorded.len(), 2);
+    let r = cluster.delete_volume_attachments(NODE_UID, &recorded).await;
+    assert!(matches!(r, Err(ClusterError::Abandoned(_))), "{r:?}");
+    for n in &names {
+        assert!(exists(&vas, n).await, "{n} deleted while writes are paused");
+    }
+
+    // Paused between the first delete and the second: the first goes, the second stays.
+    let (calls, holds) = paused_from(1);
+    let cluster = Cluster::new(client.clone(), "test").with_holds(holds);
+    let r = cluster.delete_volume_attachments(NODE_UID, &recorded).await;
+    assert!(matches!(r, Err(ClusterError::Abandoned(_))), "{r:?}");
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        2,
+        "one check before each delete"
+    );
+    let gone: Vec<bool> = futures::future::join_all(names.iter().map(|n| exists(&vas, n))).await;
+    assert_eq!(gone, [false, true], "the first deleted, the second kept");
+    for n in &names {
+        let _ = vas.delete(n, &Default::default()).await;
+    }
+}
+
+/// `[ha]`: an instance that may no longer write (its Lease ran out by its own clock) deletes
+/// no VolumeAttachment, whatever its holds say.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn volume_attachment_deletes_re_check_the_leadership() {
+    let client = support::k8s::client().await;
+    let group = unique("vastandby");
+    let node = format!("{group}-a");
+    let vas: Api<VolumeAttachment> = Api::all(client.clone());
+    let name = format!("{group}-1");
+    let va = volume_attachment(&name, &node, "ebs.csi.aws.com", &format!("pv-{name}"));
+    vas.create(&Default::default(), &va).await.unwrap();
+    let standing = Arc::new(RwLock::new(Leadership {
+        identity: "host-a".into(),
+        holder: Some("host-a".into()),
+        term: 3,
+        // Held until a moment ago: past its deadline it may start no write.
+        writable_until: Some(tokio::time::Instant::now()),
+        changes: 1,
+        error: Some("renewal timed out (test)".into()),
+    }));
+    let cluster = Cluster::new(client.clone(), "test")
+        .with_leadership(standing.clone(), Duration::from_secs(5));
+    let recorded = cluster.volume_attachments_of(&node).await.unwrap();
+    assert_eq!(recorded.len(), 1);
+    let r = cluster.delete_volume_attachments(NODE_UID, &recorded).await;
+    assert!(matches!(r, Err(ClusterError::Abandoned(_))), "{r:?}");
+    assert!(
+        exists(&vas, &name).await,
+        "deleted by an instance that may not write"
+    );
+
+    // Renewed: the same writer deletes it.
+    standing.write().unwrap().writable_until =
+        Some(tokio::time::Instant::now() + Duration::from_secs(60));
+    let deleted = cluster
+        .delete_volume_attachments(NODE_UID, &recorded)
+        .await
+        .unwrap();
+    assert_eq!(deleted, vec![name.clone()]);
+    let _ = vas.delete(&name, &Default::default()).await;
+}
+
+/// A dry run writes nothing at all: a fence record of this daemon's whose taint someone else
+/// removed stays on the Node as it is (the daemon that is not a dry run drops it), and so does
+/// everything else of the Node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dry_run_leaves_a_record_without_taint_untouched() {
+    let s = Scenario::redfish("dryrecord", 1).await;
+    let node = s.node("a", 0).await;
+    let name = node.name.clone();
+    let _kubelet = FakeNode::keep_alive(&[&node], FIRST_BOOT);
+    let record = json!({"metadata": {"annotations": {
+        cluster::ANNOTATION_FENCED_AT: "2026-01-01T00:00:00Z",
+        cluster::ANNOTATION_FENCED_BOOT_ID: "boot-0",
+        cluster::ANNOTATION_ACTION: "taint",
+        cluster::ANNOTATION_FENCED_BY: cluster::actor_name(DATACENTER),
+        cluster::ANNOTATION_REASON: "written by an earlier run that was no dry run",
+    }}});
+    node.nodes()
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&record))
+        .await
+        .unwrap();
+    let before = node.get().await;
+    assert!(!FakeNode::has_oos_taint(&before));
+    let ours = |n: &Node| -> BTreeMap<String, String> {
+        n.annotations()
+            .iter()
+            .filter(|(k, _)| k.starts_with("oobfence.io/"))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    };
+    assert_eq!(ours(&before).len(), 5);
+
+    let daemon = s.daemon_with_policy("dry_run = true").await;
+    wait_for("the node decided", DECISION, || daemon.report(&name)).await;
+    // Long enough for a write to land: the daemon decides the node every pass.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let after = node.get().await;
+    assert_eq!(ours(&after), ours(&before), "the record is left as it was");
+    assert_eq!(taints(&after), taints(&before));
+    assert_eq!(after.labels(), before.labels());
+    let report = daemon.wait_rule(&name, "dry-run", DECISION).await;
+    assert_eq!(report["step"], "idle", "{report}");
+    assert!(
+        report["reason"].as_str().unwrap().contains("would drop"),
+        "{report}"
+    );
+    let metrics = daemon.metrics().await;
+    assert!(!metrics.contains("oobfence_actions_total{"), "{metrics}");
+    daemon.stop().await;
+    node.delete().await;
+}
