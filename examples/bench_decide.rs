@@ -130,7 +130,7 @@ fn main() {
         })
         .collect();
     let view = View {
-        watches_ok: true,
+        broken_watches: Vec::new(),
         last_round_trip: Some(now),
     };
     let mut calm = Calm::default();

@@ -450,6 +450,7 @@ where
         + Sync
         + 'static,
 {
+    shared.watches.register(what);
     let (reader, writer) = reflector::store();
     let stream = watcher(api, config)
         .default_backoff()
@@ -464,7 +465,7 @@ where
                 // The watcher says Init before it asks the API server anything: no proof.
                 Ok(watcher::Event::Init) => {}
                 Ok(ev) => {
-                    shared.api_ok.store(true, Ordering::Relaxed);
+                    shared.watches.answered(what, true);
                     if failing {
                         tracing::info!(watch = what, "watch works again");
                         failing = false;
@@ -475,7 +476,7 @@ where
                     }
                 }
                 Err(e) => {
-                    shared.api_ok.store(false, Ordering::Relaxed);
+                    shared.watches.answered(what, false);
                     if failing {
                         tracing::debug!(watch = what, error = %e, "watch failed again");
                     } else {
@@ -604,7 +605,7 @@ impl Daemon {
             .collect();
         let census = Census::count(&census_nodes, g.failure_domain_label.is_some());
         let view = View {
-            watches_ok: self.shared.api_ok.load(Ordering::Relaxed),
+            broken_watches: self.shared.watches.broken(),
             last_round_trip: self.shared.last_round_trip.lock().ok().and_then(|t| *t),
         };
         let pause = self
@@ -742,7 +743,7 @@ impl Daemon {
             count("blocked"),
             count("confirming")
         );
-        if !self.shared.api_ok.load(Ordering::Relaxed) {
+        if !self.shared.watches.all_ok() {
             status.push_str("; Kubernetes API unreachable, retrying");
         }
         if let Some(l) = self.leadership.as_ref().and_then(|l| l.read().ok()) {

@@ -12,6 +12,9 @@ use crate::decision::holds::{Calm, Holds, Pause};
 use crate::metrics::Metrics;
 use crate::report::NodeReport;
 
+mod watches;
+pub use watches::Watches;
+
 /// `/healthz` fails when the decision loop has not completed a pass for this long.
 pub const LOOP_STALL: Duration = Duration::from_secs(30);
 
@@ -22,8 +25,8 @@ pub struct Shared {
     pub reports: RwLock<BTreeMap<String, NodeReport>>,
     /// Both caches (Nodes, Leases) completed their initial list.
     pub synced: AtomicBool,
-    /// The last watch call succeeded.
-    pub api_ok: AtomicBool,
+    /// Whether each watch (Nodes, Leases) works: one flag each.
+    pub watches: Watches,
     pub last_pass: Mutex<Option<Instant>>,
     /// The pause switches as last read (the writer also reads the file itself, last thing).
     pub pause: RwLock<Pause>,
@@ -44,7 +47,7 @@ impl Shared {
             metrics: Metrics::new().for_datacenter(datacenter),
             reports: RwLock::new(BTreeMap::new()),
             synced: AtomicBool::new(false),
-            api_ok: AtomicBool::new(false),
+            watches: Watches::default(),
             last_pass: Mutex::new(None),
             pause: RwLock::new(Pause::default()),
             last_round_trip: Mutex::new(None),
@@ -55,7 +58,7 @@ impl Shared {
     }
 
     pub fn ready(&self) -> bool {
-        self.synced.load(Ordering::Relaxed) && self.api_ok.load(Ordering::Relaxed)
+        self.synced.load(Ordering::Relaxed) && self.watches.all_ok()
     }
 
     pub fn loop_alive(&self) -> bool {

@@ -309,8 +309,9 @@ pub struct ScopeState {
 /// The view of the cluster, as the daemon measures it each pass.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct View {
-    /// Every watch's last call succeeded.
-    pub watches_ok: bool,
+    /// The watches whose last call failed, by name (`nodes`, `leases`): each watch its own
+    /// flag, so that one answering again never clears another's failure.
+    pub broken_watches: Vec<&'static str>,
     /// The last successful API round trip (None: none yet).
     pub last_round_trip: Option<Timestamp>,
 }
@@ -366,9 +367,10 @@ impl Calm {
     ) {
         self.pause = pause;
         let stale = match view.last_round_trip {
-            _ if !view.watches_ok => {
-                Some("a watch of Nodes or Leases is broken and retrying".to_string())
-            }
+            _ if !view.broken_watches.is_empty() => Some(format!(
+                "the watch of {} is broken and retrying",
+                view.broken_watches.join(" and ")
+            )),
             None => Some("no successful Kubernetes API call yet".to_string()),
             Some(t) if elapsed(t, now) > policy.max_view_age => Some(format!(
                 "the last successful Kubernetes API call was {} ago (max_view_age {})",

@@ -11,7 +11,7 @@ fn t(s: i64) -> Timestamp {
 
 fn fresh_view(at: i64) -> View {
     View {
-        watches_ok: true,
+        broken_watches: Vec::new(),
         last_round_trip: Some(t(at)),
     }
 }
@@ -190,7 +190,7 @@ fn a_stale_view_holds_every_write_until_it_is_fresh() {
     update(
         &mut calm,
         View {
-            watches_ok: true,
+            broken_watches: Vec::new(),
             last_round_trip: None,
         },
         0,
@@ -211,7 +211,7 @@ fn a_stale_view_holds_every_write_until_it_is_fresh() {
     update(
         &mut calm,
         View {
-            watches_ok: false,
+            broken_watches: vec!["nodes"],
             last_round_trip: Some(t(40)),
         },
         40,
@@ -305,7 +305,7 @@ fn kubelets_unheard_at_once_are_a_storm_before_any_lease_is_stale() {
     // A pass on a fresh view at `now`.
     let count = |calm: &mut Calm, census: &[CensusNode<'_>], now: Timestamp| {
         let view = View {
-            watches_ok: true,
+            broken_watches: Vec::new(),
             last_round_trip: Some(now),
         };
         calm.update(
@@ -378,7 +378,7 @@ fn whatever_holds_a_new_fence_or_blinds_the_view_holds_reading_ahead() {
     calm.update(
         &census,
         &View {
-            watches_ok: false,
+            broken_watches: vec!["nodes"],
             last_round_trip: Some(t(0)),
         },
         Pause::default(),
