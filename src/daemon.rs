@@ -879,8 +879,7 @@ impl Daemon {
         {
             tracker.read_in_flight = true;
             spawn_read(
-                name.clone(),
-                uid.clone(),
+                tracker.read_for(&name),
                 src.clone(),
                 ReadPurpose::Decision,
                 facts.readiness == Readiness::Ready,
@@ -898,8 +897,7 @@ impl Daemon {
             tracker.read_in_flight = true;
             tracker.identity_due = Some(Instant::now() + jittered(self.cfg.health_read_interval));
             spawn_read(
-                name.clone(),
-                uid.clone(),
+                tracker.read_for(&name),
                 src.clone(),
                 ReadPurpose::Health,
                 true,
@@ -1111,6 +1109,11 @@ impl Daemon {
             return;
         }
         t.read_in_flight = false;
+        if !t.takes_read(&done.uid, done.generation) {
+            // Sent to the source a reload replaced: no evidence about the node's machine now.
+            tracing::debug!(node = %done.node, "power read from before a reload remapped the node dropped");
+            return self.node_changed(&done.node);
+        }
         let failure = match &done.reading.state {
             PowerState::Error { kind, .. } => Some(*kind),
             _ => None,

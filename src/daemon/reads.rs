@@ -22,9 +22,20 @@ pub(super) enum ReadPurpose {
     Health,
 }
 
+/// Whom a read is for: the node, its object, and the generation of its power source when the
+/// read was sent ([`super::tracker::Tracker::source_generation`]).
+pub(super) struct ReadFor {
+    pub(super) node: String,
+    pub(super) uid: String,
+    pub(super) generation: u64,
+}
+
 pub(super) struct ReadDone {
     pub(super) node: String,
     pub(super) uid: String,
+    /// The node's source generation when the read was sent: an answer from a source a reload
+    /// has since replaced is no evidence about the node.
+    pub(super) generation: u64,
     pub(super) reading: PowerReading,
     pub(super) backend: &'static str,
     pub(super) purpose: ReadPurpose,
@@ -85,8 +96,7 @@ impl Drop for InFlight {
 }
 
 pub(super) fn spawn_read(
-    node: String,
-    uid: String,
+    who: ReadFor,
     src: MappedSource,
     purpose: ReadPurpose,
     ready_when_started: bool,
@@ -113,8 +123,9 @@ pub(super) fn spawn_read(
         let reading = read_once(&src.source, src.deadline).await;
         let _ = tx
             .send(ReadDone {
-                node,
-                uid,
+                node: who.node,
+                uid: who.uid,
+                generation: who.generation,
                 reading,
                 backend: src.source.backend(),
                 purpose,

@@ -116,12 +116,7 @@ impl Daemon {
                 .map(|s| (s.source.backend(), s.source.address()));
             if before != now {
                 remapped += 1;
-                t.reads.clear();
-                t.binding = None;
-                t.off_while_alive = None;
-                t.last_read = None;
-                t.last_answer = None;
-                t.identity_due = None;
+                t.remapped();
                 self.shared.metrics.forget_power_source(name);
             }
             t.source = None;

@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use jiff::Timestamp;
 
+use super::reads::ReadFor;
 use crate::config::{Config, Mapping};
 use crate::decision::{
     self, IdentityBinding, MappingConflict, OffWhileAlive, PowerReading, Readiness, Rule,
@@ -71,6 +72,9 @@ pub(super) struct Tracker {
     /// The key of the node's Lease in the cache.
     pub(super) lease_ref:
         Option<kube::runtime::reflector::ObjectRef<k8s_openapi::api::coordination::v1::Lease>>,
+    /// Bumped when a reload maps the node to another power source: every read is tagged with
+    /// it when sent, and an answer under an older one is dropped.
+    pub(super) source_generation: u64,
 }
 
 /// An Off read of a Ready node's machine, and the kubelet's signs of life seen after it.
@@ -175,6 +179,33 @@ impl Tracker {
 }
 
 impl Tracker {
+    /// Whom a read sent now is for.
+    pub(super) fn read_for(&self, node: &str) -> ReadFor {
+        ReadFor {
+            node: node.to_string(),
+            uid: self.uid.clone(),
+            generation: self.source_generation,
+        }
+    }
+
+    /// Whether a read's answer is evidence about this node now: sent for this object, to the
+    /// power source it is mapped to now (not one a reload has replaced since).
+    pub(super) fn takes_read(&self, uid: &str, generation: u64) -> bool {
+        self.uid == uid && self.source_generation == generation
+    }
+
+    /// A reload maps the node to another power source: what the old one said about its machine
+    /// goes, and so does any answer of it still on its way.
+    pub(super) fn remapped(&mut self) {
+        self.source_generation += 1;
+        self.reads.clear();
+        self.binding = None;
+        self.off_while_alive = None;
+        self.last_read = None;
+        self.last_answer = None;
+        self.identity_due = None;
+    }
+
     /// Takes what a read said about the power source's truthfulness: an Off, terminated or not
     /// found for a node that was Ready when the read started opens a watch for the kubelet's
     /// signs of life; an On closes it (the source reads a running machine again).
@@ -295,6 +326,48 @@ mod tests {
             reader: "test".into(),
             power_draw: None,
         }
+    }
+
+    /// A read sent before a reload mapped the node to another power source, answered after
+    /// it, is no evidence about the node: dropped. A node the reload left on its source keeps
+    /// its reads and takes the answers under way.
+    #[test]
+    fn a_read_sent_before_a_remapping_reload_is_dropped() {
+        let mut t = Tracker {
+            uid: "uid-1".into(),
+            reads: vec![off(0)],
+            ..Default::default()
+        };
+        let sent = t.read_for("n1");
+        assert_eq!((sent.node.as_str(), sent.uid.as_str()), ("n1", "uid-1"));
+        let kept = Tracker {
+            uid: "uid-2".into(),
+            reads: vec![off(0)],
+            ..Default::default()
+        };
+        let kept_sent = kept.read_for("n2");
+
+        t.remapped();
+        assert!(t.reads.is_empty(), "the old source's reads go");
+        assert!(
+            !t.takes_read(&sent.uid, sent.generation),
+            "sent to the old source"
+        );
+        let after = t.read_for("n1");
+        assert!(
+            t.takes_read(&after.uid, after.generation),
+            "sent to the new one"
+        );
+        // Another reload: an answer from two sources ago is dropped as well.
+        t.remapped();
+        assert!(!t.takes_read(&after.uid, after.generation));
+        assert!(
+            !t.takes_read("uid-other", t.source_generation),
+            "another object"
+        );
+
+        assert!(kept.takes_read(&kept_sent.uid, kept_sent.generation));
+        assert_eq!(kept.reads.len(), 1);
     }
 
     /// A Lease renewal is dated by when oobfence saw it, never by the kubelet's clock: a
