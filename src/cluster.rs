@@ -49,6 +49,9 @@ pub const ANNOTATION_REASON: &str = "oobfence.io/reason";
 
 pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
 
+mod guard_record;
+pub use guard_record::GuardStore;
+
 /// Event reasons, stable for alerting and `kubectl get events --field-selector reason=...`.
 pub mod reasons {
     pub const FENCED: &str = "OobfenceFenced";

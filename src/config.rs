@@ -80,6 +80,9 @@ pub struct Config {
     pub journal: JournalConfig,
     /// `[guards]`: storms, budgets, partitions.
     pub guards: GuardPolicy,
+    /// `[guards] record`: the ConfigMap that keeps the fence budget's fences and the storms'
+    /// cooldowns across restarts and leader changes (None: nowhere).
+    pub guard_record: Option<ConfigMapRef>,
     pub pause: PauseConfig,
     /// `[ha]`: two management hosts, one actor.
     pub ha: Option<HaConfig>,
@@ -161,6 +164,27 @@ pub fn default_pause_file(datacenter: &str) -> PathBuf {
 }
 
 pub const DEFAULT_PAUSE_CONFIGMAP: &str = "oobfence/oobfence-pause";
+/// `[guards] record`'s default: one ConfigMap for every datacenter, a key each.
+pub const DEFAULT_GUARD_RECORD: &str = "oobfence/oobfence-guards";
+
+impl ConfigMapRef {
+    /// `NAMESPACE/NAME`, each a DNS subdomain name; `None` for anything else.
+    pub fn parse(c: &str) -> Option<ConfigMapRef> {
+        let dns = |s: &str| {
+            !s.is_empty()
+                && s.len() <= 253
+                && s.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '-' | '.'))
+        };
+        match c.split_once('/') {
+            Some((ns, name)) if dns(ns) && dns(name) => Some(ConfigMapRef {
+                namespace: ns.into(),
+                name: name.into(),
+            }),
+            _ => None,
+        }
+    }
+}
 
 /// `[journal]`: the append-only decision journal.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -511,6 +535,8 @@ struct RawGuards {
     freeze_failing_share: RawLimit,
     freeze_min_failing: u32,
     max_stale_leases: RawLimit,
+    /// `NAMESPACE/NAME` of the guards' record; "" for none.
+    record: Option<String>,
 }
 
 impl Default for RawGuards {
@@ -528,6 +554,7 @@ impl Default for RawGuards {
             freeze_failing_share: raw(Limit::Percent(g.freeze_failing_share)),
             freeze_min_failing: g.freeze_min_failing,
             max_stale_leases: raw(g.max_stale_leases),
+            record: None,
         }
     }
 }
@@ -995,6 +1022,21 @@ impl RawConfig {
             Some(p) => p,
         };
 
+        let guard_record = match self.guards.record.as_deref().map(str::trim) {
+            None => Some(DEFAULT_GUARD_RECORD),
+            Some("") => None,
+            Some(c) => Some(c),
+        }
+        .map(|c| {
+            ConfigMapRef::parse(c).ok_or_else(|| ConfigError {
+                file: path.to_owned(),
+                key: "guards.record".into(),
+                problem: format!(
+                    "{c:?} must be NAMESPACE/NAME (example: \"{DEFAULT_GUARD_RECORD}\"), or \"\" for none"
+                ),
+            })
+        })
+        .transpose()?;
         let guards = self.guards.validate(path)?;
         let ha = match self.ha {
             Some(h) => h.validate(path)?,
@@ -1018,6 +1060,7 @@ impl RawConfig {
             aws,
             journal: JournalConfig { path: journal_path },
             guards,
+            guard_record,
             pause,
             ha,
             digest: String::new(),

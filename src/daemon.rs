@@ -8,6 +8,7 @@
 //! in `tracker`, the reads in `reads`, the writes in `writer`, and everything reported
 //! about decisions (journal, metrics, identity) in `observe`.
 
+mod guard_record;
 mod observe;
 mod reads;
 mod reload;
@@ -100,6 +101,8 @@ pub struct Daemon {
     shared_uuids: uuids::SharedUuids,
     /// The guards' memory: storms, freezes, the fence budget.
     calm: Calm,
+    /// Its record on the cluster, for a restart or a new leader.
+    guard_keeper: guard_record::Keeper,
     /// `[ha]`: whether this instance may write.
     leadership: Option<crate::leader::LeadershipHandle>,
     /// Counts the passes where what the guards hold changed (pause, view, standby, a storm,
@@ -195,6 +198,10 @@ pub async fn run(
     if let Ok(mut l) = shared.leadership.write() {
         l.clone_from(&leadership);
     }
+    let guard_store = cfg
+        .guard_record
+        .as_ref()
+        .map(|at| cluster::GuardStore::new(client.clone(), at, &cfg.datacenter));
     let mut cluster_writer = Cluster::new(client, &cfg.datacenter)
         .with_holds(holds_now(&cfg, &shared, leadership.clone()))
         .with_pause_configmap(cfg.pause.configmap.clone());
@@ -222,6 +229,7 @@ pub async fn run(
         shared_uuids: uuids::SharedUuids::default(),
         wakeups: BinaryHeap::new(),
         calm: Calm::default(),
+        guard_keeper: guard_record::Keeper::new(guard_store),
         leadership,
         guards_epoch: 0,
         credentials,
@@ -244,7 +252,7 @@ pub async fn run(
     }
     shared.synced.store(true, Ordering::Relaxed);
     tracing::info!(nodes = daemon.nodes.len(), "node cache synced");
-    daemon.restore_fence_budget(Timestamp::now());
+    daemon.restore_guards(Timestamp::now()).await;
     // READY=1 only now: both caches hold a full list, so the API server answered.
     let synced_status = format!(
         "node cache synced: {} nodes; starting the decision loop",
@@ -631,6 +639,8 @@ impl Daemon {
             .as_ref()
             .and_then(|l| l.read().ok().map(|l| l.clone()));
         self.calm.standby = leadership.as_ref().and_then(|l| l.standby_reason());
+        self.keep_guard_record(now);
+        let g = &self.cfg.guards;
         self.shared.metrics.set_leadership(leadership.as_ref());
         self.log_guard_changes(&before);
         if guards_summary(&before, g) != guards_summary(&self.calm, g) {
@@ -701,32 +711,6 @@ impl Daemon {
                 }
                 _ => {}
             }
-        }
-    }
-
-    /// After a restart, the fences of the budget window still count: from the journal here
-    /// (a Node deleted by a fence leaves no record on the cluster), and every pass from the
-    /// fence records on the Nodes ([`Daemon::update_guards`]).
-    fn restore_fence_budget(&mut self, now: Timestamp) {
-        let window = self.cfg.guards.fence_budget_window;
-        let since = now
-            .checked_sub(
-                jiff::SignedDuration::try_from(window).unwrap_or(jiff::SignedDuration::MAX),
-            )
-            .unwrap_or(Timestamp::MIN);
-        match crate::journal::recent_fences(&self.cfg.journal.path, since) {
-            Ok(fences) => {
-                for (at, uid) in fences {
-                    self.calm.record_fence(&uid, at);
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => {
-                tracing::warn!(path = %self.cfg.journal.path.display(), error = %e, "cannot read the journal's recent fences; the fence budget counts the Nodes' fence records only")
-            }
-        }
-        if !self.calm.fences.is_empty() {
-            tracing::info!(fences = self.calm.fences.len(), window = %humantime::format_duration(window), "fences of the budget window restored");
         }
     }
 
@@ -1218,6 +1202,7 @@ fn guards_summary<'a>(c: &'a Calm, policy: &GuardPolicy) -> impl PartialEq + use
         &c.standby,
         c.view_recovered,
         c.lease_storm_since,
+        c.record_pending,
         // Not the fence count: below the budget it holds nobody, and a storm's fences would
         // otherwise have every healthy node decided again at every pass.
         c.budget_spent(policy),

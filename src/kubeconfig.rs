@@ -88,6 +88,15 @@ pub const NEEDED: &[Permission] = &[
         name: Some("oobfence-pause"),
         ..perm("get", "", "configmaps", Some("oobfence"))
     },
+    // The guards' record (`[guards] record`, its default name).
+    Permission {
+        name: Some("oobfence-guards"),
+        ..perm("get", "", "configmaps", Some("oobfence"))
+    },
+    Permission {
+        name: Some("oobfence-guards"),
+        ..perm("patch", "", "configmaps", Some("oobfence"))
+    },
 ];
 
 /// A sample of what the daemon must not be able to do; any of these being allowed means the

@@ -352,6 +352,47 @@ async fn the_token_may_do_the_daemons_work_and_nothing_more() {
             .get("anything-else")
             .await,
     );
+    // The guards' record: that ConfigMap only (created by the file), read and patched on
+    // a key of its own; never deleted nor replaced.
+    let guards = Api::<ConfigMap>::namespaced(sa.clone(), "oobfence");
+    assert_allowed(
+        "get the guards' record",
+        guards.get("oobfence-guards").await,
+    );
+    let key = format!("{group}.json");
+    assert_allowed(
+        "patch the guards' record",
+        guards
+            .patch(
+                "oobfence-guards",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"data": {&key: "{}"}})),
+            )
+            .await,
+    );
+    assert_forbidden(
+        "delete the guards' record",
+        guards
+            .delete("oobfence-guards", &DeleteParams::default())
+            .await,
+    );
+    assert_forbidden(
+        "create another ConfigMap in oobfence's namespace",
+        guards
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": format!("{group}-cm")}}))
+                    .unwrap(),
+            )
+            .await,
+    );
+    let _ = Api::<ConfigMap>::namespaced(admin.clone(), "oobfence")
+        .patch(
+            "oobfence-guards",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {&key: null}})),
+        )
+        .await;
     // [ha]: the election Lease in oobfence's namespace: read, create, renew; nothing more.
     let ha_leases = Api::<Lease>::namespaced(sa.clone(), "oobfence");
     let lease_name = format!("{group}-ha");

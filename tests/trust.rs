@@ -1,6 +1,6 @@
 //! Trust at write time, on the real API server: every write re-checks the pause and the
 //! leadership right before it (the VolumeAttachments a Node delete frees too), a dry run
-//! writes nothing, and the fence budget survives a restart.
+//! writes nothing, and the fence budget survives a restart on another host.
 
 mod support;
 
@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
@@ -19,11 +19,12 @@ use serde_json::json;
 use oobfence::cluster::{self, Cluster, ClusterError};
 use oobfence::decision::holds::{Hold, HoldKind, Holds};
 use oobfence::leader::Leadership;
-use support::k8s::{FakeNode, taints, unique, volume_attachment, wait_for};
+use support::k8s::{FakeNode, sample, taints, unique, volume_attachment, wait_for};
 use support::scenario::{DATACENTER, FIRST_BOOT, Scenario};
 
 /// A decision these tests wait for: generous, a loaded 2-core machine is slow.
 const DECISION: Duration = Duration::from_secs(90);
+const POWER_CHANGE: Duration = Duration::from_secs(30);
 
 /// The uid of the Node whose attachments are deleted (gone: its holds are the datacenter's).
 const NODE_UID: &str = "0b7e6c4e-0000-4000-8000-000000000001";
@@ -185,4 +186,58 @@ async fn a_dry_run_leaves_a_record_without_taint_untouched() {
     assert!(!metrics.contains("oobfence_actions_total{"), "{metrics}");
     daemon.stop().await;
     node.delete().await;
+}
+
+/// The fence budget outlives the daemon that spent it: a Node deleted by a fence leaves no
+/// record on the cluster but the guards' ConfigMap, and a daemon started on another host (no
+/// journal of the first one's) counts it, so the next fence is held by the budget.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fence_budget_spent_by_a_predecessor_holds_the_next_fence() {
+    let s = Scenario::redfish("budgetkept", 2).await;
+    s.set_guards("max_unhealthy = \"100%\"\nfence_budget = 1\n");
+    let emu = s.redfish_emulator();
+    let a = s.node("a", 0).await;
+    let b = s.node("b", 1).await;
+    let delete = "action = \"delete-node\"";
+    let daemon = s.daemon_with_policy(delete).await;
+    emu.set_power(0, false).await;
+    emu.wait_power(0, "Off", POWER_CHANGE).await;
+    a.die("boot-1").await;
+    wait_for("node a deleted by its fence", DECISION, || async {
+        a.try_get().await.is_none().then_some(())
+    })
+    .await;
+    daemon.stop().await;
+
+    // Another host takes over: nothing of the first one's journal.
+    std::fs::remove_file(s.journal()).expect("the first daemon's journal");
+    let daemon = s.daemon_with_policy(delete).await;
+    wait_for("the budget restored", DECISION, || async {
+        let m = daemon.metrics().await;
+        (sample(&m, "oobfence_fence_budget_used") == Some(1.0)).then_some(())
+    })
+    .await;
+    emu.set_power(1, false).await;
+    emu.wait_power(1, "Off", POWER_CHANGE).await;
+    b.die("boot-1").await;
+    let report = daemon.wait_rule(&b.name, "fence-budget", DECISION).await;
+    assert_eq!(report["state"], "blocked", "{report}");
+    assert!(
+        b.try_get().await.is_some(),
+        "node b deleted past the budget"
+    );
+    let m = daemon.metrics().await;
+    assert_eq!(
+        sample(
+            &m,
+            "oobfence_actions_total{action=\"delete_node\",result=\"success\"}"
+        ),
+        None,
+        "{m}"
+    );
+    daemon.stop().await;
+    b.delete().await;
+    let _ = Api::<ConfigMap>::namespaced(s.client.clone(), "default")
+        .delete(&s.guard_record()["default/".len()..], &Default::default())
+        .await;
 }

@@ -122,6 +122,13 @@ pub fn warnings(cfg: &Config) -> Vec<Finding> {
             "\"\" with [ha]: the group has no pause switch (`oobfence pause` cannot pause it, and a pause file is refused under [ha])",
         ));
     }
+    if cfg.guard_record.is_none() {
+        out.push(finding(
+            Severity::Warning,
+            "guards.record",
+            "\"\": the fence budget and the storm cooldown are kept nowhere on the cluster; a restart counts only the journal on this host and the Nodes' fence records, and an [ha] instance that takes over does not count its predecessor's Node deletes at all",
+        ));
+    }
     out
 }
 

@@ -30,6 +30,7 @@ pub(super) fn fixed_settings_changed(old: &Config, new: &Config) -> Option<Strin
             format!("{:?}", old.pause) != format!("{:?}", new.pause),
         ),
         ("[ha]", old.ha != new.ha),
+        ("guards.record", old.guard_record != new.guard_record),
     ]
     .into_iter()
     .filter_map(|(key, differs)| differs.then_some(key))

@@ -354,6 +354,9 @@ pub struct Calm {
     /// The nodes whose stale Lease the last count saw: only those are read ahead, so that a
     /// Lease going stale between two counts waits for the count that may call it a storm.
     pub stale_uids: BTreeSet<String>,
+    /// The guards' record of the instance before this one is being read (after a takeover):
+    /// its fences are not counted yet ([`record`]).
+    pub record_pending: bool,
 }
 
 impl Calm {
@@ -598,6 +601,12 @@ impl Calm {
                 });
             }
         }
+        if self.record_pending {
+            return Some(Hold {
+                kind: HoldKind::FenceBudget,
+                reason: "the guards' record (the fences and storm cooldowns of the instance before this one) is being read: no new fence until they are counted".into(),
+            });
+        }
         let (budget, total) = self.budget(policy);
         let used = self
             .fences
@@ -627,6 +636,8 @@ impl Calm {
         None
     }
 }
+
+pub mod record;
 
 #[cfg(test)]
 mod tests;

@@ -22,7 +22,8 @@
 //!   [`Scenario::write_config`] is called, so map every node first.
 //! - The guards: a scenario's group of one or two nodes is a whole datacenter to its daemon, so
 //!   `[guards]` starts wide open (`max_unhealthy = "100%"`); the tests of the guards set their
-//!   own with [`Scenario::set_guards`]. The pause file is `paused` in the scenario's directory
+//!   own with [`Scenario::set_guards`]; the guards' record is the scenario's own ConfigMap
+//!   ([`Scenario::guard_record`]). The pause file is `paused` in the scenario's directory
 //!   ([`Scenario::pause_file`]); the pause ConfigMap is the default one, which no test creates,
 //!   unless [`Scenario::set_pause_configmap`] names another.
 
@@ -170,6 +171,13 @@ impl Scenario {
     /// `[pause] configmap = "oobfence/NAME"`.
     pub fn set_pause_configmap(&self, namespace_and_name: &str) {
         *self.pause_configmap.lock().unwrap() = namespace_and_name.to_string();
+    }
+
+    /// `[guards] record`: the scenario's own ConfigMap in `default` (every scenario's
+    /// datacenter is [`DATACENTER`]: one record for all would carry one test's fences and
+    /// storms into another's daemons).
+    pub fn guard_record(&self) -> String {
+        format!("default/{}-guards", self.group)
     }
 
     /// The pause file of the scenario's daemons.
@@ -403,6 +411,7 @@ listen = "{listen}"
 path = "{}"
 [guards]
 {}
+record = "{}"
 [pause]
 file = "{}"
 configmap = "{}"
@@ -412,6 +421,7 @@ configmap = "{}"
             self.policy.lock().unwrap(),
             self.journal().display(),
             self.guards.lock().unwrap(),
+            self.guard_record(),
             self.pause_file().display(),
             self.pause_configmap.lock().unwrap(),
         );
