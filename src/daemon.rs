@@ -201,7 +201,11 @@ pub async fn run(
     let guard_store = cfg
         .guard_record
         .as_ref()
-        .map(|at| cluster::GuardStore::new(client.clone(), at, &cfg.datacenter));
+        .map(|at| cluster::GuardStore::new(client.clone(), at, &cfg.datacenter))
+        .map(|s| match &cfg.ha {
+            Some(ha) => s.with_write_timeout(ha.write_timeout()),
+            None => s,
+        });
     let mut cluster_writer = Cluster::new(client, &cfg.datacenter)
         .with_holds(holds_now(&cfg, &shared, leadership.clone()))
         .with_pause_configmap(cfg.pause.configmap.clone());
@@ -953,8 +957,10 @@ impl Daemon {
             tracker.acted_on = rv;
             let fencing = matches!(decision.step, Step::Fence(_));
             if fencing {
-                // Counted now, so that the next node of this very pass sees the budget spent.
+                // Counted now, so that the next node of this very pass sees the budget spent,
+                // and recorded on the cluster alongside the write.
                 self.calm.record_fence(&uid, now);
+                self.keep_guard_record(now);
             }
             let inputs = self.journal_inputs(&name, &facts, source.as_ref(), fencing);
             self.spawn_action(node.clone(), uid.clone(), decision.clone(), inputs);

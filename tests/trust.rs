@@ -19,7 +19,9 @@ use serde_json::json;
 use oobfence::cluster::{self, Cluster, ClusterError};
 use oobfence::decision::holds::{Hold, HoldKind, Holds};
 use oobfence::leader::Leadership;
-use support::k8s::{FakeNode, sample, taints, unique, volume_attachment, wait_for};
+use support::k8s::{
+    FakeNode, kubeconfig_path, sample, taints, unique, volume_attachment, wait_for,
+};
 use support::scenario::{DATACENTER, FIRST_BOOT, Scenario};
 
 /// A decision these tests wait for: generous, a loaded 2-core machine is slow.
@@ -188,18 +190,63 @@ async fn a_dry_run_leaves_a_record_without_taint_untouched() {
     node.delete().await;
 }
 
-/// The fence budget outlives the daemon that spent it: a Node deleted by a fence leaves no
-/// record on the cluster but the guards' ConfigMap, and a daemon started on another host (no
-/// journal of the first one's) counts it, so the next fence is held by the budget.
+/// `oobfence run` as its own process, SIGKILLed when dropped.
+struct Process {
+    listen: String,
+    child: tokio::process::Child,
+}
+
+impl Process {
+    async fn start(s: &Scenario, log: &str) -> Process {
+        let listen = format!("127.0.0.1:{}", support::k8s::free_port());
+        let config = s.dir().join(format!("{log}.toml"));
+        std::fs::write(&config, s.config_text(&kubeconfig_path(), &listen, "")).unwrap();
+        let log = std::fs::File::create(s.dir().join(format!("{log}.log"))).unwrap();
+        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_oobfence"))
+            .args(["run", "--config"])
+            .arg(&config)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start oobfence run");
+        support::k8s::wait_ready(&listen, Duration::from_secs(30)).await;
+        Process { listen, child }
+    }
+
+    async fn metrics(&self) -> String {
+        support::k8s::scrape(&self.listen).await
+    }
+
+    async fn report(&self, node: &str) -> Option<serde_json::Value> {
+        let r = reqwest::get(format!("http://{}/nodes/{node}", self.listen))
+            .await
+            .ok()?;
+        r.status().is_success().then_some(())?;
+        r.json().await.ok()
+    }
+
+    /// SIGKILL: no shutdown, nothing flushed.
+    async fn kill(mut self) {
+        let _ = self.child.start_kill();
+        let _ = self.child.wait().await;
+    }
+}
+
+/// The fence budget outlives the process that spent it: a Node deleted by a fence leaves no
+/// record on the cluster but the guards' ConfigMap, and a daemon started on another host (a
+/// new process, none of the first one's journal) counts it, so the next fence is held by the
+/// budget.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_fence_budget_spent_by_a_predecessor_holds_the_next_fence() {
     let s = Scenario::redfish("budgetkept", 2).await;
     s.set_guards("max_unhealthy = \"100%\"\nfence_budget = 1\n");
+    s.set_policy(&format!("{}action = \"delete-node\"\n", s.policy_lines()));
     let emu = s.redfish_emulator();
     let a = s.node("a", 0).await;
     let b = s.node("b", 1).await;
-    let delete = "action = \"delete-node\"";
-    let daemon = s.daemon_with_policy(delete).await;
+    let first = Process::start(&s, "first").await;
     emu.set_power(0, false).await;
     emu.wait_power(0, "Off", POWER_CHANGE).await;
     a.die("boot-1").await;
@@ -207,26 +254,34 @@ async fn the_fence_budget_spent_by_a_predecessor_holds_the_next_fence() {
         a.try_get().await.is_none().then_some(())
     })
     .await;
-    daemon.stop().await;
+    // Killed a moment after its fence, as a host dies.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    first.kill().await;
 
     // Another host takes over: nothing of the first one's journal.
     std::fs::remove_file(s.journal()).expect("the first daemon's journal");
-    let daemon = s.daemon_with_policy(delete).await;
+    let second = Process::start(&s, "second").await;
     wait_for("the budget restored", DECISION, || async {
-        let m = daemon.metrics().await;
+        let m = second.metrics().await;
         (sample(&m, "oobfence_fence_budget_used") == Some(1.0)).then_some(())
     })
     .await;
     emu.set_power(1, false).await;
     emu.wait_power(1, "Off", POWER_CHANGE).await;
     b.die("boot-1").await;
-    let report = daemon.wait_rule(&b.name, "fence-budget", DECISION).await;
+    let report = wait_for("node b held by the budget", DECISION, || async {
+        second
+            .report(&b.name)
+            .await
+            .filter(|r| r["rule"] == "fence-budget")
+    })
+    .await;
     assert_eq!(report["state"], "blocked", "{report}");
     assert!(
         b.try_get().await.is_some(),
         "node b deleted past the budget"
     );
-    let m = daemon.metrics().await;
+    let m = second.metrics().await;
     assert_eq!(
         sample(
             &m,
@@ -235,7 +290,7 @@ async fn the_fence_budget_spent_by_a_predecessor_holds_the_next_fence() {
         None,
         "{m}"
     );
-    daemon.stop().await;
+    second.kill().await;
     b.delete().await;
     let _ = Api::<ConfigMap>::namespaced(s.client.clone(), "default")
         .delete(&s.guard_record()["default/".len()..], &Default::default())

@@ -13,7 +13,9 @@ use kube::Client;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use serde_json::json;
 
-use super::{ClusterError, bounded};
+use std::time::Duration;
+
+use super::{CALL_TIMEOUT, ClusterError, bounded, bounded_by};
 use crate::config::ConfigMapRef;
 use crate::decision::holds::record::GuardRecord;
 
@@ -23,6 +25,9 @@ pub struct GuardStore {
     api: Api<ConfigMap>,
     at: ConfigMapRef,
     key: String,
+    /// How long one write may take (`[ha]`: within the leader's safety margin, so that a
+    /// leader's last write lands before another instance may take over).
+    write_timeout: Duration,
 }
 
 impl GuardStore {
@@ -31,7 +36,14 @@ impl GuardStore {
             api: Api::namespaced(client, &at.namespace),
             at: at.clone(),
             key: record_key(datacenter),
+            write_timeout: CALL_TIMEOUT,
         }
+    }
+
+    /// `[ha]`: each write cut off after `timeout` ([`crate::config::HaConfig::write_timeout`]).
+    pub fn with_write_timeout(mut self, timeout: Duration) -> GuardStore {
+        self.write_timeout = timeout.min(CALL_TIMEOUT);
+        self
     }
 
     /// `ConfigMap NAMESPACE/NAME key KEY`, for logs.
@@ -61,11 +73,14 @@ impl GuardStore {
             ClusterError::Precondition(format!("cannot encode the guard record: {e}"))
         })?;
         let patch = json!({ "data": { &self.key: &text } });
-        let patched = bounded(self.api.patch(
-            &self.at.name,
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        ))
+        let patched = bounded_by(
+            self.write_timeout,
+            self.api.patch(
+                &self.at.name,
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            ),
+        )
         .await;
         match patched {
             Err(ClusterError::Api(kube::Error::Api(s))) if s.is_not_found() => {}
@@ -80,17 +95,23 @@ impl GuardStore {
             data: Some([(self.key.clone(), text)].into()),
             ..Default::default()
         };
-        match bounded(self.api.create(&PostParams::default(), &cm)).await {
+        match bounded_by(
+            self.write_timeout,
+            self.api.create(&PostParams::default(), &cm),
+        )
+        .await
+        {
             // Another datacenter created it a moment ago: patch our key into it.
-            Err(ClusterError::Api(kube::Error::Api(s))) if s.is_already_exists() => {
-                bounded(self.api.patch(
+            Err(ClusterError::Api(kube::Error::Api(s))) if s.is_already_exists() => bounded_by(
+                self.write_timeout,
+                self.api.patch(
                     &self.at.name,
                     &PatchParams::default(),
                     &Patch::Merge(&patch),
-                ))
-                .await
-                .map(|_| ())
-            }
+                ),
+            )
+            .await
+            .map(|_| ()),
             other => other.map(|_| ()),
         }
     }
