@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Node};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node};
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
@@ -198,9 +198,14 @@ struct Process {
 
 impl Process {
     async fn start(s: &Scenario, log: &str) -> Process {
+        Process::start_with(s, log, "").await
+    }
+
+    /// `extra`: sections appended to the scenario's config (`[ha]`).
+    async fn start_with(s: &Scenario, log: &str, extra: &str) -> Process {
         let listen = format!("127.0.0.1:{}", support::k8s::free_port());
         let config = s.dir().join(format!("{log}.toml"));
-        std::fs::write(&config, s.config_text(&kubeconfig_path(), &listen, "")).unwrap();
+        std::fs::write(&config, s.config_text(&kubeconfig_path(), &listen, extra)).unwrap();
         let log = std::fs::File::create(s.dir().join(format!("{log}.log"))).unwrap();
         let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_oobfence"))
             .args(["run", "--config"])
@@ -225,6 +230,14 @@ impl Process {
             .ok()?;
         r.status().is_success().then_some(())?;
         r.json().await.ok()
+    }
+
+    /// Whether this instance is the `[ha]` leader, by its own metric.
+    async fn leads(&self) -> bool {
+        sample(
+            &self.metrics().await,
+            "oobfence_leader{datacenter=\"test\"}",
+        ) == Some(1.0)
     }
 
     /// SIGKILL: no shutdown, nothing flushed.
@@ -292,6 +305,71 @@ async fn the_fence_budget_spent_by_a_predecessor_holds_the_next_fence() {
     );
     second.kill().await;
     b.delete().await;
+    let _ = Api::<ConfigMap>::namespaced(s.client.clone(), "default")
+        .delete(&s.guard_record()["default/".len()..], &Default::default())
+        .await;
+}
+
+/// `[ha]`: the instance that takes over counts the Node deletes of the one it replaces (a
+/// standby sees none of them: the Nodes are gone), so the next fence is held by the budget.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_leader_counts_its_predecessors_node_deletes_against_the_budget() {
+    let s = Scenario::redfish("budgetha", 2).await;
+    s.set_guards("max_unhealthy = \"100%\"\nfence_budget = 1\n");
+    s.set_policy(&format!("{}action = \"delete-node\"\n", s.policy_lines()));
+    let namespace = unique("budgetha");
+    let namespaces: Api<Namespace> = Api::all(s.client.clone());
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": namespace}})).unwrap();
+    namespaces.create(&Default::default(), &ns).await.unwrap();
+    let ha = |identity: &str| {
+        format!(
+            "[ha]\nenabled = true\nnamespace = \"{namespace}\"\nidentity = \"{identity}\"\nlease_duration = \"9s\"\nrenew_interval = \"1s\"\n"
+        )
+    };
+    let emu = s.redfish_emulator();
+    let a = s.node("a", 0).await;
+    let b = s.node("b", 1).await;
+    let first = Process::start_with(&s, "host-a", &ha("host-a")).await;
+    wait_for("host-a leads", DECISION, || async {
+        first.leads().await.then_some(())
+    })
+    .await;
+    let second = Process::start_with(&s, "host-b", &ha("host-b")).await;
+    emu.set_power(0, false).await;
+    emu.wait_power(0, "Off", POWER_CHANGE).await;
+    a.die("boot-1").await;
+    wait_for("node a deleted by its fence", DECISION, || async {
+        a.try_get().await.is_none().then_some(())
+    })
+    .await;
+    assert!(!second.leads().await, "host-b is the standby");
+    first.kill().await;
+    wait_for("host-b takes over", DECISION, || async {
+        second.leads().await.then_some(())
+    })
+    .await;
+    emu.set_power(1, false).await;
+    emu.wait_power(1, "Off", POWER_CHANGE).await;
+    b.die("boot-1").await;
+    let report = wait_for("node b held by the budget", DECISION, || async {
+        second
+            .report(&b.name)
+            .await
+            .filter(|r| r["rule"] == "fence-budget")
+    })
+    .await;
+    assert_eq!(report["state"], "blocked", "{report}");
+    // Long enough for a fence to land if the hold were only the record being read.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(
+        b.try_get().await.is_some(),
+        "node b deleted past the budget"
+    );
+    let m = second.metrics().await;
+    assert_eq!(sample(&m, "oobfence_fence_budget_used"), Some(1.0), "{m}");
+    second.kill().await;
+    b.delete().await;
+    let _ = namespaces.delete(&namespace, &Default::default()).await;
     let _ = Api::<ConfigMap>::namespaced(s.client.clone(), "default")
         .delete(&s.guard_record()["default/".len()..], &Default::default())
         .await;
