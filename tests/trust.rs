@@ -19,8 +19,9 @@ use serde_json::json;
 use oobfence::cluster::{self, Cluster, ClusterError};
 use oobfence::decision::holds::{Hold, HoldKind, Holds};
 use oobfence::leader::Leadership;
+use support::daemon_process::DaemonProcess;
 use support::k8s::{
-    FakeNode, kubeconfig_path, sample, taints, unique, volume_attachment, wait_for,
+    FakeNode, kubeconfig_path, sample, scrape, taints, unique, volume_attachment, wait_for,
 };
 use support::scenario::{DATACENTER, FIRST_BOOT, Scenario};
 
@@ -190,61 +191,23 @@ async fn a_dry_run_leaves_a_record_without_taint_untouched() {
     node.delete().await;
 }
 
-/// `oobfence run` as its own process, SIGKILLed when dropped.
-struct Process {
-    listen: String,
-    child: tokio::process::Child,
+/// `oobfence run` of the scenario's config plus `extra` (sections such as `[ha]`), as its own
+/// process (SIGKILLed when dropped), its log in the scenario's directory under `name`.
+async fn run_process(s: &Scenario, name: &str, extra: &str) -> DaemonProcess {
+    let dir = s.dir().join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    let listen = format!("127.0.0.1:{}", support::k8s::free_port());
+    let config = dir.join("dc.toml");
+    std::fs::write(&config, s.config_text(&kubeconfig_path(), &listen, extra)).unwrap();
+    DaemonProcess::start(&config, &listen, &dir, &[], &[]).await
 }
 
-impl Process {
-    async fn start(s: &Scenario, log: &str) -> Process {
-        Process::start_with(s, log, "").await
-    }
-
-    /// `extra`: sections appended to the scenario's config (`[ha]`).
-    async fn start_with(s: &Scenario, log: &str, extra: &str) -> Process {
-        let listen = format!("127.0.0.1:{}", support::k8s::free_port());
-        let config = s.dir().join(format!("{log}.toml"));
-        std::fs::write(&config, s.config_text(&kubeconfig_path(), &listen, extra)).unwrap();
-        let log = std::fs::File::create(s.dir().join(format!("{log}.log"))).unwrap();
-        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_oobfence"))
-            .args(["run", "--config"])
-            .arg(&config)
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(log)
-            .kill_on_drop(true)
-            .spawn()
-            .expect("start oobfence run");
-        support::k8s::wait_ready(&listen, Duration::from_secs(30)).await;
-        Process { listen, child }
-    }
-
-    async fn metrics(&self) -> String {
-        support::k8s::scrape(&self.listen).await
-    }
-
-    async fn report(&self, node: &str) -> Option<serde_json::Value> {
-        let r = reqwest::get(format!("http://{}/nodes/{node}", self.listen))
-            .await
-            .ok()?;
-        r.status().is_success().then_some(())?;
-        r.json().await.ok()
-    }
-
-    /// Whether this instance is the `[ha]` leader, by its own metric.
-    async fn leads(&self) -> bool {
-        sample(
-            &self.metrics().await,
-            "oobfence_leader{datacenter=\"test\"}",
-        ) == Some(1.0)
-    }
-
-    /// SIGKILL: no shutdown, nothing flushed.
-    async fn kill(mut self) {
-        let _ = self.child.start_kill();
-        let _ = self.child.wait().await;
-    }
+/// Whether the daemon serving on `listen` is the `[ha]` leader, by its own metric.
+async fn leads(d: &DaemonProcess) -> bool {
+    sample(
+        &scrape(&d.listen).await,
+        "oobfence_leader{datacenter=\"test\"}",
+    ) == Some(1.0)
 }
 
 /// The fence budget outlives the process that spent it: a Node deleted by a fence leaves no
@@ -259,7 +222,7 @@ async fn the_fence_budget_spent_by_a_predecessor_holds_the_next_fence() {
     let emu = s.redfish_emulator();
     let a = s.node("a", 0).await;
     let b = s.node("b", 1).await;
-    let first = Process::start(&s, "first").await;
+    let first = run_process(&s, "first", "").await;
     emu.set_power(0, false).await;
     emu.wait_power(0, "Off", POWER_CHANGE).await;
     a.die("boot-1").await;
@@ -269,32 +232,30 @@ async fn the_fence_budget_spent_by_a_predecessor_holds_the_next_fence() {
     .await;
     // Killed a moment after its fence, as a host dies.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    first.kill().await;
+    drop(first); // SIGKILL
 
     // Another host takes over: nothing of the first one's journal.
     std::fs::remove_file(s.journal()).expect("the first daemon's journal");
-    let second = Process::start(&s, "second").await;
+    let second = run_process(&s, "second", "").await;
     wait_for("the budget restored", DECISION, || async {
-        let m = second.metrics().await;
+        let m = scrape(&second.listen).await;
         (sample(&m, "oobfence_fence_budget_used") == Some(1.0)).then_some(())
     })
     .await;
     emu.set_power(1, false).await;
     emu.wait_power(1, "Off", POWER_CHANGE).await;
     b.die("boot-1").await;
-    let report = wait_for("node b held by the budget", DECISION, || async {
-        second
-            .report(&b.name)
-            .await
-            .filter(|r| r["rule"] == "fence-budget")
-    })
-    .await;
+    let report = second
+        .wait_report(&b.name, "held by the budget", DECISION, |r| {
+            r["rule"] == "fence-budget"
+        })
+        .await;
     assert_eq!(report["state"], "blocked", "{report}");
     assert!(
         b.try_get().await.is_some(),
         "node b deleted past the budget"
     );
-    let m = second.metrics().await;
+    let m = scrape(&second.listen).await;
     assert_eq!(
         sample(
             &m,
@@ -303,7 +264,7 @@ async fn the_fence_budget_spent_by_a_predecessor_holds_the_next_fence() {
         None,
         "{m}"
     );
-    second.kill().await;
+    drop(second);
     b.delete().await;
     let _ = Api::<ConfigMap>::namespaced(s.client.clone(), "default")
         .delete(&s.guard_record()["default/".len()..], &Default::default())
@@ -329,12 +290,12 @@ async fn a_new_leader_counts_its_predecessors_node_deletes_against_the_budget() 
     let emu = s.redfish_emulator();
     let a = s.node("a", 0).await;
     let b = s.node("b", 1).await;
-    let first = Process::start_with(&s, "host-a", &ha("host-a")).await;
+    let first = run_process(&s, "host-a", &ha("host-a")).await;
     wait_for("host-a leads", DECISION, || async {
-        first.leads().await.then_some(())
+        leads(&first).await.then_some(())
     })
     .await;
-    let second = Process::start_with(&s, "host-b", &ha("host-b")).await;
+    let second = run_process(&s, "host-b", &ha("host-b")).await;
     emu.set_power(0, false).await;
     emu.wait_power(0, "Off", POWER_CHANGE).await;
     a.die("boot-1").await;
@@ -342,22 +303,20 @@ async fn a_new_leader_counts_its_predecessors_node_deletes_against_the_budget() 
         a.try_get().await.is_none().then_some(())
     })
     .await;
-    assert!(!second.leads().await, "host-b is the standby");
-    first.kill().await;
+    assert!(!leads(&second).await, "host-b is the standby");
+    drop(first); // SIGKILL
     wait_for("host-b takes over", DECISION, || async {
-        second.leads().await.then_some(())
+        leads(&second).await.then_some(())
     })
     .await;
     emu.set_power(1, false).await;
     emu.wait_power(1, "Off", POWER_CHANGE).await;
     b.die("boot-1").await;
-    let report = wait_for("node b held by the budget", DECISION, || async {
-        second
-            .report(&b.name)
-            .await
-            .filter(|r| r["rule"] == "fence-budget")
-    })
-    .await;
+    let report = second
+        .wait_report(&b.name, "held by the budget", DECISION, |r| {
+            r["rule"] == "fence-budget"
+        })
+        .await;
     assert_eq!(report["state"], "blocked", "{report}");
     // Long enough for a fence to land if the hold were only the record being read.
     tokio::time::sleep(Duration::from_secs(5)).await;
@@ -365,9 +324,9 @@ async fn a_new_leader_counts_its_predecessors_node_deletes_against_the_budget() 
         b.try_get().await.is_some(),
         "node b deleted past the budget"
     );
-    let m = second.metrics().await;
+    let m = scrape(&second.listen).await;
     assert_eq!(sample(&m, "oobfence_fence_budget_used"), Some(1.0), "{m}");
-    second.kill().await;
+    drop(second);
     b.delete().await;
     let _ = namespaces.delete(&namespace, &Default::default()).await;
     let _ = Api::<ConfigMap>::namespaced(s.client.clone(), "default")
