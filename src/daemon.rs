@@ -1258,6 +1258,34 @@ pub async fn client_for(cfg: &Config) -> Result<Client, cluster::ClusterError> {
 mod tests {
     use super::*;
 
+    /// The VolumeAttachments of a Node just deleted are written about a uid no pass holds
+    /// holds for any more: the writer then asks what holds every write (a pause by the
+    /// ConfigMap, a stale view), not nothing.
+    #[test]
+    fn a_uid_no_pass_holds_holds_for_gets_the_datacenters_write_hold() {
+        let text = "datacenter = \"dc1\"\n[pause]\nfile = \"\"\n";
+        let cfg = Config::parse(text, std::path::Path::new("dc1.toml")).unwrap();
+        let shared = Shared::new("dc1");
+        let holds = holds_now(&cfg, &shared, None);
+        assert_eq!(holds("gone").write, None);
+        shared.calm.write().unwrap().pause.by = vec!["ConfigMap oobfence/oobfence-pause".into()];
+        let h = holds("gone").write.expect("held");
+        assert_eq!(h.kind, HoldKind::Paused, "{}", h.reason);
+        shared.calm.write().unwrap().pause.by.clear();
+        shared.calm.write().unwrap().stale = Some("the watch of nodes is broken".into());
+        assert_eq!(
+            holds("gone").write.map(|h| h.kind),
+            Some(HoldKind::StaleView)
+        );
+        // A node a pass decided keeps the holds that pass gave it.
+        shared
+            .holds
+            .write()
+            .unwrap()
+            .insert("known".into(), Holds::default());
+        assert_eq!(holds("known").write, None);
+    }
+
     /// What the README and runbook promise: `journalctl -p warning` shows refusals. A refusal
     /// is logged at WARN; waiting (grace, confirming) and healthy decisions are not.
     #[test]
