@@ -240,6 +240,7 @@ pub struct Metrics {
     pub foreign_taints: Family<ReadyLabels, Gauge>,
     pub fenced_volume_attachments: Family<NodeLabels, Gauge>,
     pub volume_watch_up: Gauge,
+    pub guard_record_ok: Gauge,
     pub journal_records: Family<JournalLabels, Counter>,
     pub last_sync: FloatGauge,
     pub kubeconfig_token_expiry: FloatGauge,
@@ -424,6 +425,13 @@ impl Metrics {
             "volume_attachment_watch_up",
             "1 when oobfence's watch on storage.k8s.io VolumeAttachments works (needed for the volume release metrics and alert), 0 when it fails (RBAC: list/watch volumeattachments)",
             Listed(volume_watch_up.clone()),
+        );
+        let guard_record_ok = Gauge::default();
+        guard_record_ok.set(1);
+        registry.register(
+            "guard_record_ok",
+            "0 when the last read or write of the guards' record ([guards] record: the fence budget's fences and the storm cooldowns kept for a restart or a new [ha] leader) failed, else 1 (also with no record configured)",
+            Listed(guard_record_ok.clone()),
         );
         let journal_records = Family::<JournalLabels, Counter>::default();
         registry.register(
@@ -626,6 +634,7 @@ impl Metrics {
             foreign_taints,
             fenced_volume_attachments,
             volume_watch_up,
+            guard_record_ok,
             journal_records,
             last_sync,
             kubeconfig_token_expiry,

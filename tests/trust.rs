@@ -264,6 +264,7 @@ async fn the_fence_budget_spent_by_a_predecessor_holds_the_next_fence() {
         None,
         "{m}"
     );
+    assert_eq!(sample(&m, "oobfence_guard_record_ok"), Some(1.0), "{m}");
     drop(second);
     b.delete().await;
     let _ = Api::<ConfigMap>::namespaced(s.client.clone(), "default")

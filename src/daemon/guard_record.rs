@@ -13,6 +13,8 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 
+use prometheus_client::metrics::gauge::Gauge;
+
 use super::Daemon;
 use crate::cluster::GuardStore;
 use crate::decision::holds::record::GuardRecord;
@@ -50,7 +52,14 @@ impl Keeper {
     }
 }
 
-fn report(failing: &AtomicBool, what: &str, store: &GuardStore, result: Result<(), String>) {
+fn report(
+    failing: &AtomicBool,
+    ok: &Gauge,
+    what: &str,
+    store: &GuardStore,
+    result: Result<(), String>,
+) {
+    ok.set(result.is_ok().into());
     match result {
         Ok(()) => {
             if failing.swap(false, Ordering::Relaxed) {
@@ -96,9 +105,21 @@ impl Daemon {
             match read {
                 Ok(record) => {
                     self.merge_guard_record(record.unwrap_or_default(), now);
-                    report(&self.guard_keeper.failing, "read", &store, Ok(()));
+                    report(
+                        &self.guard_keeper.failing,
+                        &self.shared.metrics.guard_record_ok,
+                        "read",
+                        &store,
+                        Ok(()),
+                    );
                 }
-                Err(e) => report(&self.guard_keeper.failing, "read", &store, Err(e)),
+                Err(e) => report(
+                    &self.guard_keeper.failing,
+                    &self.shared.metrics.guard_record_ok,
+                    "read",
+                    &store,
+                    Err(e),
+                ),
             }
         }
         if !self.calm.fences.is_empty() {
@@ -146,6 +167,7 @@ impl Daemon {
         }
         let k = &self.guard_keeper;
         let (busy, failing) = (k.busy.clone(), k.failing.clone());
+        let ok = self.shared.metrics.guard_record_ok.clone();
         if !k.caught_up {
             // A new leader fences nothing until its predecessor's fences are counted.
             self.calm.record_pending = true;
@@ -161,6 +183,7 @@ impl Daemon {
                 let failed = result.is_err();
                 report(
                     &failing,
+                    &ok,
                     "read",
                     &store,
                     result.map(|_| ()).map_err(|e| e.to_string()),
@@ -191,7 +214,13 @@ impl Daemon {
                 *w = Some(record);
             }
             let failed = result.is_err();
-            report(&failing, "write", &store, result.map_err(|e| e.to_string()));
+            report(
+                &failing,
+                &ok,
+                "write",
+                &store,
+                result.map_err(|e| e.to_string()),
+            );
             if failed {
                 tokio::time::sleep(RETRY).await;
             }
