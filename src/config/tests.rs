@@ -616,10 +616,12 @@ fn ha_is_off_by_default_and_checks_its_timings() {
     assert_eq!(ha.identity, "mgmt-a");
     assert_eq!(ha.lease_name("DC_1.x"), "oobfence-dc-1-x");
     assert_eq!(ha.lease_duration, Duration::from_secs(30));
-    // A write is cut off after a third of the lease; the leader stops writing that long
-    // (plus clock allowance) before the lease could be taken.
-    assert_eq!(ha.write_timeout(), Duration::from_secs(10));
-    assert!(ha.safety_margin() > ha.write_timeout());
+    // A write is cut off after a quarter of the lease on our side, and as long again on the
+    // API server's; the leader stops writing that long (plus clock allowance) before the
+    // lease could be taken.
+    assert_eq!(ha.write_timeout(), Duration::from_millis(7500));
+    assert_eq!(ha.write_settled_within(), Duration::from_secs(15));
+    assert!(ha.safety_margin() > ha.write_settled_within());
     assert!(ha.lease_duration - ha.safety_margin() >= ha.renew_interval * 2);
     for (body, key, says) in [
         (
