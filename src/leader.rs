@@ -55,7 +55,7 @@ pub struct Leadership {
 }
 
 impl Leadership {
-    fn new(identity: &str) -> Leadership {
+    pub fn new(identity: &str) -> Leadership {
         Leadership {
             identity: identity.to_string(),
             holder: None,
