@@ -31,8 +31,10 @@ use tokio::time::Instant;
 use crate::config::HaConfig;
 
 mod decide;
+mod server_bound;
 
 pub use self::decide::{Core, Record, Step};
+pub use self::server_bound::server_bounded;
 
 /// This instance's standing, as of the last attempt.
 #[derive(Clone, Debug)]

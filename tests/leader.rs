@@ -259,3 +259,47 @@ async fn a_slow_lease_get_does_not_let_the_standby_in_early() {
     );
     let _ = namespaces.delete(&ns, &DeleteParams::default()).await;
 }
+
+/// A leader's writes tell the API server when to give up on them (`timeout`): it does, so a
+/// write our side has cut off does not go on there for the server's own 34 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_server_gives_up_a_leaders_write_in_time() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let client = support::k8s::client().await;
+    let (namespaces, ns) = namespace(&client).await;
+    let cm = |name: &str| -> ConfigMap {
+        serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap()
+    };
+    // Bounded as a leader's writes are: they go through, reads are untouched.
+    let bounded = leader::server_bounded(client.clone(), Duration::from_secs(5));
+    let api: Api<ConfigMap> = Api::namespaced(bounded, &ns);
+    api.create(&PostParams::default(), &cm("fine"))
+        .await
+        .unwrap();
+    api.get("fine").await.unwrap();
+    // Told to give up after 1 ms, the API server answers that it did: its handler's deadline
+    // (504) or the storage call's, which gets the deadline too (500, "context deadline
+    // exceeded"). A few tries, in case a write makes it within 1 ms.
+    let hasty: Api<ConfigMap> = Api::namespaced(
+        leader::server_bounded(client.clone(), Duration::from_millis(1)),
+        &ns,
+    );
+    let mut gave_up = None;
+    for i in 0..5 {
+        match hasty
+            .create(&PostParams::default(), &cm(&format!("hasty-{i}")))
+            .await
+        {
+            Err(kube::Error::Api(e))
+                if e.code == 504 || (e.code == 500 && e.message.contains("deadline")) =>
+            {
+                gave_up = Some(e.message);
+                break;
+            }
+            other => println!("try {i}: {other:?}"),
+        }
+    }
+    let message = gave_up.expect("the API server never gave up on a write told to");
+    println!("the API server gave up: {message}");
+    let _ = namespaces.delete(&ns, &DeleteParams::default()).await;
+}
