@@ -643,3 +643,25 @@ fn ha_is_off_by_default_and_checks_its_timings() {
         assert!(e.problem.contains(says), "{body}: {e}");
     }
 }
+
+#[test]
+fn an_ha_identity_many_hosts_share_is_a_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = minimal(&write_pw(dir.path()));
+    let warned = |identity: &str| {
+        let cfg = parse(&format!(
+            "{base}\n[ha]\nenabled = true\nidentity = \"{identity}\"\n"
+        ))
+        .unwrap();
+        crate::config::checks::warnings(&cfg)
+            .into_iter()
+            .find(|f| f.key == "ha.identity")
+    };
+    for shared in ["localhost", "localhost.localdomain", "ubuntu", "Debian"] {
+        let f = warned(shared).unwrap_or_else(|| panic!("{shared}: no warning"));
+        assert!(f.problem.contains("its own identity"), "{f}");
+    }
+    for own in ["mgmt-a", "mgmt-b.dc1.example.org"] {
+        assert_eq!(warned(own), None, "{own}");
+    }
+}
