@@ -15,6 +15,10 @@
 
 mod support;
 
+/// More `[ha]` scenarios, in their own file.
+#[path = "fault_matrix/ha.rs"]
+mod ha;
+
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
@@ -1391,7 +1395,12 @@ struct HaInstance {
 
 impl HaInstance {
     async fn new(s: &Scenario, identity: &'static str, namespace: &str) -> HaInstance {
-        let dir = s.dir().join(identity);
+        HaInstance::named(s, identity, identity, namespace).await
+    }
+
+    /// An instance whose files live in `dir` (two hosts may share one identity).
+    async fn named(s: &Scenario, dir: &str, identity: &'static str, namespace: &str) -> HaInstance {
+        let dir = s.dir().join(dir);
         std::fs::create_dir_all(&dir).unwrap();
         let (gate, kubeconfig) = gated_kubeconfig(&dir).await;
         let listen = format!("127.0.0.1:{}", support::k8s::free_port());
@@ -1967,6 +1976,7 @@ async fn fault_matrix() {
         ec2_throttling_intermediate_states_and_a_one_off_not_found(),
         apiserver_killed_before_the_write(),
         two_hosts_one_actor(),
+        ha::two_hosts_one_identity(),
     ];
     // The Lease scenarios time kubelet silences against the controller-manager's 20 s grace,
     // and the timeline is a measurement: on a machine the first wave leaves less loaded.
