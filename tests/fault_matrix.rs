@@ -1977,6 +1977,7 @@ async fn fault_matrix() {
         apiserver_killed_before_the_write(),
         two_hosts_one_actor(),
         ha::two_hosts_one_identity(),
+        ha::a_standby_with_slow_lease_gets(),
     ];
     // The Lease scenarios time kubelet silences against the controller-manager's 20 s grace,
     // and the timeline is a measurement: on a machine the first wave leaves less loaded.
