@@ -87,7 +87,7 @@ impl Leadership {
         }
         Some(match (&self.holder, &self.error) {
             (Some(h), _) if *h == self.identity => format!(
-                "this instance ({}) holds the Lease but has not renewed it in time{}: it writes nothing until it renews",
+                "the Lease names this instance ({}) but this process has not renewed it in time{}: it writes nothing until it renews (a Lease left by an earlier run: once it has gone unrenewed for a lease duration)",
                 self.identity,
                 self.error
                     .as_ref()
