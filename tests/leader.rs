@@ -279,7 +279,15 @@ async fn the_api_server_gives_up_a_leaders_write_in_time() {
     api.get("fine").await.unwrap();
     // Told to give up after 1 ms, the API server answers that it did: its handler's deadline
     // (504) or the storage call's, which gets the deadline too (500, "context deadline
-    // exceeded"). A few tries, in case a write makes it within 1 ms.
+    // exceeded"). A ConfigMap of 900 kB takes longer than that to store; a few tries in case
+    // one makes it even so.
+    let big = |name: &str| -> ConfigMap {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name},
+            "data": {"filler": "x".repeat(900_000)},
+        }))
+        .unwrap()
+    };
     let hasty: Api<ConfigMap> = Api::namespaced(
         leader::server_bounded(client.clone(), Duration::from_millis(1)),
         &ns,
@@ -287,7 +295,7 @@ async fn the_api_server_gives_up_a_leaders_write_in_time() {
     let mut gave_up = None;
     for i in 0..5 {
         match hasty
-            .create(&PostParams::default(), &cm(&format!("hasty-{i}")))
+            .create(&PostParams::default(), &big(&format!("hasty-{i}")))
             .await
         {
             Err(kube::Error::Api(e))
@@ -296,7 +304,8 @@ async fn the_api_server_gives_up_a_leaders_write_in_time() {
                 gave_up = Some(e.message);
                 break;
             }
-            other => println!("try {i}: {other:?}"),
+            Err(e) => println!("try {i}: {e}"),
+            Ok(_) => println!("try {i}: stored within 1 ms"),
         }
     }
     let message = gave_up.expect("the API server never gave up on a write told to");

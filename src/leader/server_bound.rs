@@ -13,7 +13,8 @@ use kube::Client;
 
 /// `inner`, except that every request but a GET carries `timeout=<limit>`.
 pub fn server_bounded(inner: Client, limit: Duration) -> Client {
-    let timeout = format!("timeout={}ms", limit.as_millis().max(1));
+    // Seconds, as Go's time.ParseDuration reads them ("7.5s").
+    let timeout = format!("timeout={}s", limit.as_secs_f64());
     let namespace = inner.default_namespace().to_string();
     let service = tower::service_fn(move |mut req: http::Request<kube::client::Body>| {
         let inner = inner.clone();
