@@ -606,6 +606,8 @@ impl Cluster {
         self.actor = ha_actor_name(&self.datacenter);
         self.leadership = Some(leadership);
         self.write_timeout = write_timeout.min(CALL_TIMEOUT);
+        // The API server gives up on a write as soon as we do (from when it has it).
+        self.client = crate::leader::server_bounded(self.client, self.write_timeout);
         self
     }
 

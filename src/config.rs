@@ -110,19 +110,35 @@ impl HaConfig {
         )
     }
 
-    /// How long one write may take once started: its call is cut off after this.
+    /// How long one write may take once started: our call is cut off after this, and the
+    /// API server is asked (`?timeout=`) to give up on it after as long again from when it
+    /// has the request. Also the bound on one round of the elector.
     pub fn write_timeout(&self) -> Duration {
-        self.lease_duration / 3
+        self.lease_duration / 4
+    }
+
+    /// By when, after it started, a write has landed or been given up on by both sides. Our
+    /// client cuts the call off after `write_timeout`, but a request it gave up on may already
+    /// be at the API server, which goes on with it: a PATCH cut off on our side can still be
+    /// applied. The server has the request by our cut-off at the latest and gives up on it
+    /// `write_timeout` after it has it (the `timeout` parameter every `[ha]` write carries;
+    /// without it the server allows itself 34 s or more, longer than a lease). A request held
+    /// up in the network past our cut-off, or etcd committing after the server has given up,
+    /// is beyond any bound we can set; the clock allowance of the margin is all there is.
+    pub fn write_settled_within(&self) -> Duration {
+        self.write_timeout() * 2
     }
 
     /// How long before the Lease could be taken by another instance this one stops starting
     /// writes. Another instance takes the Lease only after it has seen no renewal for
-    /// `lease_duration` by its own clock, and it cannot see a renewal before it happens: so
-    /// nobody else acts before (start of our last successful renewal) + `lease_duration`. A
-    /// write started before then must also land before then: it takes at most
-    /// `write_timeout`, and clocks may run apart by a little (1 s, plus 1 % of the lease).
+    /// `lease_duration` by its own clock, counted from the arrival of the answer that showed
+    /// the renewal, which is after the renewal landed: so nobody else acts before (start of
+    /// our last successful renewal) + `lease_duration`. A write started before then must also
+    /// have landed or been given up by then ([`Self::write_settled_within`]), and clocks may
+    /// run apart by a little (1 s, plus 1 % of the lease). The property tests of
+    /// `leader::decide` check this against arbitrary latencies.
     pub fn safety_margin(&self) -> Duration {
-        self.write_timeout() + Duration::from_secs(1) + self.lease_duration / 100
+        self.write_settled_within() + Duration::from_secs(1) + self.lease_duration / 100
     }
 }
 
@@ -470,7 +486,7 @@ impl RawHa {
             return Err(err(
                 "lease_duration",
                 format!(
-                    "{} leaves the leader {} to write after a renewal (a third of it bounds a write, plus clock allowance), less than two renew_interval of {}: use a longer lease or renew more often",
+                    "{} leaves the leader {} to write after a renewal (half of it bounds a write on both sides, plus clock allowance), less than two renew_interval of {}: use a longer lease or renew more often",
                     humantime::format_duration(ha.lease_duration),
                     humantime::format_duration(writable),
                     humantime::format_duration(ha.renew_interval)

@@ -11,7 +11,10 @@
 //!
 //! Another instance takes the Lease over only when it has seen the Lease's holder and
 //! renewTime unchanged for `lease_duration` by its own clock (never by comparing clocks with
-//! the writer of renewTime), as client-go's elector does. Each takeover adds one to
+//! the writer of renewTime), counted from the arrival of the answer that first showed them,
+//! as client-go's elector does. A Lease naming this instance is its own only if this process
+//! wrote its renewTime: another process under the same `[ha] identity` is followed like any
+//! other holder, and reported ([`decide`] argues both rules). Each takeover adds one to
 //! `leaseTransitions`: the term, which every write records (`oobfence.io/fenced-by`, the
 //! journal), so two actors never both claim one fence.
 
@@ -26,6 +29,12 @@ use kube::{Client, ResourceExt};
 use tokio::time::Instant;
 
 use crate::config::HaConfig;
+
+mod decide;
+mod server_bound;
+
+pub use self::decide::{Core, Record, Step};
+pub use self::server_bound::server_bounded;
 
 /// This instance's standing, as of the last attempt.
 #[derive(Clone, Debug)]
@@ -42,10 +51,13 @@ pub struct Leadership {
     pub changes: u64,
     /// The last error talking to the Lease, if the last attempt failed.
     pub error: Option<String>,
+    /// Another process has renewed the Lease under this instance's identity within the last
+    /// `lease_duration` (the same `[ha] identity` on two hosts): this one writes nothing.
+    pub duplicate_identity: bool,
 }
 
 impl Leadership {
-    fn new(identity: &str) -> Leadership {
+    pub fn new(identity: &str) -> Leadership {
         Leadership {
             identity: identity.to_string(),
             holder: None,
@@ -53,6 +65,7 @@ impl Leadership {
             writable_until: None,
             changes: 0,
             error: None,
+            duplicate_identity: false,
         }
     }
 
@@ -66,9 +79,15 @@ impl Leadership {
         if self.may_write() {
             return None;
         }
+        if self.duplicate_identity {
+            return Some(format!(
+                "another process renews the Lease under this instance's identity ({}): [ha] identity must differ on every host; this one writes nothing until the other has stopped renewing for a lease duration",
+                self.identity
+            ));
+        }
         Some(match (&self.holder, &self.error) {
             (Some(h), _) if *h == self.identity => format!(
-                "this instance ({}) holds the Lease but has not renewed it in time{}: it writes nothing until it renews",
+                "the Lease names this instance ({}) but this process has not renewed it in time{}: it writes nothing until it renews (a Lease left by an earlier run: once it has gone unrenewed for a lease duration)",
                 self.identity,
                 self.error
                     .as_ref()
@@ -89,84 +108,65 @@ pub type LeadershipHandle = Arc<RwLock<Leadership>>;
 pub fn spawn(client: Client, ha: &HaConfig, datacenter: &str) -> LeadershipHandle {
     let handle = Arc::new(RwLock::new(Leadership::new(&ha.identity)));
     let weak = Arc::downgrade(&handle);
-    let (api, name, ha) = (
-        Api::namespaced(client, &ha.namespace),
-        ha.lease_name(datacenter),
-        ha.clone(),
-    );
+    let mut elector = Elector::new(client, ha, datacenter);
+    let pause = ha.renew_interval;
     tokio::spawn(async move {
-        let mut observed = None;
         while let Some(out) = weak.upgrade() {
-            let mut elector = Elector {
-                api: api.clone(),
-                name: name.clone(),
-                ha: ha.clone(),
-                out,
-                observed: observed.take(),
-            };
-            elector.attempt().await;
-            observed = elector.observed.take();
-            drop(elector);
-            tokio::time::sleep(ha.renew_interval).await;
+            elector.attempt(&out).await;
+            drop(out);
+            tokio::time::sleep(pause).await;
         }
     });
     handle
 }
 
+/// One instance's elector: the I/O around [`decide::Core`], which decides.
 pub struct Elector {
     api: Api<Lease>,
     name: String,
     ha: HaConfig,
-    out: LeadershipHandle,
-    /// The Lease's record as last observed, and when (our clock).
-    observed: Option<(LeaseRecord, Instant)>,
+    core: Core,
 }
 
-/// The Lease's holder, renewTime and transitions: what changes whenever anyone renews it or
-/// takes it over.
-type LeaseRecord = (Option<String>, Option<Timestamp>, i32);
-
 impl Elector {
-    pub fn new(client: Client, ha: &HaConfig, datacenter: &str, out: LeadershipHandle) -> Elector {
+    pub fn new(client: Client, ha: &HaConfig, datacenter: &str) -> Elector {
         Elector {
             api: Api::namespaced(client, &ha.namespace),
             name: ha.lease_name(datacenter),
             ha: ha.clone(),
-            out,
-            observed: None,
+            core: Core::new(&ha.identity, ha.lease_duration, ha.safety_margin()),
         }
     }
 
     /// One round: read the Lease; renew it if ours, take it if free or expired (by our own
     /// observation), else follow. Bounded like a write: a round that takes longer cannot
     /// extend anything anyway, since the deadline counts from its start.
-    pub async fn attempt(&mut self) {
+    pub async fn attempt(&mut self, out: &RwLock<Leadership>) {
         let started = Instant::now();
         let bound = self.ha.write_timeout().max(Duration::from_secs(1));
-        let result = tokio::time::timeout(bound, self.round(started)).await;
-        let mut out = self.out.write().expect("leadership lock");
+        let result = tokio::time::timeout(bound, self.round()).await;
+        let duplicate = self.core.duplicate(Instant::now());
+        let mut out = out.write().expect("leadership lock");
         let was_writing = out.may_write();
         match result {
             Ok(Ok(round)) => {
                 out.error = None;
                 out.holder = round.holder;
                 out.term = round.term;
-                if round.ours {
-                    out.writable_until = Some(
-                        started
-                            + self
-                                .ha
-                                .lease_duration
-                                .saturating_sub(self.ha.safety_margin()),
-                    );
-                } else {
-                    out.writable_until = None;
-                }
+                out.writable_until = round.ours.then(|| self.core.writable_until(started));
             }
             // A failed round never extends the deadline: the last one still stands, and runs
             // out by itself.
             Ok(Err(e)) => out.error = Some(e),
             Err(_) => out.error = Some(format!("no answer within {bound:?}")),
+        }
+        if duplicate != out.duplicate_identity {
+            out.duplicate_identity = duplicate;
+            if duplicate {
+                tracing::error!(identity = %out.identity, lease = %self.name, "another process renews the Lease under this instance's identity: [ha] identity must differ on every host (a copied config, cloned host names?); this instance writes nothing while the other renews");
+            } else {
+                tracing::warn!(identity = %out.identity, lease = %self.name, "no other process has renewed the Lease under this instance's identity for a lease duration");
+            }
         }
         let writing = out.may_write();
         if writing != was_writing {
@@ -179,15 +179,21 @@ impl Elector {
         }
     }
 
-    async fn round(&mut self, started: Instant) -> Result<Round, String> {
+    async fn round(&mut self) -> Result<Round, String> {
         let me = self.ha.identity.clone();
+        // renewTime as the API server keeps it (microseconds), so that we know it again.
         let now = Timestamp::now();
+        let now = Timestamp::from_microsecond(now.as_microsecond()).unwrap_or(now);
         let duration_s = self.ha.lease_duration.as_secs().max(1) as i32;
-        let Some(lease) =
+        let lease =
             self.api.get_opt(&self.name).await.map_err(|e| {
                 format!("cannot read Lease {}/{}: {e}", self.ha.namespace, self.name)
-            })?
-        else {
+            })?;
+        // Observed when the answer arrived, not when the round began (see `decide`).
+        let answered = Instant::now();
+        let record = lease.as_ref().map(record_of);
+        let step = self.core.read(record.as_ref(), answered);
+        let Some(lease) = lease else {
             let fresh = Lease {
                 metadata: ObjectMeta {
                     name: Some(self.name.clone()),
@@ -203,31 +209,27 @@ impl Elector {
                     ..Default::default()
                 }),
             };
+            self.core.sending(now);
             return match self.api.create(&PostParams::default(), &fresh).await {
-                Ok(_) => Ok(Round::ours(me, 0)),
+                Ok(l) => {
+                    self.core.wrote(record_of(&l), Instant::now());
+                    Ok(Round::ours(me, 0))
+                }
                 // Someone else created it first: follow them, next round.
                 Err(kube::Error::Api(e)) if e.code == 409 => Ok(Round::theirs(None, 0)),
                 Err(e) => Err(format!("cannot create Lease {}: {e}", self.name)),
             };
         };
+        let record = record.unwrap_or(Record {
+            holder: None,
+            renew: None,
+            term: 0,
+        });
         let spec = lease.spec.clone().unwrap_or_default();
-        let holder = spec.holder_identity.clone().filter(|h| !h.is_empty());
-        let renew = spec.renew_time.as_ref().map(|t| t.0);
-        let term = spec.lease_transitions.unwrap_or(0);
-        let key = (holder.clone(), renew, term);
-        let observed_at = match &self.observed {
-            Some((k, at)) if *k == key => *at,
-            _ => {
-                self.observed = Some((key, started));
-                started
-            }
-        };
-        let expired = started.duration_since(observed_at) >= self.ha.lease_duration;
-        let (new_term, acquire) = match &holder {
-            Some(h) if *h == me => (term, spec.acquire_time.clone()),
-            None => (term + 1, Some(MicroTime(now))),
-            Some(_) if expired => (term + 1, Some(MicroTime(now))),
-            Some(_) => return Ok(Round::theirs(holder, term)),
+        let (new_term, acquire) = match step {
+            Step::Renew => (record.term, spec.acquire_time.clone()),
+            Step::TakeOver => (record.term + 1, Some(MicroTime(now))),
+            Step::Follow => return Ok(Round::theirs(record.holder, record.term)),
         };
         let mut updated = lease.clone();
         updated.spec = Some(LeaseSpec {
@@ -240,27 +242,30 @@ impl Elector {
         });
         // The resourceVersion of what we read: if anyone wrote in between, this fails (409)
         // and we follow them.
+        self.core.sending(now);
         match self
             .api
             .replace(&self.name, &PostParams::default(), &updated)
             .await
         {
             Ok(l) => {
-                let spec = l.spec.unwrap_or_default();
-                self.observed = Some((
-                    (
-                        spec.holder_identity.clone(),
-                        spec.renew_time.map(|t| t.0),
-                        spec.lease_transitions.unwrap_or(0),
-                    ),
-                    started,
-                ));
-                let _ = l.metadata.resource_version;
+                self.core.wrote(record_of(&l), Instant::now());
                 Ok(Round::ours(me, new_term))
             }
-            Err(kube::Error::Api(e)) if e.code == 409 => Ok(Round::theirs(holder, term)),
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                Ok(Round::theirs(record.holder, record.term))
+            }
             Err(e) => Err(format!("cannot update Lease {}: {e}", lease.name_any())),
         }
+    }
+}
+
+fn record_of(lease: &Lease) -> Record {
+    let spec = lease.spec.clone().unwrap_or_default();
+    Record {
+        holder: spec.holder_identity.filter(|h| !h.is_empty()),
+        renew: spec.renew_time.map(|t| t.0),
+        term: spec.lease_transitions.unwrap_or(0),
     }
 }
 

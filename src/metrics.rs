@@ -266,6 +266,7 @@ pub struct Metrics {
     pub fence_budget_limit: Gauge,
     pub leader: Family<DatacenterLabels, Gauge>,
     pub lease_term: Family<DatacenterLabels, Gauge>,
+    pub ha_duplicate_identity: Family<DatacenterLabels, Gauge>,
     datacenter: String,
     /// Scope series set so far, so that those of a domain gone are removed.
     scopes_seen: Mutex<BTreeSet<String>>,
@@ -586,6 +587,12 @@ impl Metrics {
             "[ha]: leaseTransitions of the datacenter's Lease as this instance last saw it; it grows by one each time another instance takes over",
             Listed(lease_term.clone()),
         );
+        let ha_duplicate_identity = Family::<DatacenterLabels, Gauge>::default();
+        registry.register(
+            "ha_duplicate_identity",
+            "[ha]: 1 while another process renews the datacenter's Lease under this instance's identity (the same [ha] identity on two hosts); this instance then writes nothing",
+            Listed(ha_duplicate_identity.clone()),
+        );
         let build_info = Family::<BuildLabels, Gauge>::default();
         build_info
             .get_or_create(&BuildLabels {
@@ -655,6 +662,7 @@ impl Metrics {
             fence_budget_used,
             fence_budget_limit,
             leader,
+            ha_duplicate_identity,
             lease_term,
             datacenter: String::new(),
             scopes_seen: Mutex::new(BTreeSet::new()),
@@ -954,6 +962,9 @@ impl Metrics {
             .set(l.is_none_or(|l| l.may_write()) as i64);
         if let Some(l) = l {
             self.lease_term.get_or_create(&labels).set(l.term as i64);
+            self.ha_duplicate_identity
+                .get_or_create(&labels)
+                .set(l.duplicate_identity as i64);
         }
     }
 

@@ -15,6 +15,9 @@
 
 mod support;
 
+/// More `[ha]` scenarios, in their own file.
+#[path = "fault_matrix/ha.rs"]
+mod ha;
 #[path = "fault_matrix/trust.rs"]
 mod trust;
 
@@ -1399,7 +1402,12 @@ struct HaInstance {
 
 impl HaInstance {
     async fn new(s: &Scenario, identity: &'static str, namespace: &str) -> HaInstance {
-        let dir = s.dir().join(identity);
+        HaInstance::named(s, identity, identity, namespace).await
+    }
+
+    /// An instance whose files live in `dir` (two hosts may share one identity).
+    async fn named(s: &Scenario, dir: &str, identity: &'static str, namespace: &str) -> HaInstance {
+        let dir = s.dir().join(dir);
         std::fs::create_dir_all(&dir).unwrap();
         let (gate, kubeconfig) = gated_kubeconfig(&dir).await;
         let listen = format!("127.0.0.1:{}", support::k8s::free_port());
@@ -1979,6 +1987,8 @@ async fn fault_matrix() {
         trust::new_aws_credentials_by_a_reload(),
         trust::new_aws_credentials_read_while_the_node_runs(),
         trust::a_cloned_system_uuid_proves_no_machine(),
+        ha::two_hosts_one_identity(),
+        ha::a_standby_with_slow_lease_gets(),
     ];
     // The Lease scenarios time kubelet silences against the controller-manager's 20 s grace,
     // and the timeline is a measurement: on a machine the first wave leaves less loaded.

@@ -117,6 +117,7 @@ async fn volume_attachment_deletes_re_check_the_leadership() {
         writable_until: Some(tokio::time::Instant::now()),
         changes: 1,
         error: Some("renewal timed out (test)".into()),
+        duplicate_identity: false,
     }));
     let cluster = Cluster::new(client.clone(), "test")
         .with_leadership(standing.clone(), Duration::from_secs(5));

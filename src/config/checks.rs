@@ -101,6 +101,18 @@ pub fn warnings(cfg: &Config) -> Vec<Finding> {
             ),
         ));
     }
+    if let Some(ha) = &cfg.ha
+        && shared_host_name(&ha.identity)
+    {
+        out.push(finding(
+            Severity::Warning,
+            "ha.identity",
+            format!(
+                "{:?} is a name many hosts share (the host name of a fresh image or clone): if the other instance's is the same, only one of them ever writes and the other reports it, so there is no standby; give each host its own identity",
+                ha.identity
+            ),
+        ));
+    }
     if cfg.policy.dry_run {
         out.push(finding(
             Severity::Warning,
@@ -130,6 +142,30 @@ pub fn warnings(cfg: &Config) -> Vec<Finding> {
         ));
     }
     out
+}
+
+/// Host names that distributions and cloud images ship with, so that two hosts left with the
+/// default `[ha] identity` (the host name) may well carry the same one.
+fn shared_host_name(identity: &str) -> bool {
+    let name = identity.to_ascii_lowercase();
+    let short = name.split('.').next().unwrap_or_default();
+    short.starts_with("localhost")
+        || [
+            "ubuntu",
+            "debian",
+            "fedora",
+            "centos",
+            "rocky",
+            "almalinux",
+            "rhel",
+            "archlinux",
+            "raspberrypi",
+            "node",
+            "host",
+            "server",
+            "(none)",
+        ]
+        .contains(&short)
 }
 
 /// A secret file that users other than its owner and group can read.

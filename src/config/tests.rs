@@ -616,10 +616,12 @@ fn ha_is_off_by_default_and_checks_its_timings() {
     assert_eq!(ha.identity, "mgmt-a");
     assert_eq!(ha.lease_name("DC_1.x"), "oobfence-dc-1-x");
     assert_eq!(ha.lease_duration, Duration::from_secs(30));
-    // A write is cut off after a third of the lease; the leader stops writing that long
-    // (plus clock allowance) before the lease could be taken.
-    assert_eq!(ha.write_timeout(), Duration::from_secs(10));
-    assert!(ha.safety_margin() > ha.write_timeout());
+    // A write is cut off after a quarter of the lease on our side, and as long again on the
+    // API server's; the leader stops writing that long (plus clock allowance) before the
+    // lease could be taken.
+    assert_eq!(ha.write_timeout(), Duration::from_millis(7500));
+    assert_eq!(ha.write_settled_within(), Duration::from_secs(15));
+    assert!(ha.safety_margin() > ha.write_settled_within());
     assert!(ha.lease_duration - ha.safety_margin() >= ha.renew_interval * 2);
     for (body, key, says) in [
         (
@@ -675,4 +677,28 @@ fn with_ha_there_is_no_pause_file() {
             .iter()
             .any(|f| f.key == "pause.configmap")
     );
+}
+
+/// An `[ha] identity` that many hosts carry by default (a cloned image's host name) would make
+/// two instances one: check-config says so.
+#[test]
+fn an_ha_identity_many_hosts_share_is_a_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = minimal(&write_pw(dir.path()));
+    let warned = |identity: &str| {
+        let cfg = parse(&format!(
+            "{base}\n[ha]\nenabled = true\nidentity = \"{identity}\"\n"
+        ))
+        .unwrap();
+        crate::config::checks::warnings(&cfg)
+            .into_iter()
+            .find(|f| f.key == "ha.identity")
+    };
+    for shared in ["localhost", "localhost.localdomain", "ubuntu", "Debian"] {
+        let f = warned(shared).unwrap_or_else(|| panic!("{shared}: no warning"));
+        assert!(f.problem.contains("its own identity"), "{f}");
+    }
+    for own in ["mgmt-a", "mgmt-b.dc1.example.org"] {
+        assert_eq!(warned(own), None, "{own}");
+    }
 }

@@ -18,6 +18,7 @@ pub mod odd_bmc;
 pub mod redfish_farm;
 pub mod rmcp_bmc;
 pub mod scenario;
+pub mod slow_api;
 pub mod sushy;
 
 use std::path::PathBuf;
