@@ -33,8 +33,10 @@
 //!
 //! Every write, all three, is then held when something bigger than the node says so
 //! ([`holds`]: a pause, a stale view, standby under `[ha]`; and for a fence also a storm, a
-//! freeze, a cooldown or a spent budget; reads from before a thaw never count), and `dry_run`
-//! turns each into its `Would…` step. Everything else waits, re-reads, or refuses.
+//! freeze, a cooldown or a spent budget — which a restart or a new leader reads back from the
+//! guards' record; reads from before a thaw never count), and `dry_run` writes nothing: a
+//! fence or an unfence becomes its `Would…` step, a record to clear is left as it is.
+//! Everything else waits, re-reads, or refuses.
 //!
 //! A decision to write carries a [`WriteGuard`]: what it was based on. The writer checks it on
 //! the fresh GET right before the write ([`recheck`]) and aborts when anything moved.
