@@ -157,6 +157,9 @@ confirm_interval = "{confirm}s"
 pre_attest = false
 [guards]
 fence_budget = {budget}
+# A record of this run's own: another run's fences on the same control plane would spend
+# this one's budget.
+record = "default/{group}-guards"
 [server]
 listen = "{listen}"
 [journal]
