@@ -737,6 +737,11 @@ impl Daemon {
         if let Some(l) = self.leadership.as_ref().and_then(|l| l.read().ok()) {
             if l.may_write() {
                 status.push_str(&format!("; role leader (term {})", l.term));
+            } else if l.duplicate_identity {
+                status.push_str(&format!(
+                    "; role standby: ANOTHER PROCESS renews the Lease as {} (duplicate [ha] identity)",
+                    l.identity
+                ));
             } else {
                 status.push_str(&format!(
                     "; role standby (Lease held by {})",
