@@ -152,6 +152,12 @@ pub struct IdentityInput {
     pub verdict: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verified_at: Option<Timestamp>,
+    /// Who answered the read that verified it (a "gone" answer counts only through it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verified_through: Option<String>,
+    /// Other Nodes that report the same system UUID.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub uuid_shared_with: Vec<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -179,6 +185,12 @@ pub struct ReadInput {
     /// What the machine that answered says it is.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub identity: String,
+    /// Who answered: the source, where it asked and as whom.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reader: String,
+    /// The system's power draw read beside an Off, where the entry asks for that witness.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub power_draw: Option<String>,
 }
 
 impl From<&PowerReading> for ReadInput {
@@ -190,6 +202,8 @@ impl From<&PowerReading> for ReadInput {
             latency_seconds: r.latency.as_secs_f64(),
             details: r.details.iter().map(ToString::to_string).collect(),
             identity: r.identity.to_string(),
+            reader: r.reader.clone(),
+            power_draw: r.power_draw.as_ref().map(ToString::to_string),
         }
     }
 }
@@ -229,6 +243,8 @@ impl Inputs {
                     .as_ref()
                     .map(|b| b.verdict.to_string()),
                 verified_at: facts.identity_binding.as_ref().map(|b| b.at),
+                verified_through: facts.identity_binding.as_ref().map(|b| b.reader.clone()),
+                uuid_shared_with: facts.identity.uuid_shared_with.clone(),
             }),
             boot_id: facts.boot_id.clone(),
             fence: facts.fence.as_ref().map(|f| FenceInput {

@@ -23,6 +23,8 @@ fn sample(j: &Journal, node: &str, rule: &str) -> Record {
                 latency_seconds: 0.1,
                 details: vec![],
                 identity: "system UUID 4c4c4544-0038-4b10-8052-b4c04f4a4e32".into(),
+                reader: "redfish https://bmc-07.mgmt".into(),
+                power_draw: None,
             }],
             ..Default::default()
         },
@@ -53,6 +55,11 @@ async fn appends_across_restarts_and_never_truncates() {
     let rules: Vec<_> = t.records.iter().map(|r| r.rule.as_str()).collect();
     assert_eq!(rules, ["round-0", "round-1"]);
     assert_eq!(t.records[0].inputs.reads[0].raw, "Off");
+    // Who answered each read is kept: "gone" counts only through the reader that knew it.
+    assert_eq!(
+        t.records[0].inputs.reads[0].reader,
+        "redfish https://bmc-07.mgmt"
+    );
     assert_eq!(t.records[0].config_digest, "digest");
     use std::os::unix::fs::PermissionsExt;
     let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
