@@ -4,14 +4,16 @@
 //! back over channels, so one node's slow BMC or failing write never holds up another node:
 //! reads are bounded in number (a semaphore) and in time (a deadline per read).
 //!
-//! This file is the loop: tick, evaluate each node, dispatch. What a pass remembers per node is
-//! in `tracker`, the reads in `reads`, the writes in `writer`, and everything reported
-//! about decisions (journal, metrics, identity) in `observe`.
+//! This file is the loop: tick, evaluate each node, dispatch. What it starts with (the client,
+//! the watches, the HTTP server, the journal, the elector...) is set up in `start`; what a pass
+//! remembers per node is in `tracker`, the reads in `reads`, the writes in `writer`, and
+//! everything reported about decisions (journal, metrics, identity) in `observe`.
 
 mod guard_record;
 mod observe;
 mod reads;
 mod reload;
+mod start;
 mod tracker;
 mod uuids;
 mod writer;
@@ -30,19 +32,16 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
-use kube::api::Api;
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
 use tokio::sync::mpsc;
 
 use crate::cluster::{self, Cluster, EventType, reasons};
 use crate::config::Config;
-use crate::decision::holds::{Calm, Census, CensusNode, GuardPolicy, Hold, HoldKind, Holds, View};
+use crate::decision::holds::{Calm, Census, CensusNode, GuardPolicy, View};
 use crate::decision::{self, Decision, MappingConflict, Readiness, Rule, Step};
 use crate::identity;
 use crate::journal::Journal;
@@ -116,128 +115,19 @@ pub struct Daemon {
     credentials: cluster::Credentials,
 }
 
-/// Runs the daemon until `shutdown` completes.
+/// Runs the daemon until `shutdown` completes: everything started ([`start::start`]), the
+/// caches synced, then the loop.
 pub async fn run(
     cfg: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), DaemonError> {
-    let cfg = Arc::new(cfg);
-    log_startup_warnings(&cfg);
-    let (client, credentials) = cluster::connect_with_credentials(&cfg.kubernetes).await?;
-    let shared = Shared::new(&cfg.datacenter);
-    shared.metrics.set_config_info(&cfg);
-
-    let listener = tokio::net::TcpListener::bind(cfg.server.listen)
-        .await
-        .map_err(|source| DaemonError::Listen {
-            addr: cfg.server.listen,
-            source,
-        })?;
-    tracing::info!(listen = %cfg.server.listen, "serving /metrics, /healthz, /readyz, /nodes");
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    spawn_token_expiry_watch(
-        cfg.kubernetes.clone(),
-        credentials.clone(),
-        shared.clone(),
-        stop_rx.clone(),
-    );
-    let http = tokio::spawn(crate::http::serve(
-        listener,
-        shared.clone(),
-        stop_rx.clone(),
-    ));
-
-    let mut node_watch = watcher::Config::default();
-    if let Some(sel) = &cfg.kubernetes.node_selector {
-        node_watch = node_watch.labels(sel);
-    }
-    // A Node that changes is decided at once, not at the next tick: a pre-attested node is
-    // fenced the moment it turns NotReady.
-    let (changed_tx, mut changed_rx) = mpsc::channel::<String>(4096);
-    let nodes = spawn_reflector(
-        Api::<Node>::all(client.clone()),
-        node_watch,
-        shared.clone(),
-        "nodes",
-        cluster::prune_node,
-        Some(changed_tx),
-    );
-    let leases = spawn_reflector(
-        Api::<Lease>::namespaced(client.clone(), cluster::NODE_LEASE_NAMESPACE),
-        watcher::Config::default(),
-        shared.clone(),
-        "leases",
-        cluster::prune_lease,
-        None,
-    );
-
-    let (reads_tx, mut reads_rx) = mpsc::channel(1024);
-    let (actions_tx, mut actions_rx) = mpsc::channel(1024);
-    notify_systemd(&[sd_notify::NotifyState::Status(
-        "listing nodes and leases from the Kubernetes API",
-    )]);
-    let sources = Arc::new(PowerSources::new(cfg.clone(), shared.metrics.ec2.clone()).await);
-    let (journal, journal_writer) = Journal::start(
-        cfg.journal.path.clone(),
-        &cfg.datacenter,
-        &cfg.digest,
-        shared.metrics.journal_records.clone(),
-    );
-    tracing::info!(path = %cfg.journal.path.display(), "decision journal");
-    let volumes = VolumeWatch::start(client.clone());
-    crate::pause::spawn_watch(
-        cfg.pause.clone(),
-        cfg.datacenter.clone(),
-        client.clone(),
-        shared.clone(),
-    );
-    let leadership = cfg
-        .ha
-        .as_ref()
-        .map(|ha| crate::leader::spawn(client.clone(), ha, &cfg.datacenter));
-    if let Ok(mut l) = shared.leadership.write() {
-        l.clone_from(&leadership);
-    }
-    let guard_store = cfg
-        .guard_record
-        .as_ref()
-        .map(|at| cluster::GuardStore::new(client.clone(), at, &cfg.datacenter))
-        .map(|s| match &cfg.ha {
-            Some(ha) => s.with_write_timeout(ha.write_timeout()),
-            None => s,
-        });
-    let mut cluster_writer = Cluster::new(client, &cfg.datacenter)
-        .with_holds(holds_now(&cfg, &shared, leadership.clone()))
-        .with_pause_configmap(cfg.pause.configmap.clone());
-    if let (Some(l), Some(ha)) = (&leadership, &cfg.ha) {
-        cluster_writer = cluster_writer.with_leadership(l.clone(), ha.write_timeout());
-    }
-    let mut daemon = Daemon {
-        journal,
-        volumes,
-        sources,
-        read_slots: ReadSlots::new(
-            cfg.max_concurrent_reads,
-            shared.metrics.power_reads_in_flight.clone(),
-        ),
-        cluster: cluster_writer,
-        cfg,
-        shared: shared.clone(),
-        nodes: nodes.clone(),
-        leases: leases.clone(),
-        trackers: HashMap::new(),
-        reads_tx,
-        actions_tx,
-        conflicts: HashMap::new(),
-        conflicts_of: HashMap::new(),
-        shared_uuids: uuids::SharedUuids::default(),
-        wakeups: BinaryHeap::new(),
-        calm: Calm::default(),
-        guard_keeper: guard_record::Keeper::new(guard_store),
-        leadership,
-        guards_epoch: 0,
-        credentials,
-    };
+    let start::Started {
+        mut daemon,
+        mut events,
+        background,
+    } = start::start(cfg).await?;
+    let (nodes, leases) = (daemon.nodes.clone(), daemon.leases.clone());
+    let shared = daemon.shared.clone();
 
     tokio::pin!(shutdown);
     let synced = async {
@@ -247,10 +137,7 @@ pub async fn run(
     tokio::select! {
         _ = synced => {}
         _ = &mut shutdown => {
-            let _ = stop_tx.send(true);
-            let _ = http.await;
-            drop(daemon);
-            journal_writer.finish(JOURNAL_FLUSH).await;
+            background.stop(daemon).await;
             return Ok(());
         }
     }
@@ -292,9 +179,9 @@ pub async fn run(
                 // hangs, systemd's WatchdogSec= expires and the unit is restarted.
                 notify_systemd(&[sd_notify::NotifyState::Watchdog]);
             }
-            Some(done) = reads_rx.recv() => daemon.read_done(done),
-            Some(name) = changed_rx.recv() => daemon.node_changed(&name),
-            Some(done) = actions_rx.recv() => daemon.action_done(done),
+            Some(done) = events.reads.recv() => daemon.read_done(done),
+            Some(name) = events.changed.recv() => daemon.node_changed(&name),
+            Some(done) = events.actions.recv() => daemon.action_done(done),
             Some(()) = async {
                 match hangups.as_mut() {
                     Some(h) => h.recv().await,
@@ -332,106 +219,13 @@ pub async fn run(
         sd_notify::NotifyState::Stopping,
         sd_notify::NotifyState::Status("stopping"),
     ]);
-    let _ = stop_tx.send(true);
-    let _ = http.await;
-    drop(daemon);
-    journal_writer.finish(JOURNAL_FLUSH).await;
+    background.stop(daemon).await;
     Ok(())
-}
-
-/// The holds on a node right before a write: the last pass's, and the pause file read now
-/// (a pause placed a moment ago still stops the write).
-fn holds_now(
-    cfg: &Config,
-    shared: &Arc<Shared>,
-    leadership: Option<crate::leader::LeadershipHandle>,
-) -> cluster::HoldsNow {
-    let shared = shared.clone();
-    let file = cfg.pause.file.clone();
-    Arc::new(move |uid: &str| {
-        // A uid no pass holds holds for (a Node just deleted): what holds every write.
-        let mut holds = shared
-            .holds
-            .read()
-            .ok()
-            .and_then(|h| h.get(uid).cloned())
-            .unwrap_or_else(|| Holds {
-                write: shared.calm.read().ok().and_then(|c| c.write_hold()),
-                ..Default::default()
-            });
-        if holds.write.is_none()
-            && let Some(reason) = file.as_deref().and_then(crate::pause::read_file)
-        {
-            holds.write = Some(Hold {
-                kind: HoldKind::Paused,
-                reason: format!("writes are paused by an operator ({reason})"),
-            });
-        }
-        // [ha]: leadership is a deadline, checked at the last moment.
-        if holds.write.is_none()
-            && let Some(why) = leadership
-                .as_ref()
-                .and_then(|l| l.read().ok().and_then(|l| l.standby_reason()))
-        {
-            holds.write = Some(Hold {
-                kind: HoldKind::Standby,
-                reason: why,
-            });
-        }
-        holds
-    })
 }
 
 fn notify_systemd(states: &[sd_notify::NotifyState<'_>]) {
     // Outside systemd there is no NOTIFY_SOCKET and this does nothing.
     let _ = sd_notify::notify(states);
-}
-
-/// Keeps `oobfence_kubeconfig_token_expiry_timestamp_seconds` current with the token the
-/// requests carry: an inline token's is the one in `credentials` (a reload replaces it and
-/// sets the metric at once); a token file may be replaced under the running daemon (kube
-/// re-reads it), so it is read again every 10 minutes.
-fn spawn_token_expiry_watch(
-    k: crate::config::KubernetesConfig,
-    credentials: cluster::Credentials,
-    shared: Arc<Shared>,
-    mut stop: tokio::sync::watch::Receiver<bool>,
-) {
-    tokio::spawn(async move {
-        let mut logged = None;
-        loop {
-            let expiry = if credentials.carries_token() {
-                credentials.token_expiry()
-            } else {
-                let k2 = k.clone();
-                tokio::task::spawn_blocking(move || {
-                    crate::config::checks::configured_token_expiry(&k2)
-                })
-                .await
-                .ok()
-                .flatten()
-            };
-            shared
-                .metrics
-                .kubeconfig_token_expiry
-                .set(expiry.map_or(0.0, |t| t.as_millisecond() as f64 / 1000.0));
-            if let Some(t) = expiry
-                && logged != Some(t)
-            {
-                logged = Some(t);
-                let left = t.duration_since(Timestamp::now());
-                if left < crate::config::checks::TOKEN_EXPIRY_WARNING {
-                    tracing::warn!(expires = %t, "the kubeconfig's token expires in less than a week: mint a new one (oobfence make-kubeconfig)");
-                } else {
-                    tracing::info!(expires = %t, "the kubeconfig's token expires then");
-                }
-            }
-            tokio::select! {
-                _ = tokio::time::sleep(Duration::from_secs(600)) => {}
-                _ = stop.changed() => return,
-            }
-        }
-    });
 }
 
 fn log_startup_warnings(cfg: &Config) {
@@ -443,63 +237,6 @@ fn log_startup_warnings(cfg: &Config) {
             tracing::warn!("{}: {}", f.key, f.problem);
         }
     }
-}
-
-fn spawn_reflector<K>(
-    api: Api<K>,
-    config: watcher::Config,
-    shared: Arc<Shared>,
-    what: &'static str,
-    prune: fn(&mut K),
-    changed: Option<mpsc::Sender<String>>,
-) -> Store<K>
-where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
-{
-    shared.watches.register(what);
-    let (reader, writer) = reflector::store();
-    let stream = watcher(api, config)
-        .default_backoff()
-        .modify(prune)
-        .reflect(writer);
-    tokio::spawn(async move {
-        futures::pin_mut!(stream);
-        // One line when a watch starts failing and one when it works again, not one per retry.
-        let mut failing = false;
-        while let Some(ev) = stream.next().await {
-            match ev {
-                // The watcher says Init before it asks the API server anything: no proof.
-                Ok(watcher::Event::Init) => {}
-                Ok(ev) => {
-                    shared.watches.answered(what, true);
-                    if failing {
-                        tracing::info!(watch = what, "watch works again");
-                        failing = false;
-                    }
-                    if let (Some(tx), watcher::Event::Apply(obj)) = (&changed, &ev) {
-                        // Full: the next tick decides it anyway.
-                        let _ = tx.try_send(obj.name_any());
-                    }
-                }
-                Err(e) => {
-                    shared.watches.answered(what, false);
-                    if failing {
-                        tracing::debug!(watch = what, error = %e, "watch failed again");
-                    } else {
-                        tracing::warn!(watch = what, error = %e, "watch failed; retrying with backoff (logged again when it works)");
-                        failing = true;
-                    }
-                }
-            }
-        }
-    });
-    reader
 }
 
 impl Daemon {
@@ -1262,34 +999,6 @@ pub async fn client_for(cfg: &Config) -> Result<Client, cluster::ClusterError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The VolumeAttachments of a Node just deleted are written about a uid no pass holds
-    /// holds for any more: the writer then asks what holds every write (a pause by the
-    /// ConfigMap, a stale view), not nothing.
-    #[test]
-    fn a_uid_no_pass_holds_holds_for_gets_the_datacenters_write_hold() {
-        let text = "datacenter = \"dc1\"\n[pause]\nfile = \"\"\n";
-        let cfg = Config::parse(text, std::path::Path::new("dc1.toml")).unwrap();
-        let shared = Shared::new("dc1");
-        let holds = holds_now(&cfg, &shared, None);
-        assert_eq!(holds("gone").write, None);
-        shared.calm.write().unwrap().pause.by = vec!["ConfigMap oobfence/oobfence-pause".into()];
-        let h = holds("gone").write.expect("held");
-        assert_eq!(h.kind, HoldKind::Paused, "{}", h.reason);
-        shared.calm.write().unwrap().pause.by.clear();
-        shared.calm.write().unwrap().stale = Some("the watch of nodes is broken".into());
-        assert_eq!(
-            holds("gone").write.map(|h| h.kind),
-            Some(HoldKind::StaleView)
-        );
-        // A node a pass decided keeps the holds that pass gave it.
-        shared
-            .holds
-            .write()
-            .unwrap()
-            .insert("known".into(), Holds::default());
-        assert_eq!(holds("known").write, None);
-    }
 
     /// What the README and runbook promise: `journalctl -p warning` shows refusals. A refusal
     /// is logged at WARN; waiting (grace, confirming) and healthy decisions are not.
