@@ -529,6 +529,8 @@ async fn a_node_the_controller_marks_unknown_is_fenced() {
     let name = node.name.clone();
     let daemon = s.daemon_with_policy("pre_attest = false\n").await;
     emu.set_power(0, false).await;
+    // The fake driver can lose a reset under load: waited for (and sent again) as elsewhere.
+    emu.wait_power(0, "Off", POWER_CHANGE).await;
     // No status post and no Lease renewal from here on: the controller must notice.
     let unknown = wait_for(
         "node lifecycle controller marks the node Ready=Unknown",
