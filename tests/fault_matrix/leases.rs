@@ -1,0 +1,277 @@
+//! Scenarios of Leases and pre-attestation: the power-cut timeline with the example defaults,
+//! a kubelet stall with a lying BMC, most Leases stale at once.
+
+use super::*;
+
+pub(super) fn is_ready(n: &Node) -> bool {
+    n.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+        .is_some_and(|c| c.status == "True")
+}
+
+/// The whole chain with the example config's defaults (not_ready_grace 60 s, two Off reads
+/// 5 s apart, the default guards): a machine loses power and its kubelet goes silent; its
+/// Lease goes stale, oobfence reads power ahead of NotReady, the controller-manager marks the
+/// node NotReady, and the taint follows at once. The timeline is printed with each step's
+/// time from the power cut; what is asserted is the logic, not the clock: the fence waived
+/// `not_ready_grace` because the power was attested on a stale Lease.
+pub(super) fn power_cut_timeline_with_the_example_defaults() -> ScenarioFuture {
+    Box::pin(async {
+        let s = Scenario::redfish("fm-timeline", 3).await;
+        s.set_policy("");
+        s.set_guards("");
+        let mut nodes = Vec::new();
+        for i in 0..3 {
+            nodes.push(s.node(&format!("n{i}"), i).await);
+        }
+        let victim = &nodes[0];
+        let others = FakeNode::keep_alive(&[&nodes[1], &nodes[2]], FIRST_BOOT);
+        let kubelet = FakeNode::keep_alive(&[victim], FIRST_BOOT);
+        let rec = WriteRecorder::start(&s.client, &s.group).await;
+        let daemon = s.daemon().await;
+        daemon
+            .wait_identity(&victim.name, "match", Duration::from_secs(60))
+            .await;
+        // Let the kubelet settle into its rhythm, then cut the power.
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        let cut_wall = jiff::Timestamp::now();
+        let cut = Instant::now();
+        drop(kubelet);
+        s.redfish_emulator().set_power(0, false).await;
+        let since_cut = |t: Instant| t.duration_since(cut).as_secs_f64();
+        let (mut ahead, mut attested) = (None, None);
+        let deadline = cut + Duration::from_secs(120);
+        while rec.when(&Write::Taint(victim.name.clone())).is_none() {
+            assert!(
+                Instant::now() < deadline,
+                "no fence within 120 s of the cut"
+            );
+            let now = Instant::now();
+            if let Some(r) = daemon.report(&victim.name).await
+                && r["ready"] == "Ready"
+            {
+                let rule = r["rule"].as_str().unwrap_or_default();
+                if ahead.is_none() && rule != "node-ready" {
+                    ahead = Some(now);
+                }
+                if attested.is_none() && rule == "pre-attested" {
+                    attested = Some(now);
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let tainted = rec.when(&Write::Taint(victim.name.clone())).unwrap();
+        let not_ready = rec.not_ready_at(&victim.name);
+        let renewed = victim
+            .lease_renew_time()
+            .await
+            .map(|t| t.duration_since(cut_wall).as_secs_f64());
+        let fmt = |t: Option<f64>| t.map_or("     -".to_string(), |t| format!("{t:+6.1}"));
+        let mut lines = vec![
+            "fault matrix: power-cut timeline, example config defaults (node-monitor grace 20 s, Lease 20 s):"
+                .to_string(),
+            format!("  {}s  last Lease renewal by the kubelet", fmt(renewed)),
+            format!("  {}s  power cut (Redfish ForceOff), kubelet silent", fmt(Some(0.0))),
+            format!(
+                "  {}s  Lease stale: oobfence reads power ahead of NotReady",
+                fmt(ahead.map(since_cut))
+            ),
+            format!(
+                "  {}s  power attested Off, node still Ready",
+                fmt(attested.map(since_cut))
+            ),
+            format!(
+                "  {}s  NotReady (kube-controller-manager)",
+                fmt(not_ready.map(since_cut))
+            ),
+            format!(
+                "  {}s  out-of-service taint written",
+                fmt(Some(since_cut(tainted)))
+            ),
+        ];
+        lines.push(format!(
+            "  power cut -> taint {:.1} s; NotReady -> taint {}",
+            since_cut(tainted),
+            not_ready.map_or("-".into(), |n| format!(
+                "{:.1} s",
+                tainted.saturating_duration_since(n).as_secs_f64()
+            ))
+        ));
+        report(&lines.join("\n"));
+        // The metric is observed once the daemon hears its write landed.
+        wait_for("the power-cut metric", Duration::from_secs(15), || async {
+            (sample(
+                &daemon.metrics().await,
+                "oobfence_power_cut_to_fence_seconds_count",
+            ) == Some(1.0))
+            .then_some(())
+        })
+        .await;
+        daemon.stop().await;
+        let fence = journal::tail(&s.journal(), &victim.name, 100)
+            .unwrap()
+            .records
+            .into_iter()
+            .find(|r| r.action == "taint" && r.result == "success")
+            .expect("a fence record");
+        assert_eq!(fence.rule, "confirmed-off");
+        assert!(
+            fence.message.contains("pre-attested") && fence.message.contains("not_ready_grace"),
+            "the fence did not come from a pre-attestation: {}",
+            fence.message
+        );
+        drop(others);
+        Outcome {
+            name: "power cut with the example defaults: attested ahead, fenced at NotReady",
+            expected: vec![Write::Taint(victim.name.clone())],
+            seen: {
+                let seen = rec
+                    .writes_once_seen(&[Write::Taint(victim.name.clone())])
+                    .await;
+                for n in &nodes {
+                    n.delete().await;
+                }
+                seen
+            },
+        }
+    })
+}
+
+/// A kubelet stalls for a while (a long GC pause, a saturated link to the API server) while
+/// its BMC wrongly says Off: oobfence reads ahead and attests Off, then the kubelet renews its
+/// Lease before the controller-manager's grace runs out. The renewal discards the reads:
+/// nothing is written, and the node is healthy again.
+pub(super) fn a_kubelet_stall_with_a_lying_bmc_is_discarded_by_its_renewal() -> ScenarioFuture {
+    Box::pin(async {
+        let s = Scenario::redfish("fm-stall", 1).await;
+        // Stale after 1.5 renewals of 5 s: 7.5 s, well inside the 20 s node-monitor grace.
+        s.set_policy(&format!("lease_stale_after = 1.5\n{}", s.policy_lines()));
+        let node = s.node("a", 0).await;
+        let kubelet = FakeNode::keep_alive(&[&node], FIRST_BOOT);
+        let rec = WriteRecorder::start(&s.client, &s.group).await;
+        let daemon = s.daemon().await;
+        daemon
+            .wait_identity(&node.name, "match", Duration::from_secs(60))
+            .await;
+        let emu = s.redfish_emulator();
+        emu.set_power(0, false).await;
+        emu.wait_power(0, "Off", Duration::from_secs(30)).await;
+        // The kubelet renews once more, then stalls.
+        drop(kubelet);
+        node.renew_lease().await;
+        let stalled = Instant::now();
+        let r = daemon
+            .wait_rule(&node.name, "pre-attested", Duration::from_secs(17))
+            .await;
+        assert_eq!(r["ready"], "Ready", "{r}");
+        assert!(
+            stalled.elapsed() < Duration::from_secs(17),
+            "the stall ran too long to stay inside the grace"
+        );
+        // Alive again: a renewal, as the kubelet catches up.
+        let renewed = jiff::Timestamp::now();
+        node.renew_lease().await;
+        let _alive = FakeNode::keep_alive(&[&node], FIRST_BOOT);
+        let r = daemon
+            .wait_rule(&node.name, "node-ready", Duration::from_secs(10))
+            .await;
+        // The reads ahead are gone; one that was in flight at the renewal may still be listed,
+        // but none was started after it.
+        let reads = r["reads"].as_array().cloned().unwrap_or_default();
+        assert!(reads.len() <= 1, "{r}");
+        for read in &reads {
+            let at: jiff::Timestamp = read["at"].as_str().unwrap().parse().unwrap();
+            assert!(at < renewed, "a read after the renewal: {r}");
+        }
+        stays_unfenced(&node, Duration::from_secs(5)).await;
+        conclude(
+            "kubelet stall, lying BMC: the renewal discards the reads ahead",
+            vec![],
+            daemon,
+            &rec,
+            &[&node],
+        )
+        .await
+    })
+}
+
+/// Every kubelet of the datacenter goes silent at once (the control plane, or the path to
+/// it, is what broke): a lease storm. The kubelets last renewed at phases spread over half a
+/// renewal interval, as real ones do, so their Leases go stale one after another; the storm
+/// is counted on late Leases, before the first is stale, and oobfence reads no BMC ahead of
+/// NotReady and says why.
+pub(super) fn most_leases_stale_at_once_reads_nothing_ahead() -> ScenarioFuture {
+    Box::pin(async {
+        let s = Scenario::redfish("fm-leasestorm", 4).await;
+        // The example's lease_stale_after (2.5 renewals: late after 7.5 s, stale after 12.5 s
+        // of a 20 s Lease), and a grace long enough that no read at NotReady (20 s and more
+        // after the silence) falls in the window watched.
+        let policy = s
+            .policy_lines()
+            .replace("not_ready_grace = \"2s\"", "not_ready_grace = \"30s\"");
+        assert!(policy.contains("30s"), "{policy}");
+        s.set_policy(&format!("lease_stale_after = 2.5\n{policy}"));
+        let mut nodes = Vec::new();
+        for i in 0..4 {
+            nodes.push(s.node(&format!("n{i}"), i).await);
+        }
+        let kubelets = FakeNode::keep_alive(&nodes_of(&nodes), FIRST_BOOT);
+        let rec = WriteRecorder::start(&s.client, &s.group).await;
+        let daemon = s.daemon().await;
+        for n in &nodes {
+            daemon
+                .wait_identity(&n.name, "match", Duration::from_secs(60))
+                .await;
+        }
+        drop(kubelets);
+        let reads_total = |m: &str| support::k8s::sum_of(m, "oobfence_power_reads_total{");
+        let silent = Instant::now();
+        let before = reads_total(&daemon.metrics().await);
+        // The last renewals, 0.8 s apart.
+        for (i, n) in nodes.iter().enumerate() {
+            tokio::time::sleep_until((silent + Duration::from_millis(800) * i as u32).into()).await;
+            n.renew_lease().await;
+        }
+        wait_for("the lease storm", Duration::from_secs(20), || async {
+            (sample(&daemon.metrics().await, "oobfence_lease_storm") == Some(1.0)).then_some(())
+        })
+        .await;
+        // Past the moment the last Lease went stale (2.4 + 12.5 s, and a pass), before any
+        // NotReady node's grace has run: not one read.
+        wait_for("every Lease stale", Duration::from_secs(30), || async {
+            let m = daemon.metrics().await;
+            (sample(&m, "oobfence_leases_stale") == Some(4.0)).then_some(())
+        })
+        .await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let after = reads_total(&daemon.metrics().await);
+        assert!(
+            silent.elapsed() < Duration::from_secs(45),
+            "the check ran too late: reads at NotReady may have begun"
+        );
+        assert_eq!(after, before, "BMCs were read during a lease storm");
+        // A stale node says why it is not read.
+        let r = daemon.report(&nodes[0].name).await.unwrap();
+        assert_eq!(r["rule"], "node-ready", "{r}");
+        let reason = r["reason"].as_str().unwrap_or_default();
+        assert!(
+            reason.contains("Leases went unrenewed at once") && reason.contains("control plane"),
+            "{reason}"
+        );
+        let _alive = FakeNode::keep_alive(&nodes_of(&nodes), FIRST_BOOT);
+        wait_for("the lease storm over", Duration::from_secs(15), || async {
+            (sample(&daemon.metrics().await, "oobfence_lease_storm") == Some(0.0)).then_some(())
+        })
+        .await;
+        conclude(
+            "most Leases stale at once: nothing read ahead",
+            vec![],
+            daemon,
+            &rec,
+            &nodes_of(&nodes),
+        )
+        .await
+    })
+}
