@@ -136,17 +136,27 @@ impl SushyEmulator {
             self.system_path(i)
         );
         let reset = if on { "On" } else { "ForceOff" };
-        let response = self
-            .client
-            .post(&url)
-            .basic_auth(USERNAME, Some(PASSWORD))
-            .json(&serde_json::json!({ "ResetType": reset }))
-            .send()
-            .await
-            .unwrap_or_else(|e| panic!("POST {url}: {e}"));
-        let status = response.status();
-        let body = response.text().await.unwrap_or_default();
-        assert_eq!(status.as_u16(), 204, "Reset {reset} on system {i}: {body}");
+        // The fake driver keeps its state in SQLite, which answers "database is locked" (a
+        // 500) when the daemon's reads hold it at that moment: tried again, a few times.
+        const ATTEMPTS: usize = 5;
+        for attempt in 1..=ATTEMPTS {
+            let response = self
+                .client
+                .post(&url)
+                .basic_auth(USERNAME, Some(PASSWORD))
+                .json(&serde_json::json!({ "ResetType": reset }))
+                .send()
+                .await
+                .unwrap_or_else(|e| panic!("POST {url}: {e}"));
+            let status = response.status();
+            let body = response.text().await.unwrap_or_default();
+            if status.as_u16() == 500 && body.contains("database is locked") && attempt < ATTEMPTS {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+            assert_eq!(status.as_u16(), 204, "Reset {reset} on system {i}: {body}");
+            return;
+        }
     }
 
     /// The `PowerState` string the emulator reports for system `i` right now.
