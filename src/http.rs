@@ -9,7 +9,8 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
-use crate::status::Shared;
+use crate::report::NodeReport;
+use crate::status::{ReportRequest, Shared};
 
 pub fn router(shared: Arc<Shared>) -> Router {
     Router::new()
@@ -89,16 +90,44 @@ async fn readyz(State(s): State<Arc<Shared>>) -> Response {
     }
 }
 
-async fn nodes(State(s): State<Arc<Shared>>) -> Response {
-    let reports: Vec<_> = match s.reports.read() {
-        Ok(r) => r.values().cloned().collect(),
-        Err(_) => Vec::new(),
+/// How long a report request waits for the decision loop.
+const REPORT_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Reports as the decision loop renders them now: one node's, or every node's.
+async fn ask_reports(s: &Shared, node: Option<String>) -> Result<Vec<NodeReport>, Response> {
+    let busy = |why: &str| {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            axum::Json(serde_json::json!({ "error": why })),
+        )
+            .into_response()
     };
-    axum::Json(reports).into_response()
+    let (reply, answer) = tokio::sync::oneshot::channel();
+    s.reports
+        .try_send(ReportRequest { node, reply })
+        .map_err(|_| busy("the decision loop has too many report requests waiting; try again"))?;
+    match tokio::time::timeout(REPORT_WAIT, answer).await {
+        Ok(Ok(reports)) => Ok(reports),
+        Ok(Err(_)) => Err(busy("the decision loop is stopping")),
+        Err(_) => Err(busy(&format!(
+            "the decision loop did not answer within {}s",
+            REPORT_WAIT.as_secs()
+        ))),
+    }
+}
+
+async fn nodes(State(s): State<Arc<Shared>>) -> Response {
+    match ask_reports(&s, None).await {
+        Ok(reports) => axum::Json(reports).into_response(),
+        Err(busy) => busy,
+    }
 }
 
 async fn node(State(s): State<Arc<Shared>>, Path(name): Path<String>) -> Response {
-    let report = s.reports.read().ok().and_then(|r| r.get(&name).cloned());
+    let report = match ask_reports(&s, Some(name.clone())).await {
+        Ok(mut reports) => reports.pop(),
+        Err(busy) => return busy,
+    };
     match report {
         Some(r) => axum::Json(r).into_response(),
         None => (

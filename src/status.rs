@@ -1,7 +1,8 @@
-//! What the daemon publishes for the operator: its metrics, a report per node, and whether it
-//! is synced and alive. The HTTP endpoints serve this handle and nothing else of the daemon.
+//! What the daemon publishes for the operator: its metrics, a report per node on request, and
+//! whether it is synced and alive. The HTTP endpoints serve this handle and nothing else of the
+//! daemon.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
@@ -18,11 +19,26 @@ pub use watches::Watches;
 /// `/healthz` fails when the decision loop has not completed a pass for this long.
 pub const LOOP_STALL: Duration = Duration::from_secs(30);
 
+/// A request for node reports. The decision loop answers it: it alone holds what a report is
+/// made of, and renders one only when asked (at 20,000 nodes, rendering every node's report
+/// at every decision cost more than all the rest).
+pub struct ReportRequest {
+    /// One node's report, or (None) every node's, by name.
+    pub node: Option<String>,
+    pub reply: tokio::sync::oneshot::Sender<Vec<NodeReport>>,
+}
+
+/// Report requests waiting for the loop at most: more are refused (busy) rather than queued.
+const REPORT_REQUESTS_QUEUED: usize = 64;
+
 /// The daemon's published state, shared with the HTTP server.
 pub struct Shared {
     pub datacenter: String,
     pub metrics: Metrics,
-    pub reports: RwLock<BTreeMap<String, NodeReport>>,
+    /// Where report requests go (to the decision loop).
+    pub reports: tokio::sync::mpsc::Sender<ReportRequest>,
+    /// Their receiving end, until the loop takes it.
+    pub report_requests: Mutex<Option<tokio::sync::mpsc::Receiver<ReportRequest>>>,
     /// Both caches (Nodes, Leases) completed their initial list.
     pub synced: AtomicBool,
     /// Whether each watch (Nodes, Leases) works: one flag each.
@@ -42,10 +58,12 @@ pub struct Shared {
 
 impl Shared {
     pub fn new(datacenter: &str) -> Arc<Shared> {
+        let (reports, report_requests) = tokio::sync::mpsc::channel(REPORT_REQUESTS_QUEUED);
         Arc::new(Shared {
             datacenter: datacenter.to_string(),
             metrics: Metrics::new().for_datacenter(datacenter),
-            reports: RwLock::new(BTreeMap::new()),
+            reports,
+            report_requests: Mutex::new(Some(report_requests)),
             synced: AtomicBool::new(false),
             watches: Watches::default(),
             last_pass: Mutex::new(None),

@@ -15,8 +15,9 @@ use jiff::Timestamp;
 
 use prometheus_client::metrics::gauge::Gauge;
 
-use super::Daemon;
 use crate::cluster::GuardStore;
+use crate::config::Config;
+use crate::decision::holds::Calm;
 use crate::decision::holds::record::GuardRecord;
 
 /// The first read of the record, before the first pass, gets this long.
@@ -74,29 +75,35 @@ fn report(
     }
 }
 
-impl Daemon {
+impl Keeper {
     /// Before the first pass: the fences of the budget window and the storms' cooldowns, from
     /// the journal here and the record on the cluster (every pass also counts the fence
     /// records on the Nodes, in `update_guards`).
-    pub(super) async fn restore_guards(&mut self, now: Timestamp) {
-        let window = self.cfg.guards.fence_budget_window;
+    pub(super) async fn restore(
+        &mut self,
+        calm: &mut Calm,
+        cfg: &Config,
+        ok: &Gauge,
+        now: Timestamp,
+    ) {
+        let window = cfg.guards.fence_budget_window;
         let since = now
             .checked_sub(
                 jiff::SignedDuration::try_from(window).unwrap_or(jiff::SignedDuration::MAX),
             )
             .unwrap_or(Timestamp::MIN);
-        match crate::journal::recent_fences(&self.cfg.journal.path, since) {
+        match crate::journal::recent_fences(&cfg.journal.path, since) {
             Ok(fences) => {
                 for (at, uid) in fences {
-                    self.calm.record_fence(&uid, at);
+                    calm.record_fence(&uid, at);
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => {
-                tracing::warn!(path = %self.cfg.journal.path.display(), error = %e, "cannot read the journal's recent fences; the fence budget counts the Nodes' fence records and the guards' record only")
+                tracing::warn!(path = %cfg.journal.path.display(), error = %e, "cannot read the journal's recent fences; the fence budget counts the Nodes' fence records and the guards' record only")
             }
         }
-        if let Some(store) = self.guard_keeper.store.clone() {
+        if let Some(store) = self.store.clone() {
             let read = tokio::time::timeout(FIRST_READ, store.read()).await;
             let read = match read {
                 Ok(r) => r.map_err(|e| e.to_string()),
@@ -104,73 +111,56 @@ impl Daemon {
             };
             match read {
                 Ok(record) => {
-                    self.merge_guard_record(record.unwrap_or_default(), now);
-                    report(
-                        &self.guard_keeper.failing,
-                        &self.shared.metrics.guard_record_ok,
-                        "read",
-                        &store,
-                        Ok(()),
-                    );
+                    self.merge(calm, cfg, record.unwrap_or_default(), now);
+                    report(&self.failing, ok, "read", &store, Ok(()));
                 }
-                Err(e) => report(
-                    &self.guard_keeper.failing,
-                    &self.shared.metrics.guard_record_ok,
-                    "read",
-                    &store,
-                    Err(e),
-                ),
+                Err(e) => report(&self.failing, ok, "read", &store, Err(e)),
             }
         }
-        if !self.calm.fences.is_empty() {
-            tracing::info!(fences = self.calm.fences.len(), window = %humantime::format_duration(window), "fences of the budget window restored");
+        if !calm.fences.is_empty() {
+            tracing::info!(fences = calm.fences.len(), window = %humantime::format_duration(window), "fences of the budget window restored");
         }
     }
 
-    fn merge_guard_record(&mut self, record: GuardRecord, now: Timestamp) {
-        self.calm.restore(&record, &self.cfg.guards, now);
-        self.calm.record_pending = false;
-        if let Ok(mut w) = self.guard_keeper.written.lock() {
+    fn merge(&mut self, calm: &mut Calm, cfg: &Config, record: GuardRecord, now: Timestamp) {
+        calm.restore(&record, &cfg.guards, now);
+        calm.record_pending = false;
+        if let Ok(mut w) = self.written.lock() {
             *w = Some(record);
         }
-        self.guard_keeper.caught_up = true;
+        self.caught_up = true;
     }
 
     /// Every pass, once the guards are up to date: merge a record read back, read it again
     /// after a takeover, and write it when what it must hold changed. Never in a dry run (it
     /// writes nothing) nor on a standby.
-    pub(super) fn keep_guard_record(&mut self, now: Timestamp) {
-        let Some(store) = self.guard_keeper.store.clone() else {
+    pub(super) fn keep(&mut self, calm: &mut Calm, cfg: &Config, ok: &Gauge, now: Timestamp) {
+        let Some(store) = self.store.clone() else {
             return;
         };
-        let read_back = self
-            .guard_keeper
-            .read_back
-            .lock()
-            .ok()
-            .and_then(|mut r| r.take());
+        let read_back = self.read_back.lock().ok().and_then(|mut r| r.take());
         match read_back {
-            Some(Ok(record)) => self.merge_guard_record(record, now),
+            Some(Ok(record)) => self.merge(calm, cfg, record, now),
             // Not to hold fences for as long as the record cannot be read (RBAC, a missing
             // namespace): the journal and the Nodes' records still count; the log says so.
-            Some(Err(())) => self.calm.record_pending = false,
+            Some(Err(())) => calm.record_pending = false,
             None => {}
         }
-        if self.calm.standby.is_some() {
+        if calm.standby.is_some() {
             // Its memory misses what the leader does from now on: read again on a takeover.
-            self.guard_keeper.caught_up = false;
-            self.calm.record_pending = false;
+            self.caught_up = false;
+            calm.record_pending = false;
             return;
         }
-        if self.cfg.policy.dry_run || self.guard_keeper.busy.swap(true, Ordering::Relaxed) {
+        if cfg.policy.dry_run || self.busy.swap(true, Ordering::Relaxed) {
             return;
         }
-        let k = &self.guard_keeper;
+        let k = &*self;
         let (busy, failing) = (k.busy.clone(), k.failing.clone());
-        let ok = self.shared.metrics.guard_record_ok.clone();
+        let ok = ok.clone();
         if !k.caught_up {
             // A new leader fences nothing until its predecessor's fences are counted.
-            self.calm.record_pending = true;
+            calm.record_pending = true;
             let read_back = k.read_back.clone();
             tokio::spawn(async move {
                 let result = store.read().await;
@@ -195,7 +185,7 @@ impl Daemon {
             });
             return;
         }
-        let record = self.calm.record(&self.cfg.guards, now);
+        let record = calm.record(&cfg.guards, now);
         let unchanged = k
             .written
             .lock()

@@ -8,8 +8,8 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 
-use super::writer::{ActionDone, action_label};
-use super::{DELETED_FENCE_KEPT, Daemon, FAILING_WINDOW};
+use super::action::{ActionDone, action_label};
+use super::state::{DELETED_FENCE_KEPT, Daemon, FAILING_WINDOW};
 use crate::cluster::{self, EventType, reasons};
 use crate::decision::{self, Decision, FenceAction, IdentityBinding, MappingConflict, Step};
 use crate::identity::{IdentityCheck, Verdict};

@@ -9,8 +9,9 @@ use std::sync::Arc;
 
 use kube::runtime::reflector::ObjectRef;
 
-use super::Daemon;
+use super::notify::log_startup_warnings;
 use super::reads::ReadSlots;
+use super::state::Daemon;
 use crate::config::Config;
 use crate::power::PowerSources;
 
@@ -162,7 +163,7 @@ impl Daemon {
         self.cfg = new;
         self.conflicts_of.clear();
         self.guards_epoch += 1;
-        super::log_startup_warnings(&self.cfg);
+        log_startup_warnings(&self.cfg);
         Ok(summary)
     }
 }

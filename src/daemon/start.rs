@@ -17,18 +17,34 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::mpsc;
 
+use super::action::ActionDone;
+use super::guard_record;
+use super::notify::{log_startup_warnings, notify_systemd};
 use super::reads::{ReadDone, ReadSlots};
-use super::writer::ActionDone;
-use super::{
-    Daemon, DaemonError, JOURNAL_FLUSH, Shared, guard_record, log_startup_warnings, notify_systemd,
-    uuids,
-};
+use super::state::Daemon;
+use super::uuids;
 use crate::cluster::{self, Cluster};
 use crate::config::Config;
 use crate::decision::holds::{Calm, Hold, HoldKind, Holds};
 use crate::journal::{Journal, JournalWriter};
 use crate::power::PowerSources;
+use crate::status::{ReportRequest, Shared};
 use crate::volumes::VolumeWatch;
+
+/// At shutdown, queued journal records get this long to reach the disk.
+const JOURNAL_FLUSH: Duration = Duration::from_secs(5);
+
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    #[error(transparent)]
+    Cluster(#[from] cluster::ClusterError),
+    #[error("cannot listen on {addr} ([server] listen): {source}")]
+    Listen {
+        addr: std::net::SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+}
 
 /// What [`start`] hands the loop.
 pub(super) struct Started {
@@ -37,11 +53,13 @@ pub(super) struct Started {
     pub(super) background: Background,
 }
 
-/// What the loop waits on besides its clock: reads and writes done, Nodes changed.
+/// What the loop waits on besides its clock: reads and writes done, Nodes changed, reports
+/// asked for.
 pub(super) struct Events {
     pub(super) reads: mpsc::Receiver<ReadDone>,
     pub(super) actions: mpsc::Receiver<ActionDone>,
     pub(super) changed: mpsc::Receiver<String>,
+    pub(super) reports: mpsc::Receiver<ReportRequest>,
 }
 
 /// What runs beside the loop and is stopped with it.
@@ -68,6 +86,12 @@ pub(super) async fn start(cfg: Config) -> Result<Started, DaemonError> {
     log_startup_warnings(&cfg);
     let (client, credentials) = cluster::connect_with_credentials(&cfg.kubernetes).await?;
     let shared = Shared::new(&cfg.datacenter);
+    let reports = shared
+        .report_requests
+        .lock()
+        .ok()
+        .and_then(|mut r| r.take())
+        .expect("a new Shared holds its report requests' receiver");
     shared.metrics.set_config_info(&cfg);
 
     let listener = tokio::net::TcpListener::bind(cfg.server.listen)
@@ -187,6 +211,7 @@ pub(super) async fn start(cfg: Config) -> Result<Started, DaemonError> {
             reads,
             actions,
             changed,
+            reports,
         },
         background: Background {
             stop_tx,

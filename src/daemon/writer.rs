@@ -8,25 +8,14 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 
+use super::action::ActionDone;
 use super::observe::{observe_fence, seconds_between};
-use super::{Daemon, Shared};
+use super::state::Daemon;
 use crate::cluster::{self, Cluster, EventType, reasons};
 use crate::decision::{self, Decision, FenceAction, Step};
 use crate::journal::{self, RecordKind};
 use crate::power;
-
-pub(super) struct ActionDone {
-    pub(super) node: String,
-    pub(super) uid: String,
-    pub(super) result: Result<(), String>,
-    /// The write-time re-check refused: nothing was written; decide again at once.
-    pub(super) abandoned: bool,
-    pub(super) step: Step,
-    /// When a fence landed.
-    pub(super) fenced_at: Option<Timestamp>,
-    /// VolumeAttachments pointing at the node when the fence was written.
-    pub(super) volume_attachments: Option<Vec<String>>,
-}
+use crate::status::Shared;
 
 impl Daemon {
     pub(super) fn spawn_event(
@@ -391,12 +380,5 @@ fn conflicts_met(attempts: usize) -> String {
             "; written on attempt {n} (the Node changed under {} earlier one(s): 409 Conflict, re-read, re-checked)",
             n - 1
         ),
-    }
-}
-
-pub(super) fn action_label(a: FenceAction) -> &'static str {
-    match a {
-        FenceAction::Taint => "taint",
-        FenceAction::DeleteNode => "delete_node",
     }
 }

@@ -1,0 +1,255 @@
+//! A decision carried out: the power read it wants sent, its change logged (and, in a dry
+//! run, the write it would make announced), refusals and fences reported, its write started,
+//! and the node's next wake-up and quiet state set.
+
+use std::cmp::Reverse;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Node;
+use kube::ResourceExt;
+
+use super::action::action_label;
+use super::reads::{ReadPurpose, spawn_read};
+use super::state::Daemon;
+use super::tracker::{HoldsShape, Quiet};
+use crate::cluster::{EventType, reasons};
+use crate::decision::{Decision, NodeFacts, NodeState, Readiness, Rule, Step};
+use crate::metrics::WouldActLabels;
+use crate::power::MappedSource;
+
+impl Daemon {
+    /// Carries out `decision`, made on `facts` (kept afterwards for the reports).
+    pub(super) fn carry_out(
+        &mut self,
+        node: &Arc<Node>,
+        facts: NodeFacts,
+        source: Option<MappedSource>,
+        decision: &Decision,
+        now: Timestamp,
+    ) {
+        let name = node.name_any();
+        self.send_read(&name, &facts, source.as_ref(), decision, now);
+        let changed = self.announce(node, &name, decision);
+        // Refusals (one Event and one journal record per episode), dry runs, fence metrics.
+        self.observe_node(node, &facts, decision, source.as_ref(), changed, now);
+        self.start_write(node, &name, &facts, source.as_ref(), decision, now);
+        self.settle(node, &name, facts, decision, now);
+    }
+
+    /// Sends the power read the decision wants now, or a healthy node's identity read when
+    /// one is due.
+    fn send_read(
+        &mut self,
+        name: &str,
+        facts: &NodeFacts,
+        source: Option<&MappedSource>,
+        decision: &Decision,
+        now: Timestamp,
+    ) {
+        let tracker = self.trackers.get_mut(name).expect("facts were gathered");
+        if let (Some(at), Some(src)) = (decision.next_read_at, source)
+            && at <= now
+            && !tracker.read_in_flight
+        {
+            tracker.read_in_flight = true;
+            spawn_read(
+                tracker.read_for(name),
+                src.clone(),
+                ReadPurpose::Decision,
+                facts.readiness == Readiness::Ready,
+                self.read_slots.clone(),
+                self.reads_tx.clone(),
+            );
+        } else if let Some(src) = source
+            && decision.rule == Rule::NodeReady
+            && !tracker.read_in_flight
+            && tracker.identity_due.is_none_or(|t| Instant::now() >= t)
+            && self.read_slots.identity_room()
+        {
+            // A healthy node: learn (and re-check) that its power source answers, for its
+            // machine, and says it runs.
+            tracker.read_in_flight = true;
+            tracker.identity_due = Some(Instant::now() + jittered(self.cfg.health_read_interval));
+            spawn_read(
+                tracker.read_for(name),
+                src.clone(),
+                ReadPurpose::Health,
+                true,
+                self.read_slots.clone(),
+                self.reads_tx.clone(),
+            );
+        }
+    }
+
+    /// A new rule for the node: logged once (a refusal at WARN), and in a dry run the write it
+    /// would make counted and announced by an Event. Whether the rule changed.
+    fn announce(&mut self, node: &Arc<Node>, name: &str, decision: &Decision) -> bool {
+        let tracker = self.trackers.get_mut(name).expect("facts were gathered");
+        let changed = tracker.last_rule != Some(decision.rule);
+        if changed {
+            tracker.last_rule = Some(decision.rule);
+            if refuses_a_fence(decision) {
+                tracing::warn!(
+                    node = %name,
+                    state = decision.state.as_str(),
+                    rule = decision.rule.name(),
+                    reason = %decision.reason,
+                    "decision: fencing refused"
+                );
+            } else {
+                tracing::info!(
+                    node = %name,
+                    state = decision.state.as_str(),
+                    rule = decision.rule.name(),
+                    reason = %decision.reason,
+                    "decision"
+                );
+            }
+            match decision.step {
+                Step::WouldFence(a) => {
+                    self.shared
+                        .metrics
+                        .would_act
+                        .get_or_create(&WouldActLabels {
+                            action: action_label(a),
+                        })
+                        .inc();
+                    self.spawn_event(node, EventType::Normal, reasons::WOULD_FENCE, decision);
+                }
+                Step::WouldUnfence => {
+                    self.shared
+                        .metrics
+                        .would_act
+                        .get_or_create(&WouldActLabels { action: "untaint" })
+                        .inc();
+                    self.spawn_event(node, EventType::Normal, reasons::WOULD_UNFENCE, decision);
+                }
+                _ => {}
+            }
+        }
+        changed
+    }
+
+    /// Starts the write the decision asks for, unless one is under way, a failed one waits
+    /// for its retry, or the cache has not moved past the object the last one was made on.
+    fn start_write(
+        &mut self,
+        node: &Arc<Node>,
+        name: &str,
+        facts: &NodeFacts,
+        source: Option<&MappedSource>,
+        decision: &Decision,
+        now: Timestamp,
+    ) {
+        let uid = node.uid().unwrap_or_default();
+        let tracker = self.trackers.get_mut(name).expect("facts were gathered");
+        let rv = node.resource_version();
+        let may_act = !tracker.action_in_flight
+            && tracker.retry_after.is_none_or(|t| Instant::now() >= t)
+            && (tracker.acted_on.is_none() || tracker.acted_on != rv);
+        if may_act
+            && matches!(
+                decision.step,
+                Step::Fence(_) | Step::Unfence | Step::ClearRecord
+            )
+        {
+            tracker.action_in_flight = true;
+            tracker.acted_on = rv;
+            let fencing = matches!(decision.step, Step::Fence(_));
+            if fencing {
+                // Counted now, so that the next node of this very pass sees the budget spent,
+                // and recorded on the cluster alongside the write.
+                self.calm.record_fence(&uid, now);
+                self.keep_guard_record(now);
+            }
+            let inputs = self.journal_inputs(name, facts, source, fencing);
+            self.spawn_action(node.clone(), uid, decision.clone(), inputs);
+        }
+    }
+
+    /// What the loop remembers of the decision: when to wake for it, what it was made on (so
+    /// that passes skip the node until something changes), the state metric, the facts.
+    fn settle(
+        &mut self,
+        node: &Arc<Node>,
+        name: &str,
+        facts: NodeFacts,
+        decision: &Decision,
+        now: Timestamp,
+    ) {
+        let tracker = self.trackers.get_mut(name).expect("facts were gathered");
+        let wake = [decision.next_read_at, decision.decide_again_at]
+            .into_iter()
+            .flatten()
+            .filter(|at| *at > now)
+            .min();
+        if let Some(at) = wake
+            && tracker.wake_at != wake
+        {
+            tracker.wake_at = wake;
+            self.wakeups.push(Reverse((at, name.to_string())));
+        } else if wake.is_none() && tracker.wake_at.is_some_and(|at| at <= now) {
+            // Decided since it came due: nothing to wake for (its heap entry is skipped).
+            tracker.wake_at = None;
+        }
+        tracker.quiet = Some(Quiet {
+            resource_version: node.resource_version().unwrap_or_default(),
+            at: Instant::now(),
+            guards_epoch: self.guards_epoch,
+            healthy: decision.rule == Rule::NodeReady
+                && decision.state == NodeState::Healthy
+                && facts.fence.is_none()
+                && facts.lease_renew_time.is_some(),
+            lease_renew: facts.lease_renew_time,
+            holds: HoldsShape::of(&facts.holds),
+        });
+        if tracker.metric_state != Some(decision.state) {
+            tracker.metric_state = Some(decision.state);
+            self.shared.metrics.set_node_state(name, decision.state);
+        }
+        // Kept for the reports rendered on request (`why`, `/nodes`), not rendered here.
+        tracker.facts = Some(facts);
+    }
+}
+
+/// A decision that refuses to fence a node that is down: logged at WARN (`journalctl -p
+/// warning` shows fences, refusals and failures), where waiting and healthy ones are INFO.
+fn refuses_a_fence(d: &Decision) -> bool {
+    d.state == NodeState::Blocked
+}
+
+/// `interval`, give or take a tenth at random: health reads spread out instead of coming back
+/// in one burst every interval after a start.
+fn jittered(interval: Duration) -> Duration {
+    let r = getrandom::u32().unwrap_or(u32::MAX / 2);
+    interval.mul_f64(0.9 + 0.2 * f64::from(r) / f64::from(u32::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the README and runbook promise: `journalctl -p warning` shows refusals. A refusal
+    /// is logged at WARN; waiting (grace, confirming) and healthy decisions are not.
+    #[test]
+    fn refusals_are_logged_at_warn_and_waiting_is_not() {
+        let d = |state, rule| Decision {
+            state,
+            step: Step::Idle,
+            rule,
+            reason: String::new(),
+            next_read_at: None,
+            decide_again_at: None,
+            guard: None,
+        };
+        use NodeState as S;
+        assert!(refuses_a_fence(&d(S::Blocked, Rule::PowerOn)));
+        assert!(refuses_a_fence(&d(S::Blocked, Rule::OffWhileAlive)));
+        assert!(refuses_a_fence(&d(S::Blocked, Rule::Paused)));
+        assert!(!refuses_a_fence(&d(S::Healthy, Rule::NodeReady)));
+        assert!(!refuses_a_fence(&d(S::Suspect, Rule::NotReadyGrace)));
+        assert!(!refuses_a_fence(&d(S::Confirming, Rule::ConfirmingOff)));
+    }
+}

@@ -1,0 +1,207 @@
+//! The guards as the loop keeps them: the datacenter counted before any node is decided (the
+//! census: unhealthy nodes, failing sources, stale Leases, per scope), what the counts hold
+//! back, a log line when a storm, a freeze, a stale view or standby starts or ends, and the
+//! guards' record restored at start and kept on the cluster.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Node;
+use kube::ResourceExt;
+
+use super::state::{Daemon, FAILING_WINDOW};
+use crate::cluster;
+use crate::decision::holds::{Calm, Census, CensusNode, GuardPolicy, View};
+use crate::decision::{self, Readiness};
+
+impl Daemon {
+    /// Before the first pass: the guards' memory from the journal and the record on the
+    /// cluster.
+    pub(super) async fn restore_guards(&mut self, now: Timestamp) {
+        let ok = self.shared.metrics.guard_record_ok.clone();
+        self.guard_keeper
+            .restore(&mut self.calm, &self.cfg, &ok, now)
+            .await;
+    }
+
+    /// The guards' record kept on the cluster, once the guards are up to date (and after each
+    /// fence started).
+    pub(super) fn keep_guard_record(&mut self, now: Timestamp) {
+        let ok = self.shared.metrics.guard_record_ok.clone();
+        self.guard_keeper.keep(&mut self.calm, &self.cfg, &ok, now);
+    }
+
+    /// Counts the datacenter and brings the guards up to date, before any node is decided.
+    pub(super) fn update_guards(&mut self, nodes: &[Arc<Node>], now: Timestamp) {
+        let g = &self.cfg.guards;
+        let census_nodes: Vec<CensusNode> = nodes
+            .iter()
+            .map(|n| {
+                let tracker = n
+                    .metadata
+                    .name
+                    .as_deref()
+                    .and_then(|name| self.trackers.get(name));
+                let failing = tracker.and_then(|t| {
+                    t.last_read
+                        .filter(|(at, _)| decision_elapsed(*at, now) <= FAILING_WINDOW)
+                        .map(|(_, failure)| failure.is_some())
+                });
+                // The Lease as the last pass (or this one's quiet check) saw it.
+                let lease = tracker.and_then(|t| {
+                    decision::lease_state(t.last_alive(), t.lease_duration, &self.cfg.policy, now)
+                });
+                CensusNode {
+                    uid: n.metadata.uid.as_deref().unwrap_or_default().into(),
+                    lease,
+                    domain: g
+                        .failure_domain_label
+                        .as_deref()
+                        .and_then(|label| n.labels().get(label))
+                        .map(|d| d.as_str().into()),
+                    unhealthy: matches!(cluster::readiness(n), Readiness::NotReady { .. }),
+                    source_failing: failing,
+                }
+            })
+            .collect();
+        let census = Census::count(&census_nodes, g.failure_domain_label.is_some());
+        let view = View {
+            broken_watches: self.shared.watches.broken(),
+            last_round_trip: self.shared.last_round_trip.lock().ok().and_then(|t| *t),
+        };
+        let pause = self
+            .shared
+            .pause
+            .read()
+            .map(|p| p.clone())
+            .unwrap_or_default();
+        let before = self.calm.clone();
+        self.calm.update(&census, &view, pause, g, now);
+        // Fences on the Nodes count against the budget whoever of this daemon (or its [ha]
+        // group) wrote them: after a restart, or for a standby that took over.
+        for n in nodes {
+            if let Some(f) = cluster::fence_record(n, self.cluster.actor())
+                && f.ours
+                && decision_elapsed(f.at, now) < g.fence_budget_window
+            {
+                self.calm.record_fence(&n.uid().unwrap_or_default(), f.at);
+            }
+        }
+        let leadership = self
+            .leadership
+            .as_ref()
+            .and_then(|l| l.read().ok().map(|l| l.clone()));
+        self.calm.standby = leadership.as_ref().and_then(|l| l.standby_reason());
+        self.keep_guard_record(now);
+        let g = &self.cfg.guards;
+        self.shared.metrics.set_leadership(leadership.as_ref());
+        self.log_guard_changes(&before);
+        if guards_summary(&before, g) != guards_summary(&self.calm, g) {
+            self.guards_epoch += 1;
+        }
+        self.shared.metrics.set_guards(&self.calm, g, now);
+        if let Ok(mut c) = self.shared.calm.write() {
+            *c = self.calm.clone();
+        }
+    }
+
+    /// One log line for each guard that starts or ends.
+    fn log_guard_changes(&self, before: &Calm) {
+        if before.stale.is_none()
+            && let Some(why) = &self.calm.stale
+        {
+            tracing::error!(why = %why, "view of the cluster is STALE: no writes until it is fresh again");
+        }
+        // [ha]: a leader whose renewals do not come back in time stops by its own clock,
+        // without any answer to say so: say it here.
+        match (&before.standby, &self.calm.standby) {
+            (None, Some(why)) if self.leadership.is_some() => {
+                tracing::warn!(why = %why, "standby: this instance writes nothing")
+            }
+            (Some(_), None) => tracing::warn!("this instance writes again: it holds the Lease"),
+            _ => {}
+        }
+        if before.stale.is_some() && self.calm.stale.is_none() {
+            tracing::warn!(
+                "view of the cluster is fresh again; reads from before now do not count"
+            );
+        }
+        match (before.lease_storm_since, self.calm.lease_storm_since) {
+            (None, Some(_)) => {
+                tracing::error!(
+                    leases = self.calm.leases.0,
+                    late = self.calm.leases_late,
+                    stale = self.calm.leases.1,
+                    "LEASE STORM: most Leases went unrenewed at once; that is the control plane (or oobfence's view of it) not hearing the kubelets, not the machines: no power is read ahead of NotReady until it passes"
+                )
+            }
+            (Some(_), None) => tracing::warn!(
+                stale = self.calm.leases.1,
+                "lease storm over: power is read ahead of NotReady again"
+            ),
+            _ => {}
+        }
+        for (scope, st) in &self.calm.scopes {
+            let old = before.scopes.get(scope);
+            let was_storm = old.is_some_and(|o| o.storm_since.is_some());
+            let was_frozen = old.is_some_and(|o| o.frozen_since.is_some());
+            let c = &st.count;
+            match (was_storm, st.storm_since.is_some()) {
+                (false, true) => {
+                    tracing::error!(scope = %scope, unhealthy = c.unhealthy, nodes = c.nodes, "STORM: too many NotReady nodes; no new fence in this scope")
+                }
+                (true, false) => {
+                    tracing::warn!(scope = %scope, unhealthy = c.unhealthy, nodes = c.nodes, "storm over; fences resume after the cooldown")
+                }
+                _ => {}
+            }
+            match (was_frozen, st.frozen_since.is_some()) {
+                (false, true) => {
+                    tracing::error!(scope = %scope, failing = c.sources_failing, read = c.sources_read, "FROZEN: too many power sources fail at once (oobfence is likely cut off); no new fence in this scope")
+                }
+                (true, false) => {
+                    tracing::warn!(scope = %scope, "freeze over; reads from before now do not count")
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// What of the guards can change a healthy node's decision or report: whether each hold is
+/// on, not the counts behind it.
+fn guards_summary<'a>(c: &'a Calm, policy: &GuardPolicy) -> impl PartialEq + use<'a> {
+    (
+        &c.pause.by,
+        &c.stale,
+        &c.standby,
+        c.view_recovered,
+        c.lease_storm_since,
+        c.record_pending,
+        // Not the fence count: below the budget it holds nobody, and a storm's fences would
+        // otherwise have every healthy node decided again at every pass.
+        c.budget_spent(policy),
+        c.scopes
+            .iter()
+            .map(|(s, st)| {
+                (
+                    s,
+                    st.storm_since,
+                    st.storm_ended,
+                    st.frozen_since,
+                    st.thawed,
+                )
+            })
+            .collect::<Vec<_>>(),
+    )
+}
+
+/// The node's failure domain: the value of `label` (None: no such label, or no label set).
+pub(super) fn failure_domain(node: &Node, label: Option<&str>) -> Option<String> {
+    node.labels().get(label?).cloned()
+}
+
+fn decision_elapsed(earlier: Timestamp, later: Timestamp) -> Duration {
+    Duration::try_from(later.duration_since(earlier)).unwrap_or(Duration::ZERO)
+}

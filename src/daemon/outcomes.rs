@@ -1,0 +1,152 @@
+//! What comes back to the loop: a power read's answer and a write's outcome.
+
+use std::time::Instant;
+
+use jiff::Timestamp;
+use kube::runtime::reflector::ObjectRef;
+
+use super::action::ActionDone;
+use super::reads::{ReadDone, ReadPurpose};
+use super::state::{ACTION_RETRY, Daemon, FAILED_SOURCE_RETRY, READS_KEPT};
+use crate::decision::{PowerState, Step};
+use crate::identity;
+use crate::metrics::{BackendLabels, ReadLabels};
+
+impl Daemon {
+    /// A power read answered (or failed): counted, logged when the source starts or stops
+    /// failing, its identity verdict learnt, kept as evidence when the core asked for it, and
+    /// the node decided again at once.
+    pub(super) fn read_done(&mut self, done: ReadDone) {
+        let m = &self.shared.metrics;
+        let error_kind = match &done.reading.state {
+            PowerState::Error { kind, .. } => kind.to_string(),
+            _ => String::new(),
+        };
+        m.power_reads
+            .get_or_create(&ReadLabels {
+                backend: done.backend,
+                result: done.reading.state.label(),
+                error_kind,
+            })
+            .inc();
+        m.power_read_duration
+            .get_or_create(&BackendLabels {
+                backend: done.backend,
+            })
+            .observe(done.reading.latency.as_secs_f64());
+        tracing::debug!(
+            node = %done.node,
+            backend = done.backend,
+            state = %done.reading.state,
+            latency_ms = done.reading.latency.as_millis() as u64,
+            "power read"
+        );
+        let Some(t) = self.trackers.get_mut(&done.node) else {
+            return;
+        };
+        if t.uid != done.uid {
+            return;
+        }
+        t.read_in_flight = false;
+        if !t.takes_read(&done.uid, done.generation) {
+            // Sent to the source a reload replaced: no evidence about the node's machine now.
+            tracing::debug!(node = %done.node, "power read from before a reload remapped the node dropped");
+            return self.node_changed(&done.node);
+        }
+        let failure = match &done.reading.state {
+            PowerState::Error { kind, .. } => Some(*kind),
+            _ => None,
+        };
+        let failed = failure.is_some();
+        // One line when a source starts failing (or fails another way) and one when it answers
+        // again, not one per retry: the classified reason is what the operator acts on.
+        let failed_before = t.last_read.and_then(|(_, f)| f);
+        match (&done.reading.state, failed_before) {
+            (PowerState::Error { kind, detail }, before) if before != Some(*kind) => {
+                tracing::warn!(
+                    node = %done.node,
+                    backend = done.backend,
+                    error = %kind,
+                    "power source read failed: {detail} (logged again when it answers or fails otherwise)"
+                );
+            }
+            (PowerState::Error { .. }, _) => {}
+            (_, Some(_)) => {
+                tracing::info!(node = %done.node, backend = done.backend, "power source answers again");
+            }
+            (_, None) => {}
+        }
+        t.last_read = Some((done.reading.at, failure));
+        if !failed {
+            t.last_answer = Some(done.reading.at);
+        }
+        t.power_answered(
+            &done.reading.state,
+            done.reading.at,
+            done.ready_when_started,
+            Timestamp::now(),
+        );
+        m.power_source_answered(
+            &done.node,
+            done.backend,
+            (!failed).then(|| done.reading.at.as_millisecond() as f64 / 1000.0),
+        );
+        if failed && done.purpose == ReadPurpose::Health {
+            t.identity_due = Some(Instant::now() + FAILED_SOURCE_RETRY);
+        }
+        let node = self.nodes.get(&ObjectRef::new(&done.node));
+        if let Some(node) = &node {
+            let verdict = identity::verify(&self.node_identity(node), &done.reading.identity);
+            let reader = done.reading.reader.clone();
+            self.learn_identity(node, verdict, done.reading.at, &reader);
+        }
+        if done.purpose == ReadPurpose::Decision
+            && let Some(t) = self.trackers.get_mut(&done.node)
+        {
+            t.reads.push(done.reading);
+            if t.reads.len() > READS_KEPT {
+                t.reads.remove(0);
+            }
+        }
+        // Decide again at once rather than at the next tick.
+        if let Some(node) = node {
+            self.evaluate(&node, Timestamp::now());
+        }
+    }
+
+    /// A write ended: the budget gets back a fence that wrote nothing, a failed write waits
+    /// [`ACTION_RETRY`], and the next pass decides the node again.
+    pub(super) fn action_done(&mut self, done: ActionDone) {
+        // Before the tracker lookup: a deleted node has no tracker, its volumes still count.
+        self.volumes_after_action(&done);
+        let Some(t) = self.trackers.get_mut(&done.node) else {
+            return;
+        };
+        if t.uid != done.uid {
+            return;
+        }
+        t.action_in_flight = false;
+        t.quiet = None;
+        if matches!(done.step, Step::Fence(_)) && done.result.is_err() {
+            // Nothing was written: the budget gets its place back.
+            self.calm.forget_fence(&done.uid);
+        }
+        match done.result {
+            Ok(()) => {
+                t.last_action_error = None;
+                t.retry_after = None;
+            }
+            Err(e) if done.abandoned => {
+                // Nothing was written: decide again on the next pass, with fresh inputs.
+                t.last_action_error = Some(e);
+                t.acted_on = None;
+                t.retry_after = None;
+            }
+            Err(e) => {
+                t.last_action_error = Some(e);
+                t.acted_on = None;
+                t.retry_after = Some(Instant::now() + ACTION_RETRY);
+            }
+        }
+    }
+}

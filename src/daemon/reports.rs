@@ -1,0 +1,107 @@
+//! Reports: what `why` and `/nodes` show of a node, rendered when asked from what its last
+//! decision was made on, and decided afresh at that moment (the clock moved; a quiet node is
+//! not decided at every pass). And the status line systemd shows.
+
+use jiff::Timestamp;
+use kube::runtime::reflector::ObjectRef;
+
+use super::guards::failure_domain;
+use super::notify::notify_systemd;
+use super::state::Daemon;
+use crate::decision::{self, NodeState};
+use crate::report::{NodeReport, PowerSourceReport, ReportInputs};
+use crate::status::ReportRequest;
+
+impl Daemon {
+    /// Answers a request for reports (one node's, or every node's by name).
+    pub(super) fn answer_reports(&self, request: ReportRequest) {
+        let now = Timestamp::now();
+        let reports = match &request.node {
+            Some(name) => self.report(name, now).into_iter().collect(),
+            None => {
+                let mut names: Vec<&String> = self.trackers.keys().collect();
+                names.sort_unstable();
+                names
+                    .into_iter()
+                    .filter_map(|name| self.report(name, now))
+                    .collect()
+            }
+        };
+        // The asker may have given up waiting.
+        let _ = request.reply.send(reports);
+    }
+
+    /// The node's report as of `now`; None for a node not decided yet.
+    fn report(&self, name: &str, now: Timestamp) -> Option<NodeReport> {
+        let tracker = self.trackers.get(name)?;
+        let mut facts = tracker.facts.clone()?;
+        if let Some(node) = self.nodes.get(&ObjectRef::new(name)) {
+            let domain = failure_domain(&node, self.cfg.guards.failure_domain_label.as_deref());
+            facts.holds = self
+                .calm
+                .holds(domain.as_deref(), &tracker.uid, &self.cfg.guards, now);
+        }
+        let decision = decision::decide(&facts, &tracker.reads, &self.cfg.policy, now);
+        let source = tracker.source.as_ref().and_then(|(_, s)| s.as_ref());
+        Some(NodeReport::new(ReportInputs {
+            node: name,
+            datacenter: &self.cfg.datacenter,
+            now,
+            facts: &facts,
+            decision: &decision,
+            reads: &tracker.reads,
+            power_source: source.map(|s| PowerSourceReport {
+                backend: s.source.backend().to_string(),
+                address: s.source.address(),
+                last_answer: tracker.last_answer,
+                last_read: tracker.last_read.map(|(at, _)| at),
+                last_read_failed: tracker.last_read.is_some_and(|(_, e)| e.is_some()),
+                off_while_alive: facts.off_while_alive.clone(),
+            }),
+            dry_run: self.cfg.policy.dry_run,
+            read_in_flight: tracker.read_in_flight,
+            last_action_error: tracker.last_action_error.clone(),
+            lease_stale_after: self.cfg.policy.pre_attest_after.map(|r| {
+                r.of(facts
+                    .lease_duration
+                    .unwrap_or(decision::DEFAULT_LEASE_DURATION))
+            }),
+        }))
+    }
+
+    /// The status line `systemctl status` shows.
+    pub(super) fn report_status(&self) {
+        let count = |s: NodeState| {
+            self.trackers
+                .values()
+                .filter(|t| t.metric_state == Some(s))
+                .count()
+        };
+        let mut status = format!(
+            "watching {} nodes, {} fenced, {} blocked, {} confirming",
+            self.trackers.values().filter(|t| t.facts.is_some()).count(),
+            count(NodeState::Fenced),
+            count(NodeState::Blocked),
+            count(NodeState::Confirming)
+        );
+        if !self.shared.watches.all_ok() {
+            status.push_str("; Kubernetes API unreachable, retrying");
+        }
+        if let Some(l) = self.leadership.as_ref().and_then(|l| l.read().ok()) {
+            if l.may_write() {
+                status.push_str(&format!("; role leader (term {})", l.term));
+            } else if l.duplicate_identity {
+                status.push_str(&format!(
+                    "; role standby: ANOTHER PROCESS renews the Lease as {} (duplicate [ha] identity)",
+                    l.identity
+                ));
+            } else {
+                status.push_str(&format!(
+                    "; role standby (Lease held by {})",
+                    l.holder.as_deref().unwrap_or("nobody")
+                ));
+            }
+        }
+        notify_systemd(&[sd_notify::NotifyState::Status(&status)]);
+    }
+}
