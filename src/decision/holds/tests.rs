@@ -4,6 +4,7 @@
 use proptest::prelude::*;
 
 use super::*;
+use crate::decision::LeaseState;
 
 fn t(s: i64) -> Timestamp {
     Timestamp::from_second(1_800_000_000 + s).unwrap()
