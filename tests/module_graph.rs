@@ -118,7 +118,7 @@ fn paths_in(code: &str, heads: &BTreeSet<String>) -> Vec<Vec<String>> {
                 if bytes[j] == '{' {
                     let end = (j..bytes.len()).find(|&k| bytes[k] == '}').unwrap_or(j);
                     let group: String = bytes[j + 1..end].iter().collect();
-                    if segs.len() > 0 && is_head(&segs[0], heads) {
+                    if !segs.is_empty() && is_head(&segs[0], heads) {
                         for item in group.split(',') {
                             let first = item.trim().split("::").next().unwrap_or("").trim();
                             let first = first.split_whitespace().next().unwrap_or("");
