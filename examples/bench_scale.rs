@@ -18,6 +18,8 @@
 //!
 //! Prints one line per figure as `figure<TAB>value<TAB>unit`, for `bench/scale` to tabulate.
 
+#[path = "bench_scale/storm.rs"]
+mod storm;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
@@ -41,6 +43,8 @@ const RENEW_EVERY: Duration = Duration::from_secs(10);
 /// them.
 const NOT_READY_GRACE: Duration = Duration::from_secs(10);
 const CONFIRM_INTERVAL: Duration = Duration::from_secs(5);
+/// How long the daemon watching no node is measured.
+const EMPTY_IDLE: Duration = Duration::from_secs(10);
 
 /// Resident memory now and at its peak (KiB), and CPU seconds used so far, of process `pid`.
 fn usage(pid: u32) -> (u64, u64, f64) {
@@ -190,6 +194,25 @@ ca_file = "{ca}"
     let config_path = dir.path().join("bench.toml");
     std::fs::write(&config_path, config).unwrap();
     let bin = std::env::var("OOBFENCE_BIN").unwrap_or_else(|_| "target/release/oobfence".into());
+    // The same daemon watching no node: what the growth per node is measured above.
+    let empty = {
+        let empty_listen = format!("127.0.0.1:{}", free_port());
+        let empty_config = std::fs::read_to_string(&config_path)
+            .unwrap()
+            .replace(
+                &format!("node_selector = \"{}={group}\"", support::k8s::TEST_LABEL),
+                &format!(
+                    "node_selector = \"{}={group}-none\"",
+                    support::k8s::TEST_LABEL
+                ),
+            )
+            .replace(&listen, &empty_listen)
+            .replace("journal.jsonl", "empty-journal.jsonl")
+            .replace(&format!("{group}-guards"), &format!("{group}-none-guards"));
+        let path = dir.path().join("empty.toml");
+        std::fs::write(&path, empty_config).unwrap();
+        empty_daemon(&bin, &path, &empty_listen).await
+    };
     let mut daemon = tokio::process::Command::new(&bin)
         // As the systemd unit runs it.
         .env("MALLOC_ARENA_MAX", "2")
@@ -259,11 +282,29 @@ ca_file = "{ca}"
         "/s",
     );
     figure("idle RSS", rss / 1024, "MiB");
+    figure(
+        "idle RSS of the same daemon watching no node",
+        empty.0 / 1024,
+        "MiB",
+    );
+    figure(
+        "idle RSS per node watched, above that",
+        format!("{:.1}", (rss.saturating_sub(empty.0)) as f64 / nodes as f64),
+        "KiB",
+    );
     figure("idle RSS, highest while idle", rss_max / 1024, "MiB");
     figure("RSS peak since start", hwm / 1024, "MiB");
     figure(
         "idle CPU",
         format!("{:.2}", (cpu_after - cpu_before) / minutes),
+        "s/min",
+    );
+    figure(
+        "idle CPU per 1,000 nodes watched, above a daemon watching none",
+        format!(
+            "{:.3}",
+            ((cpu_after - cpu_before) / minutes - empty.1) * 1000.0 / nodes as f64
+        ),
         "s/min",
     );
     let idle_reads = farm.requests().await - reads_before;
@@ -280,7 +321,7 @@ ca_file = "{ca}"
         ));
     }
 
-    let storm = Storm {
+    let storm = storm::Storm {
         client: &client,
         group: &group,
         names: &names,
@@ -321,16 +362,28 @@ ca_file = "{ca}"
     }
 }
 
-/// The storm phase: what the daemon does when many machines lose power at once.
-struct Storm<'a> {
-    client: &'a kube::Client,
-    group: &'a str,
-    names: &'a [String],
-    storm_nodes: usize,
-    decoys: usize,
-    listen: &'a str,
-    pid: u32,
-    journal: std::path::PathBuf,
+/// Resident memory (KiB) and CPU (s/min) of the daemon watching no node, after its start,
+/// over [`EMPTY_IDLE`].
+async fn empty_daemon(bin: &str, config: &std::path::Path, listen: &str) -> (u64, f64) {
+    let mut daemon = tokio::process::Command::new(bin)
+        .env("MALLOC_ARENA_MAX", "2")
+        .args(["run", "--config"])
+        .arg(config)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start oobfence");
+    let pid = daemon.id().unwrap();
+    support::k8s::wait_ready(listen, Duration::from_secs(60)).await;
+    let (_, _, cpu_before) = usage(pid);
+    tokio::time::sleep(EMPTY_IDLE).await;
+    let (rss, _, cpu_after) = usage(pid);
+    let _ = daemon.kill().await;
+    (
+        rss,
+        (cpu_after - cpu_before) / (EMPTY_IDLE.as_secs_f64() / 60.0),
+    )
 }
 
 /// The sum of every series of a metric family in a /metrics text.
@@ -356,210 +409,4 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     }
     let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
     sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
-impl Storm<'_> {
-    /// Runs the storm; returns what went wrong (a decoy tainted, a storm node never tainted).
-    async fn run(&self, farm: &mut RedfishFarm, silenced: &AtomicUsize) -> Vec<String> {
-        let (storm, decoys) = (self.storm_nodes, self.decoys);
-        let down = storm + decoys;
-        note(&format!(
-            "storm: {storm} machines lose power, {decoys} more nodes go NotReady with their machines On"
-        ));
-        // Taints as the API server shows them, from a watch of our own.
-        let tainted: Arc<std::sync::Mutex<std::collections::HashMap<String, Instant>>> =
-            Arc::default();
-        let watch = {
-            let tainted = tainted.clone();
-            let api: Api<k8s_openapi::api::core::v1::Node> = Api::all(self.client.clone());
-            let cfg = kube::runtime::watcher::Config::default().labels(&format!(
-                "{}={}",
-                support::k8s::TEST_LABEL,
-                self.group
-            ));
-            tokio::spawn(async move {
-                let stream = kube::runtime::watcher(api, cfg);
-                futures::pin_mut!(stream);
-                while let Some(ev) = stream.next().await {
-                    if let Ok(
-                        kube::runtime::watcher::Event::Apply(n)
-                        | kube::runtime::watcher::Event::InitApply(n),
-                    ) = ev
-                        && FakeNode::has_oos_taint(&n)
-                    {
-                        tainted
-                            .lock()
-                            .unwrap()
-                            .entry(kube::ResourceExt::name_any(&n))
-                            .or_insert_with(Instant::now);
-                    }
-                }
-            })
-        };
-        let before = support::k8s::scrape(self.listen).await;
-        let requests_before = metric_sum(&before, "oobfence_kubernetes_requests_total");
-        let reads_before = farm.requests().await;
-
-        // The power cut: machines Off, kubelets silent, then the status the controller-manager
-        // would post (NotReady), as fast as the API server takes it.
-        farm.power(true, 0, storm);
-        silenced.store(down, Ordering::Relaxed);
-        let cut = Instant::now();
-        let not_ready: Arc<std::sync::Mutex<std::collections::HashMap<String, Instant>>> =
-            Arc::default();
-        futures::stream::iter(self.names[..down].iter().enumerate())
-            .for_each_concurrent(API_CONCURRENCY, |(i, name)| {
-                let not_ready = not_ready.clone();
-                let node = FakeNode {
-                    client: self.client.clone(),
-                    name: name.clone(),
-                    identity: KubeletIdentity::uuid(&uuid_of(i)),
-                };
-                async move {
-                    // The Ready condition's lastTransitionTime has whole seconds: the daemon's
-                    // grace runs from `since` cut to its second, and so does eligibility here.
-                    let (since, at) = (jiff::Timestamp::now(), Instant::now());
-                    let fraction = Duration::from_nanos(since.subsec_nanosecond().max(0) as u64);
-                    node.set_status("False", since, "boot-1").await;
-                    not_ready.lock().unwrap().insert(node.name, at - fraction);
-                }
-            })
-            .await;
-        let marked = cut.elapsed();
-        let not_ready = not_ready.lock().unwrap().clone();
-        // Eligible: NotReady (by its lastTransitionTime), the grace elapsed, then the second
-        // read a confirmation interval after the first; the last marked is the last eligible.
-        let eligible_at = |name: &str| not_ready[name] + NOT_READY_GRACE + CONFIRM_INTERVAL;
-        let eligible =
-            not_ready.values().max().copied().unwrap_or(cut) + NOT_READY_GRACE + CONFIRM_INTERVAL;
-
-        let deadline = eligible + Duration::from_secs(120);
-        let (mut in_flight_max, mut rss_max) = (0.0f64, 0u64);
-        loop {
-            let done = {
-                let t = tainted.lock().unwrap();
-                (0..storm).all(|i| t.contains_key(&self.names[i]))
-            };
-            if done || Instant::now() >= deadline {
-                break;
-            }
-            let m = support::k8s::scrape(self.listen).await;
-            in_flight_max = in_flight_max.max(metric_sum(&m, "oobfence_power_reads_in_flight"));
-            rss_max = rss_max.max(usage(self.pid).0);
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-        // A decoy wrongly fenced would be by now: the storm nodes' reads and writes are done.
-        tokio::time::sleep(Duration::from_secs(5)).await;
-        let after = support::k8s::scrape(self.listen).await;
-        let requests: f64 =
-            metric_sum(&after, "oobfence_kubernetes_requests_total") - requests_before;
-        let reads = farm.requests().await - reads_before;
-        watch.abort();
-
-        let tainted = tainted.lock().unwrap().clone();
-        let storm_tainted: Vec<Instant> = (0..storm)
-            .filter_map(|i| tainted.get(&self.names[i]).copied())
-            .collect();
-        // Each node's taint after its own eligibility.
-        let mut after_eligible: Vec<f64> = (0..storm)
-            .filter_map(|i| {
-                let name = &self.names[i];
-                let t = *tainted.get(name)?;
-                Some(signed_secs(t, eligible_at(name)))
-            })
-            .collect();
-        after_eligible.sort_by(f64::total_cmp);
-        let false_fences = (storm..down)
-            .filter(|&i| tainted.contains_key(&self.names[i]))
-            .count();
-        let last = storm_tainted.iter().max().copied();
-        let secs = |d: Duration| format!("{:.1}", d.as_secs_f64());
-        figure("storm: machines Off at once", storm, "");
-        figure("storm: decoys NotReady but On", decoys, "");
-        figure(
-            "storm: guards",
-            format!("max_unhealthy 50%, fence_budget {down}/1h, max_concurrent_reads 16"),
-            "",
-        );
-        figure(
-            "storm: policy",
-            format!(
-                "not_ready_grace {}s, 2 Off reads {}s apart, pre_attest off",
-                NOT_READY_GRACE.as_secs(),
-                CONFIRM_INTERVAL.as_secs()
-            ),
-            "",
-        );
-        figure("storm: nodes marked NotReady in", secs(marked), "s");
-        figure("storm: nodes tainted", storm_tainted.len(), "");
-        figure(
-            "storm: last taint after the last node became eligible",
-            last.map_or("never".into(), |l| {
-                format!("{:+.1}", signed_secs(l, eligible))
-            }),
-            "s",
-        );
-        figure(
-            "storm: each node's taint after its eligibility, p50 / p99",
-            format!(
-                "{:+.1} / {:+.1}",
-                percentile(&after_eligible, 50.0),
-                percentile(&after_eligible, 99.0)
-            ),
-            "s",
-        );
-        figure("storm: false fences (decoys tainted)", false_fences, "");
-        figure("storm: Kubernetes API requests by oobfence", requests, "");
-        figure("storm: power reads", reads, "");
-        figure(
-            "storm: power reads in flight, highest seen",
-            in_flight_max,
-            "",
-        );
-        figure("storm: RSS, highest seen", rss_max / 1024, "MiB");
-
-        // Decision latency, from the journal: the confirming read's answer → the taint written.
-        let mut latency: Vec<f64> = std::fs::read_to_string(&self.journal)
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| serde_json::from_str::<oobfence::journal::Record>(l).ok())
-            .filter(|r| r.action == "taint" && r.result == "success")
-            .filter_map(|r| {
-                let read = r.inputs.reads.last()?;
-                let answered = read.at.as_millisecond() as f64 / 1000.0 + read.latency_seconds;
-                Some(r.ts.as_millisecond() as f64 / 1000.0 - answered)
-            })
-            .collect();
-        latency.sort_by(f64::total_cmp);
-        figure(
-            "storm: decision latency (confirming answer → taint written), p50",
-            format!("{:.0}", percentile(&latency, 50.0) * 1000.0),
-            "ms",
-        );
-        figure(
-            "storm: decision latency, p99",
-            format!("{:.0}", percentile(&latency, 99.0) * 1000.0),
-            "ms",
-        );
-        figure(
-            "storm: decision latency, max",
-            format!(
-                "{:.0}",
-                latency.last().copied().unwrap_or(f64::NAN) * 1000.0
-            ),
-            "ms",
-        );
-
-        let mut broken = Vec::new();
-        if false_fences > 0 {
-            broken.push(format!("{false_fences} decoys (machines On) were tainted"));
-        }
-        if storm_tainted.len() < storm {
-            broken.push(format!(
-                "{} of {storm} storm nodes were never tainted",
-                storm - storm_tainted.len()
-            ));
-        }
-        broken
-    }
 }
