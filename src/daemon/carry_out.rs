@@ -20,7 +20,7 @@ use crate::metrics::WouldActLabels;
 use crate::power::MappedSource;
 
 impl Daemon {
-    /// Carries out `decision`, made on `facts` (kept afterwards for the reports).
+    /// Carries out `decision`, made on `facts`.
     pub(super) fn carry_out(
         &mut self,
         node: &Arc<Node>,
@@ -35,7 +35,7 @@ impl Daemon {
         // Refusals (one Event and one journal record per episode), dry runs, fence metrics.
         self.observe_node(node, &facts, decision, source.as_ref(), changed, now);
         self.start_write(node, &name, &facts, source.as_ref(), decision, now);
-        self.settle(node, &name, facts, decision, now);
+        self.settle(node, &name, &facts, decision, now);
     }
 
     /// Sends the power read the decision wants now, or a healthy node's identity read when
@@ -170,12 +170,12 @@ impl Daemon {
     }
 
     /// What the loop remembers of the decision: when to wake for it, what it was made on (so
-    /// that passes skip the node until something changes), the state metric, the facts.
+    /// that passes skip the node until something changes), the state metric.
     fn settle(
         &mut self,
         node: &Arc<Node>,
         name: &str,
-        facts: NodeFacts,
+        facts: &NodeFacts,
         decision: &Decision,
         now: Timestamp,
     ) {
@@ -209,8 +209,6 @@ impl Daemon {
             tracker.metric_state = Some(decision.state);
             self.shared.metrics.set_node_state(name, decision.state);
         }
-        // Kept for the reports rendered on request (`why`, `/nodes`), not rendered here.
-        tracker.facts = Some(facts);
     }
 }
 

@@ -1,11 +1,11 @@
-//! Reports: what `why` and `/nodes` show of a node, rendered when asked from what its last
-//! decision was made on, and decided afresh at that moment (the clock moved; a quiet node is
-//! not decided at every pass). And the status line systemd shows.
+//! Reports: what `why` and `/nodes` show of a node, rendered when asked: its facts gathered and
+//! the core asked at that moment, as a pass would (a quiet node is not decided at every pass,
+//! and the clock moved since), with nothing carried out. And the status line systemd shows.
 
 use jiff::Timestamp;
 use kube::runtime::reflector::ObjectRef;
 
-use super::guards::failure_domain;
+use super::facts::Gathered;
 use super::notify::notify_systemd;
 use super::state::Daemon;
 use crate::decision::{self, NodeState};
@@ -14,15 +14,15 @@ use crate::status::ReportRequest;
 
 impl Daemon {
     /// Answers a request for reports (one node's, or every node's by name).
-    pub(super) fn answer_reports(&self, request: ReportRequest) {
+    pub(super) fn answer_reports(&mut self, request: ReportRequest) {
         let now = Timestamp::now();
         let reports = match &request.node {
             Some(name) => self.report(name, now).into_iter().collect(),
             None => {
-                let mut names: Vec<&String> = self.trackers.keys().collect();
+                let mut names: Vec<String> = self.trackers.keys().cloned().collect();
                 names.sort_unstable();
                 names
-                    .into_iter()
+                    .iter()
                     .filter_map(|name| self.report(name, now))
                     .collect()
             }
@@ -31,18 +31,15 @@ impl Daemon {
         let _ = request.reply.send(reports);
     }
 
-    /// The node's report as of `now`; None for a node not decided yet.
-    fn report(&self, name: &str, now: Timestamp) -> Option<NodeReport> {
-        let tracker = self.trackers.get(name)?;
-        let mut facts = tracker.facts.clone()?;
-        if let Some(node) = self.nodes.get(&ObjectRef::new(name)) {
-            let domain = failure_domain(&node, self.cfg.guards.failure_domain_label.as_deref());
-            facts.holds = self
-                .calm
-                .holds(domain.as_deref(), &tracker.uid, &self.cfg.guards, now);
+    /// The node's report as of `now`; None for a node no pass has decided yet, or gone.
+    fn report(&mut self, name: &str, now: Timestamp) -> Option<NodeReport> {
+        if self.trackers.get(name)?.metric_state.is_none() {
+            return None;
         }
+        let node = self.nodes.get(&ObjectRef::new(name))?;
+        let Gathered { facts, source } = self.gather_facts(&node, now);
+        let tracker = self.trackers.get(name)?;
         let decision = decision::decide(&facts, &tracker.reads, &self.cfg.policy, now);
-        let source = tracker.source.as_ref().and_then(|(_, s)| s.as_ref());
         Some(NodeReport::new(ReportInputs {
             node: name,
             datacenter: &self.cfg.datacenter,
@@ -50,7 +47,7 @@ impl Daemon {
             facts: &facts,
             decision: &decision,
             reads: &tracker.reads,
-            power_source: source.map(|s| PowerSourceReport {
+            power_source: source.as_ref().map(|s| PowerSourceReport {
                 backend: s.source.backend().to_string(),
                 address: s.source.address(),
                 last_answer: tracker.last_answer,
@@ -79,7 +76,10 @@ impl Daemon {
         };
         let mut status = format!(
             "watching {} nodes, {} fenced, {} blocked, {} confirming",
-            self.trackers.values().filter(|t| t.facts.is_some()).count(),
+            self.trackers
+                .values()
+                .filter(|t| t.metric_state.is_some())
+                .count(),
             count(NodeState::Fenced),
             count(NodeState::Blocked),
             count(NodeState::Confirming)

@@ -55,8 +55,6 @@ pub(super) struct Tracker {
     /// What the node was last decided on: until that changes, a due time comes or
     /// [`QUIET_REFRESH`] passes, deciding it again would say the same (see `pass::is_quiet`).
     pub(super) quiet: Option<Quiet>,
-    /// The facts of the last decision, for the reports `why` and `/nodes` render on request.
-    pub(super) facts: Option<decision::NodeFacts>,
     /// The Lease's `leaseDurationSeconds`, as last seen.
     pub(super) lease_duration: Option<std::time::Duration>,
     /// When the last decision asked to be decided again (a grace ending, a read due): the
