@@ -33,9 +33,8 @@ impl Daemon {
 
     /// The node's report as of `now`; None for a node no pass has decided yet, or gone.
     fn report(&mut self, name: &str, now: Timestamp) -> Option<NodeReport> {
-        if self.trackers.get(name)?.metric_state.is_none() {
-            return None;
-        }
+        // Decided once: a pass has seen it (and counted the guards with it).
+        self.trackers.get(name)?.metric_state?;
         let node = self.nodes.get(&ObjectRef::new(name))?;
         let Gathered { facts, source } = self.gather_facts(&node, now);
         let tracker = self.trackers.get(name)?;
