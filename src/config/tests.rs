@@ -1,6 +1,8 @@
 use std::path::{Path, PathBuf};
 
 use super::*;
+use crate::decision::FenceAction;
+use crate::decision::holds::Limit;
 
 fn write_pw(dir: &Path) -> PathBuf {
     let p = dir.join("pw");
