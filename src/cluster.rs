@@ -96,7 +96,7 @@ pub enum ClusterError {
     #[error("{0}")]
     Precondition(String),
     /// Something the decision was based on moved between the decision and the write (see
-    /// [`decision::recheck`]): nothing was written, and the node is decided again.
+    /// [`crate::decision::recheck`]): nothing was written, and the node is decided again.
     #[error("write abandoned: {0}")]
     Abandoned(String),
 }

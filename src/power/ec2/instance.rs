@@ -16,7 +16,7 @@ pub struct InstanceRead {
     /// Its private addresses ([`instance_identity`]); Unreported when it is absent from the
     /// answer.
     pub identity: MachineIdentity,
-    /// Who answered ([`Ec2Reader::reader_id`] with the key the call was signed with).
+    /// Who answered ([`super::Ec2Reader::reader_id`] with the key the call was signed with).
     pub reader: String,
 }
 
