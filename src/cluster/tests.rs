@@ -1,5 +1,8 @@
+use super::events::truncate;
 use super::*;
-use k8s_openapi::api::core::v1::{NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo};
+use crate::decision::Readiness;
+use k8s_openapi::api::core::v1::{NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo, Taint};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
 const ME: &str = "oobfence/dc1@mgmt1";
 

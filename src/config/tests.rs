@@ -4,6 +4,8 @@
 use std::path::{Path, PathBuf};
 
 use super::*;
+use crate::decision::FenceAction;
+use crate::decision::holds::Limit;
 
 mod bmc_entries;
 mod ha;

@@ -1,4 +1,5 @@
 use super::*;
+use crate::decision::Rule;
 
 fn counts() -> Family<JournalLabels, Counter> {
     Family::default()

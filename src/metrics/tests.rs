@@ -1,4 +1,7 @@
+use std::time::Duration;
+
 use super::*;
+use crate::decision::{NodeState, Rule};
 
 /// Metric family names and their HELP text from an OpenMetrics exposition.
 fn families(text: &str) -> BTreeMap<String, String> {

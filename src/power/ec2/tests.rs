@@ -1,3 +1,5 @@
+use aws_sdk_ec2::types::{Instance, InstanceLifecycleType, InstanceStateName};
+
 use super::*;
 
 #[test]

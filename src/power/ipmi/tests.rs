@@ -1,7 +1,10 @@
 use std::path::Path;
 
+use super::commands::{ChassisStatus, GuidReply};
+use super::read::{Answer, guid_identity, scrub, succeeded};
 use super::*;
 use crate::config::Config;
+use crate::identity::{MachineIdentity, uuid_forms_of_ipmi_guid};
 
 fn entry(dir: &Path, address: &str) -> BmcEntry {
     let pw = dir.join("pw");

@@ -1,5 +1,6 @@
 use std::path::Path;
 
+use super::errors::truncate;
 use super::*;
 use crate::config::Config;
 

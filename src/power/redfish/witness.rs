@@ -112,7 +112,7 @@ async fn get_typed(source: &RedfishSource, path: &str, kind: &str) -> Result<Val
     let doc: Value =
         serde_json::from_slice(&body).map_err(|e| format!("{} is not JSON: {e}", quote(path)))?;
     let id = doc.get("@odata.id").and_then(Value::as_str).unwrap_or("");
-    if !super::names_path(id, path) {
+    if !super::reply::names_path(id, path) {
         return Err(format!(
             "the answer for {} names itself {} (its @odata.id)",
             quote(path),

@@ -1,3 +1,4 @@
+use super::wire::{checksum, status_trouble};
 use super::*;
 
 #[test]

@@ -1,0 +1,221 @@
+//! `check-config` (the file, what it names, and with `--probe` a read of every mapped node's
+//! power source) and `probe` (one node's power source, read now).
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Node;
+use kube::ResourceExt;
+use kube::api::{Api, ListParams};
+
+use super::{fail, load};
+use crate::daemon;
+use crate::power::{MappedSource, PowerSources};
+use crate::report::short_state;
+
+pub(super) async fn check_config(path: &Path, probe: bool) -> Result<ExitCode, ExitCode> {
+    use crate::config::checks::{self, Severity};
+    let cfg = load(path)?;
+    let mut findings = checks::kubeconfig(&cfg.kubernetes, jiff::Timestamp::now());
+    findings.extend(checks::warnings(&cfg));
+    let errors = findings
+        .iter()
+        .filter(|f| f.severity == Severity::Error)
+        .count();
+    for f in &findings {
+        match f.severity {
+            Severity::Note => println!("{}: {f}", path.display()),
+            _ => eprintln!("{}: {f}", path.display()),
+        }
+    }
+    if errors > 0 {
+        eprintln!(
+            "{}: {errors} error(s): `oobfence run` would not work with this config",
+            path.display()
+        );
+        return Err(ExitCode::from(2));
+    }
+    println!(
+        "{}: OK (datacenter {}, {} [[bmc]] entries, action {}{})",
+        path.display(),
+        cfg.datacenter,
+        cfg.bmc.len(),
+        cfg.policy.action,
+        if cfg.policy.dry_run { ", dry run" } else { "" }
+    );
+    if !probe {
+        return Ok(ExitCode::SUCCESS);
+    }
+    let client = daemon::client_for(&cfg).await.map_err(fail)?;
+    let nodes = Api::<Node>::all(client)
+        .list(&match &cfg.kubernetes.node_selector {
+            Some(sel) => ListParams::default().labels(sel),
+            None => ListParams::default(),
+        })
+        .await
+        .map_err(|e| fail(format!("cannot list nodes: {e}")))?;
+    let cfg = Arc::new(cfg);
+    let sources = Arc::new(PowerSources::new(cfg.clone(), Default::default()).await);
+    let conflicts = daemon::mapping_conflicts(
+        &cfg,
+        nodes.items.iter().map(|n| {
+            (
+                n.metadata.name.as_deref().unwrap_or(""),
+                crate::cluster::provider_id(n),
+            )
+        }),
+    );
+    let conflicts = &conflicts;
+    let shared_uuids = crate::identity::shared_system_uuids(nodes.items.iter().map(|n| {
+        (
+            n.metadata.name.as_deref().unwrap_or(""),
+            n.status
+                .as_ref()
+                .and_then(|s| s.node_info.as_ref())
+                .map_or("", |i| i.system_uuid.as_str()),
+        )
+    }));
+    let shared_uuids = &shared_uuids;
+    let rows: Vec<Row> = futures::stream::iter(nodes.items.into_iter().map(|n| {
+        let sources = sources.clone();
+        let cfg = cfg.clone();
+        async move {
+            let name = n.name_any();
+            let provider_id = n.spec.as_ref().and_then(|s| s.provider_id.as_deref());
+            match sources.for_node(&name, provider_id) {
+                None => Row {
+                    node: name,
+                    backend: "-".into(),
+                    address: "-".into(),
+                    state: "not mapped".into(),
+                    identity: "-".into(),
+                    ok: true,
+                },
+                Some(MappedSource { source, deadline }) => {
+                    let r = daemon::read_once(&source, deadline).await;
+                    let mut node_identity = crate::cluster::node_identity(&n);
+                    node_identity.uuid_shared_with =
+                        shared_uuids.get(&name).cloned().unwrap_or_default();
+                    let verdict = crate::identity::verify(&node_identity, &r.identity);
+                    let checked = cfg.mapping_for(&name).map(|m| m.identity())
+                        != Some(crate::identity::IdentityCheck::Unchecked);
+                    let conflict = conflicts.get(&name);
+                    let identity_ok = conflict.is_none()
+                        && match &verdict {
+                            crate::identity::Verdict::Match(_) => true,
+                            crate::identity::Verdict::Mismatch(_) => false,
+                            // A gone instance reports no identity: that is for the daemon's
+                            // binding to judge, not a broken mapping.
+                            crate::identity::Verdict::Unverifiable(_) => {
+                                !checked || r.state.is_gone()
+                            }
+                        };
+                    let identity = match conflict {
+                        Some(c) => format!("UNTRUSTED {c}"),
+                        None if !checked => format!("{verdict} (identity unchecked)"),
+                        None => verdict.to_string(),
+                    };
+                    // How the read logged in, where the backend says (IPMI: suite and role).
+                    let backend = match r.details.iter().find(|d| d.name == "session") {
+                        Some(d) => format!("{} ({})", source.backend(), d.value),
+                        None => source.backend().to_string(),
+                    };
+                    Row {
+                        node: name,
+                        backend,
+                        address: source.address(),
+                        state: format!(
+                            "{} ({:.3}s)",
+                            short_state(&r.state),
+                            r.latency.as_secs_f64()
+                        ),
+                        identity,
+                        ok: !matches!(r.state, crate::power::PowerState::Error { .. })
+                            && identity_ok,
+                    }
+                }
+            }
+        }
+    }))
+    .buffered(cfg.max_concurrent_reads)
+    .collect()
+    .await;
+    let w = |f: fn(&Row) -> usize, min: usize| rows.iter().map(f).max().unwrap_or(0).max(min);
+    let (w0, w1, w2, w3) = (
+        w(|r| r.node.len(), 4),
+        w(|r| r.backend.len(), 7),
+        w(|r| r.address.len(), 7),
+        w(|r| r.state.len(), 5),
+    );
+    println!(
+        "{:w0$}  {:w1$}  {:w2$}  {:w3$}  IDENTITY",
+        "NODE", "BACKEND", "ADDRESS", "STATE"
+    );
+    for r in &rows {
+        println!(
+            "{:w0$}  {:w1$}  {:w2$}  {:w3$}  {}",
+            r.node, r.backend, r.address, r.state, r.identity
+        );
+    }
+    let failed = rows.iter().filter(|r| !r.ok).count();
+    if failed > 0 {
+        eprintln!(
+            "oobfence: {failed} of {} nodes could not be read or not tied to their machine (see STATE and IDENTITY)",
+            rows.len()
+        );
+        return Ok(ExitCode::from(1));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One line of `check-config --probe`.
+struct Row {
+    node: String,
+    backend: String,
+    address: String,
+    state: String,
+    identity: String,
+    ok: bool,
+}
+
+pub(super) async fn probe(path: &Path, node: &str) -> Result<ExitCode, ExitCode> {
+    let cfg = Arc::new(load(path)?);
+    let sources = PowerSources::new(cfg.clone(), Default::default()).await;
+    // Only an EC2-mapped node needs the cluster (its providerID); a BMC is in the config.
+    let provider_id = if sources.needs_node_data(node) {
+        let client = daemon::client_for(&cfg).await.map_err(fail)?;
+        let n = Api::<Node>::all(client)
+            .get(node)
+            .await
+            .map_err(|e| fail(format!("cannot read node {node} for its providerID: {e}")))?;
+        n.spec.and_then(|s| s.provider_id)
+    } else {
+        None
+    };
+    let Some(MappedSource { source, deadline }) = sources.for_node(node, provider_id.as_deref())
+    else {
+        return Err(fail(format!(
+            "no [[bmc]] entry or [aws] nodes pattern in {} matches node {node:?}",
+            path.display()
+        )));
+    };
+    let r = daemon::read_once(&source, deadline).await;
+    let mut out = format!(
+        "{node}: {} ({} {}, {:.3}s)",
+        r.state,
+        source.backend(),
+        source.address(),
+        r.latency.as_secs_f64()
+    );
+    out.push_str(&format!("\n  identity: {}", r.identity));
+    for d in &r.details {
+        out.push_str(&format!("\n  {d}"));
+    }
+    if let crate::power::PowerState::Error { .. } = r.state {
+        return Err(fail(out));
+    }
+    println!("{out}");
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,315 @@
+//! The commands an operator runs beside a running daemon: `why` and `nodes` ask it (and fall
+//! back on the journal), `pause` and `resume` set the pause file or, with `[ha]`, the group's
+//! pause ConfigMap.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use super::{fail, say_error};
+use crate::config::Config;
+use crate::report::NodeReport;
+
+/// Where to reach the daemon: its listen address, with a wildcard turned into loopback.
+fn daemon_url(cfg: &Config) -> String {
+    let mut addr = cfg.server.listen;
+    if addr.ip().is_unspecified() {
+        addr.set_ip(if addr.is_ipv4() {
+            std::net::Ipv4Addr::LOCALHOST.into()
+        } else {
+            std::net::Ipv6Addr::LOCALHOST.into()
+        });
+    }
+    format!("http://{addr}")
+}
+
+/// `pause` (with a reason) and `resume` (without): the pause file; with `[ha]`, the group's
+/// annotation on the pause ConfigMap.
+pub(super) async fn pause(path: &Path, reason: Option<&str>) -> Result<ExitCode, ExitCode> {
+    let cfg = Config::load_without_secrets(path).map_err(|e| {
+        say_error(e);
+        ExitCode::from(2)
+    })?;
+    if cfg.ha.is_some() {
+        return pause_group(&cfg, path, reason).await;
+    }
+    let Some(file) = &cfg.pause.file else {
+        say_error(format!(
+            "{}: [pause] file = \"\": this datacenter has no pause file; use the ConfigMap instead: kubectl annotate configmap ... {}=\"reason\"",
+            path.display(),
+            crate::pause::ANNOTATION_PAUSED
+        ));
+        return Err(ExitCode::from(2));
+    };
+    let by = operator();
+    match reason {
+        Some(reason) => match crate::pause::write_file(file, reason, &by) {
+            Ok(()) => {
+                println!(
+                    "paused: {} exists; the daemon of datacenter {} writes nothing within a second. Resume with: oobfence resume --config {}",
+                    file.display(),
+                    cfg.datacenter,
+                    path.display()
+                );
+                Ok(ExitCode::SUCCESS)
+            }
+            Err(e) => {
+                say_error(format!(
+                    "cannot write the pause file {}: {e}",
+                    file.display()
+                ));
+                Err(ExitCode::from(1))
+            }
+        },
+        None => match crate::pause::remove_file(file) {
+            Ok(removed) => {
+                println!(
+                    "{}: writes resume within a second unless the pause ConfigMap ({}) still says paused",
+                    if removed {
+                        format!("removed {}", file.display())
+                    } else {
+                        format!("{} did not exist", file.display())
+                    },
+                    cfg.pause
+                        .configmap
+                        .as_ref()
+                        .map(ToString::to_string)
+                        .unwrap_or_else(|| "none configured".into())
+                );
+                Ok(ExitCode::SUCCESS)
+            }
+            Err(e) => {
+                say_error(format!(
+                    "cannot remove the pause file {}: {e}",
+                    file.display()
+                ));
+                Err(ExitCode::from(1))
+            }
+        },
+    }
+}
+
+fn operator() -> String {
+    std::env::var("SUDO_USER")
+        .or_else(|_| std::env::var("USER"))
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+/// `pause` / `resume` under `[ha]`: every instance of the datacenter reads the pause
+/// ConfigMap, so the pause holds whichever instance leads, before and after a failover.
+async fn pause_group(
+    cfg: &Config,
+    path: &Path,
+    reason: Option<&str>,
+) -> Result<ExitCode, ExitCode> {
+    let Some(cm) = &cfg.pause.configmap else {
+        say_error(format!(
+            "{}: [pause] configmap = \"\" with [ha]: this datacenter has no switch every instance reads; set [pause] configmap (default {})",
+            path.display(),
+            crate::config::DEFAULT_PAUSE_CONFIGMAP
+        ));
+        return Err(ExitCode::from(2));
+    };
+    let client = crate::cluster::connect(&cfg.kubernetes)
+        .await
+        .map_err(|e| {
+            say_error(e);
+            ExitCode::from(2)
+        })?;
+    let key = crate::pause::datacenter_annotation(&cfg.datacenter);
+    match crate::pause::set_group_pause(&client, cm, &cfg.datacenter, reason, &operator()).await {
+        Ok(()) if reason.is_some() => {
+            println!(
+                "paused: ConfigMap {cm} carries {key}; every instance of datacenter {}, whichever leads, writes nothing from now on (each reads it again right before a write). Resume with: oobfence resume --config {}",
+                cfg.datacenter,
+                path.display()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Ok(()) => {
+            println!(
+                "removed {key} from ConfigMap {cm}: writes resume within 5 seconds unless it still carries {}",
+                crate::pause::ANNOTATION_PAUSED
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            say_error(e);
+            Err(ExitCode::from(1))
+        }
+    }
+}
+
+pub(super) async fn why(path: &Path, node: &str, json: bool) -> Result<ExitCode, ExitCode> {
+    // `why` needs the daemon's address and journal, never a password.
+    let cfg = Config::load_without_secrets(path).map_err(|e| {
+        eprintln!("oobfence: {e}");
+        ExitCode::from(2)
+    })?;
+    let live = ask_daemon(&cfg, path, node, json).await;
+    if !json {
+        print_journal(&cfg, node, live.is_ok());
+    }
+    live
+}
+
+/// The node's last decision journal records, read from the file named in the config: there
+/// even when the daemon is down.
+fn print_journal(cfg: &Config, node: &str, daemon_answered: bool) {
+    const SHOWN: usize = 5;
+    let path = &cfg.journal.path;
+    if !daemon_answered {
+        println!(
+            "node {node} (datacenter {}): no live report from the daemon; its decision journal says:",
+            cfg.datacenter
+        );
+    }
+    match crate::journal::tail(path, node, SHOWN) {
+        Ok(t) if t.records.is_empty() => {
+            println!(
+                "  journal:      no record about this node in {}",
+                path.display()
+            );
+        }
+        Ok(t) => {
+            println!("  journal ({}, newest last):", path.display());
+            print!("{}", crate::journal::render(&t.records));
+            if t.unreadable > 0 {
+                println!("    ({} unreadable line(s) skipped)", t.unreadable);
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            println!(
+                "  journal:      {} does not exist yet: nothing acted on or refused so far",
+                path.display()
+            );
+        }
+        Err(e) => {
+            println!("  journal:      cannot read {}: {e}", path.display());
+        }
+    }
+}
+
+/// Prints what the running daemon thinks of the node.
+pub(super) async fn nodes(
+    path: &Path,
+    state: Option<&str>,
+    json: bool,
+) -> Result<ExitCode, ExitCode> {
+    const STATES: [&str; 6] = [
+        "healthy",
+        "suspect",
+        "confirming",
+        "blocked",
+        "fenced",
+        "recovering",
+    ];
+    if let Some(s) = state
+        && !STATES.contains(&s)
+    {
+        eprintln!(
+            "oobfence: --state {s:?}: not a state ({})",
+            STATES.join(", ")
+        );
+        return Err(ExitCode::from(2));
+    }
+    let cfg = Config::load_without_secrets(path).map_err(|e| {
+        eprintln!("oobfence: {e}");
+        ExitCode::from(2)
+    })?;
+    let base = daemon_url(&cfg);
+    let (status, body) = daemon_get(&cfg, path, "/nodes").await?;
+    if !status.is_success() {
+        return Err(fail(format!("daemon at {base} answered {status}: {body}")));
+    }
+    let mut reports: Vec<NodeReport> = serde_json::from_str(&body).map_err(|e| {
+        fail(format!(
+            "daemon at {base} sent reports this version cannot read: {e}"
+        ))
+    })?;
+    if let Some(s) = state {
+        reports.retain(|r| r.state == s);
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&reports).map_err(fail)?);
+    } else {
+        print!(
+            "{}",
+            crate::report::render_table(&reports, jiff::Timestamp::now())
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// GET `path` from the running daemon of `cfg` (read from `config_path`): its status and
+/// body, or the one line that says no daemon answers.
+async fn daemon_get(
+    cfg: &Config,
+    config_path: &Path,
+    path: &str,
+) -> Result<(reqwest::StatusCode, String), ExitCode> {
+    let base = daemon_url(cfg);
+    let client = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(10))
+        .no_proxy()
+        .build()
+        .map_err(fail)?;
+    let resp = client
+        .get(format!("{base}{path}"))
+        .send()
+        .await
+        .map_err(|e| {
+            fail(format!(
+                "no oobfence daemon answers at {base} (server.listen in {}): {}. Is it running? \
+                 (systemctl status oobfence@{})",
+                config_path.display(),
+                root_cause(&e),
+                cfg.datacenter
+            ))
+        })?;
+    let status = resp.status();
+    let body = resp.text().await.map_err(fail)?;
+    Ok((status, body))
+}
+
+async fn ask_daemon(
+    cfg: &Config,
+    path: &Path,
+    node: &str,
+    json: bool,
+) -> Result<ExitCode, ExitCode> {
+    let base = daemon_url(cfg);
+    let (status, body) = daemon_get(cfg, path, &format!("/nodes/{node}")).await?;
+    if status == reqwest::StatusCode::NOT_FOUND {
+        return Err(fail(format!(
+            "unknown node {node:?}: the daemon of datacenter {} watches no node of that name \
+             (check it with `kubectl get node {node}`, and the config's [kubernetes] node_selector)",
+            cfg.datacenter
+        )));
+    }
+    if !status.is_success() {
+        let msg = serde_json::from_str::<serde_json::Value>(&body)
+            .ok()
+            .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(String::from))
+            .unwrap_or(body);
+        return Err(fail(format!("daemon at {base} answered {status}: {msg}")));
+    }
+    if json {
+        println!("{body}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let report: NodeReport = serde_json::from_str(&body).map_err(|e| {
+        fail(format!(
+            "daemon at {base} sent a report this version cannot read: {e}"
+        ))
+    })?;
+    print!("{}", report.render(jiff::Timestamp::now()));
+    Ok(ExitCode::SUCCESS)
+}
+
+fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut cur = e;
+    while let Some(next) = cur.source() {
+        cur = next;
+    }
+    cur.to_string()
+}

@@ -1,0 +1,330 @@
+//! Reading the cluster: what a Node and its Lease say (readiness, boot, identity, oobfence's
+//! fence record, opt-outs, other remediators at work), pruned to what decisions read.
+
+use std::collections::BTreeMap;
+
+use jiff::Timestamp;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Node, Taint};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
+use kube::ResourceExt;
+
+use super::{
+    ANNOTATION_FENCED_AT, ANNOTATION_FENCED_BOOT_ID, ANNOTATION_FENCED_BY, OUT_OF_SERVICE_KEY,
+};
+use crate::decision::{FenceRecord, NodeFacts, Readiness};
+use crate::identity::{IdentityCheck, NodeIdentity};
+
+fn time_of(t: &Time) -> Timestamp {
+    t.0
+}
+
+/// True for an out-of-service taint, whoever placed it.
+pub fn is_out_of_service(t: &Taint) -> bool {
+    t.key == OUT_OF_SERVICE_KEY
+}
+
+/// Who this daemon is in `oobfence.io/fenced-by`: its datacenter and the host it runs on. A
+/// fence whose record names anyone else is never lifted nor adopted.
+pub fn actor_name(datacenter: &str) -> String {
+    let host = nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "unknown-host".into());
+    format!("oobfence/{datacenter}@{host}")
+}
+
+/// The actor name the instances of one datacenter's `[ha]` group share: a fence any of them
+/// wrote (signed `oobfence/DC@ha/INSTANCE#TERM`) is the group's, so the one that takes over
+/// lifts it.
+pub fn ha_actor_name(datacenter: &str) -> String {
+    format!("oobfence/{datacenter}@ha")
+}
+
+/// An oobfence record on this node, if its annotations are there; `me` is this daemon's
+/// [`actor_name`], or with `[ha]` its group's ([`ha_actor_name`]): then a fence signed
+/// `GROUP/INSTANCE#TERM` by any instance of the group is ours.
+pub fn fence_record(node: &Node, me: &str) -> Option<FenceRecord> {
+    let ann = node.metadata.annotations.as_ref()?;
+    let at: Timestamp = ann.get(ANNOTATION_FENCED_AT)?.parse().ok()?;
+    let boot_id = ann
+        .get(ANNOTATION_FENCED_BOOT_ID)
+        .cloned()
+        .unwrap_or_default();
+    let taint_present = taints(node).iter().any(is_out_of_service);
+    let ours = ann
+        .get(ANNOTATION_FENCED_BY)
+        .is_some_and(|by| by == me || by.starts_with(&format!("{me}/")));
+    Some(FenceRecord {
+        at,
+        boot_id,
+        taint_present,
+        ours,
+    })
+}
+
+/// What the kubelet reported about its machine: `status.nodeInfo.systemUUID` and the
+/// InternalIP, Hostname and InternalDNS addresses.
+pub fn node_identity(node: &Node) -> NodeIdentity {
+    let status = node.status.as_ref();
+    let system_uuid = status
+        .and_then(|s| s.node_info.as_ref())
+        .map(|i| i.system_uuid.clone())
+        .unwrap_or_default();
+    let addresses = status
+        .and_then(|s| s.addresses.as_ref())
+        .map(|a| {
+            a.iter()
+                .filter(|a| matches!(a.type_.as_str(), "InternalIP" | "Hostname" | "InternalDNS"))
+                .map(|a| a.address.clone())
+                .collect()
+        })
+        .unwrap_or_default();
+    NodeIdentity {
+        system_uuid,
+        addresses,
+        uuid_shared_with: Vec::new(),
+    }
+}
+
+pub fn provider_id(node: &Node) -> Option<&str> {
+    node.spec.as_ref().and_then(|s| s.provider_id.as_deref())
+}
+
+pub(super) fn taints(node: &Node) -> &[Taint] {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_deref())
+        .unwrap_or(&[])
+}
+
+pub fn boot_id(node: &Node) -> String {
+    node.status
+        .as_ref()
+        .and_then(|s| s.node_info.as_ref())
+        .map(|i| i.boot_id.clone())
+        .unwrap_or_default()
+}
+
+pub fn readiness(node: &Node) -> Readiness {
+    let ready = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"));
+    match ready {
+        None => Readiness::NoCondition,
+        Some(c) if c.status == "True" => Readiness::Ready,
+        Some(c) => Readiness::NotReady {
+            // A condition without a transition time is treated as having just changed: the
+            // grace period then starts now instead of being skipped.
+            since: c
+                .last_transition_time
+                .as_ref()
+                .map(time_of)
+                .unwrap_or_else(Timestamp::now),
+        },
+    }
+}
+
+pub fn lease_renewed(lease: &Lease) -> Option<Timestamp> {
+    lease
+        .spec
+        .as_ref()?
+        .renew_time
+        .as_ref()
+        .map(|t: &MicroTime| t.0)
+}
+
+/// The Lease's `leaseDurationSeconds`; `None` when unset or not positive (the kubelet's
+/// default then applies).
+pub fn lease_duration(lease: &Lease) -> Option<std::time::Duration> {
+    let s = lease.spec.as_ref()?.lease_duration_seconds?;
+    u64::try_from(s)
+        .ok()
+        .filter(|s| *s > 0)
+        .map(std::time::Duration::from_secs)
+}
+
+/// The Ready condition's `lastHeartbeatTime`.
+pub fn ready_heartbeat(node: &Node) -> Option<Timestamp> {
+    node.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "Ready")?
+        .last_heartbeat_time
+        .as_ref()
+        .map(time_of)
+}
+
+/// Keeps of a watched Node only what decisions read, before the cache stores it: conditions
+/// but Ready, images, capacity, managedFields and foreign annotations are most of a real
+/// Node's size, and thousands of them are the daemon's memory. The writer always acts on a
+/// fresh GET of the whole object, never on this.
+pub fn prune_node(node: &mut Node) {
+    let m = &mut node.metadata;
+    m.managed_fields = None;
+    m.owner_references = None;
+    if let Some(a) = &mut m.annotations {
+        a.retain(|k, _| k.starts_with("oobfence.io/") || k == ANNOTATION_CAPI_MACHINE);
+    }
+    if let Some(spec) = &mut node.spec {
+        spec.pod_cidr = None;
+        spec.pod_cidrs = None;
+        spec.config_source = None;
+    }
+    if let Some(status) = &mut node.status {
+        if let Some(cs) = &mut status.conditions {
+            cs.retain(|c| c.type_ == "Ready");
+        }
+        if let Some(info) = &mut status.node_info {
+            *info = k8s_openapi::api::core::v1::NodeSystemInfo {
+                boot_id: std::mem::take(&mut info.boot_id),
+                system_uuid: std::mem::take(&mut info.system_uuid),
+                ..Default::default()
+            };
+        }
+        status.images = None;
+        status.capacity = None;
+        status.allocatable = None;
+        status.daemon_endpoints = None;
+        status.volumes_attached = None;
+        status.volumes_in_use = None;
+        status.config = None;
+    }
+}
+
+/// Keeps of a watched Lease only its name, renewTime and duration.
+pub fn prune_lease(lease: &mut Lease) {
+    lease.metadata.managed_fields = None;
+    lease.metadata.owner_references = None;
+    lease.metadata.labels = None;
+    lease.metadata.annotations = None;
+    if let Some(spec) = &mut lease.spec {
+        spec.holder_identity = None;
+        spec.acquire_time = None;
+    }
+}
+
+/// The core's view of what the Node object says. What comes from elsewhere is left for the
+/// caller to fill in: the power source (from the config, never the node), when the Lease was
+/// seen renewed (oobfence's own observation), the mapping's conflicts and the identity binding.
+/// An out-of-service taint on the node that this daemon did not place (another oobfence's
+/// fence is foreign too: never lifted nor adopted here).
+pub fn foreign_out_of_service(node: &Node, fence: Option<&FenceRecord>) -> bool {
+    fence.is_none_or(|f| !f.ours) && taints(node).iter().any(is_out_of_service)
+}
+
+pub fn node_facts(node: &Node, lease: Option<&Lease>, me: &str) -> NodeFacts {
+    let fence = fence_record(node, me);
+    let foreign_out_of_service = foreign_out_of_service(node, fence.as_ref());
+    NodeFacts {
+        uid: node.uid().unwrap_or_default(),
+        readiness: readiness(node),
+        lease_renewal_seen: None,
+        lease_renew_time: lease.and_then(lease_renewed),
+        lease_duration: lease.and_then(lease_duration),
+        ready_heartbeat: ready_heartbeat(node),
+        heartbeat_seen: None,
+        boot_id: boot_id(node),
+        being_deleted: node.metadata.deletion_timestamp.is_some(),
+        fence,
+        foreign_out_of_service,
+        opted_out: opted_out(node),
+        not_ready_seen: Vec::new(),
+        other_remediator: other_remediator(node),
+        has_power_source: false,
+        mapping_conflict: None,
+        off_while_alive: None,
+        identity: node_identity(node),
+        identity_check: IdentityCheck::Checked,
+        off_witness: None,
+        identity_binding: None,
+        holds: Default::default(),
+    }
+}
+
+/// Annotate a Node `oobfence.io/exclude=true` to keep oobfence from ever fencing it.
+pub const ANNOTATION_EXCLUDE: &str = "oobfence.io/exclude";
+/// medik8s' own opt-out label (self-node-remediation `controllers/selfnoderemediation_controller.go`,
+/// `excludeRemediationLabel`): a node its operators keep from remediation is kept from
+/// oobfence too.
+pub const LABEL_MEDIK8S_EXCLUDE: &str = "remediation.medik8s.io/exclude-from-remediation";
+
+/// Why the node is excluded from fencing, from its own annotations and labels. A value other
+/// than `"true"` excludes nothing (as medik8s reads its label).
+pub fn opted_out(node: &Node) -> Option<String> {
+    if node
+        .annotations()
+        .get(ANNOTATION_EXCLUDE)
+        .map(String::as_str)
+        == Some("true")
+    {
+        return Some(format!("annotation {ANNOTATION_EXCLUDE}=true"));
+    }
+    if node.labels().get(LABEL_MEDIK8S_EXCLUDE).map(String::as_str) == Some("true") {
+        return Some(format!("label {LABEL_MEDIK8S_EXCLUDE}=true"));
+    }
+    None
+}
+
+/// Taint keys other remediators put on a node they are remediating:
+/// - `medik8s.io/remediation`: self-node-remediation's NoExecute taint (value
+///   `self-node-remediation`, `NodeNoExecuteTaint` in `controllers/selfnoderemediation_controller.go`),
+///   which fence-agents-remediation also uses (value `fence-agents-remediation`,
+///   `pkg/utils/taints.go`);
+/// - `medik8s.io/fence-agents-remediation`: fence-agents-remediation's own NoExecute taint
+///   (`FARNoExecuteTaintKey`);
+/// - `remediation.medik8s.io/fence-agents-remediation`: fence-agents-remediation's NoSchedule
+///   taint in its earlier releases.
+///
+/// NodeHealthCheck itself marks nothing on the Node (it creates the remediation CRs whose
+/// controllers place these taints).
+const REMEDIATOR_TAINT_KEYS: [&str; 3] = [
+    "medik8s.io/remediation",
+    "medik8s.io/fence-agents-remediation",
+    "remediation.medik8s.io/fence-agents-remediation",
+];
+
+/// Cluster API writes the Node's Machine into this annotation (`MachineAnnotation`,
+/// `api/v1beta1/common_types.go`, set by the Machine controller's `patchNode`).
+pub const ANNOTATION_CAPI_MACHINE: &str = "cluster.x-k8s.io/machine";
+
+/// Another remediator at work on the node: a medik8s taint, or Cluster API deleting the
+/// node's Machine. A MachineHealthCheck marks only the Machine (in the management cluster,
+/// out of oobfence's sight); what reaches the Node is the Machine controller's drain, which
+/// cordons it (`drain.Helper.CordonNode` in `reconcileDelete`). So a cordoned Node that
+/// Cluster API manages is taken as Cluster API's: it replaces the machine itself, and two
+/// remediators on one node undo each other's work. It can only ever block a fence.
+pub fn other_remediator(node: &Node) -> Option<String> {
+    if let Some(t) = taints(node)
+        .iter()
+        .find(|t| REMEDIATOR_TAINT_KEYS.contains(&t.key.as_str()))
+    {
+        return Some(format!(
+            "taint {}={}:{}",
+            t.key,
+            t.value.as_deref().unwrap_or_default(),
+            t.effect
+        ));
+    }
+    let cordoned = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false);
+    match node.annotations().get(ANNOTATION_CAPI_MACHINE) {
+        Some(machine) if cordoned => Some(format!(
+            "Cluster API Machine {machine} (annotation {ANNOTATION_CAPI_MACHINE}) and the Node is cordoned: a MachineHealthCheck remediation or a Machine deletion is draining it"
+        )),
+        _ => None,
+    }
+}
+
+/// Leases by node name, from the kube-node-lease namespace.
+pub fn leases_by_node(leases: &[std::sync::Arc<Lease>]) -> BTreeMap<String, std::sync::Arc<Lease>> {
+    leases.iter().map(|l| (l.name_any(), l.clone())).collect()
+}
