@@ -29,18 +29,15 @@ mod node_facts;
 mod tests;
 mod writes;
 
-pub use connect::{
-    KUBERNETES_REQUESTS, MethodLabels, USER_AGENT, connect, connect_with_credentials,
-    load_kube_config,
-};
+pub use connect::{USER_AGENT, connect, connect_with_credentials, load_kube_config};
 pub use credentials::Credentials;
 pub use events::{EventType, reasons};
 pub use guard_record::GuardStore;
 pub use node_facts::{
-    ANNOTATION_CAPI_MACHINE, ANNOTATION_EXCLUDE, LABEL_MEDIK8S_EXCLUDE, actor_name, boot_id,
-    fence_record, foreign_out_of_service, ha_actor_name, is_out_of_service, lease_duration,
-    lease_renewed, leases_by_node, node_facts, node_identity, opted_out, other_remediator,
-    provider_id, prune_lease, prune_node, readiness, ready_heartbeat,
+    ANNOTATION_CAPI_MACHINE, ANNOTATION_EXCLUDE, LABEL_MEDIK8S_EXCLUDE, LeaseTimes, actor_name,
+    boot_id, fence_record, foreign_out_of_service, ha_actor_name, is_out_of_service,
+    lease_duration, lease_renewed, leases_by_node, node_facts, node_identity, opted_out,
+    other_remediator, provider_id, prune_node, readiness, ready_heartbeat,
 };
 
 pub const OUT_OF_SERVICE_KEY: &str = "node.kubernetes.io/out-of-service";

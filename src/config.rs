@@ -33,7 +33,10 @@ pub use aws::AwsConfig;
 pub use bmc::{BmcEntry, BmcTls, Protocol};
 pub use guards::DEFAULT_GUARD_RECORD;
 pub use ha::HaConfig;
-pub use pause::{DEFAULT_PAUSE_CONFIGMAP, PauseConfig, default_pause_file};
+pub use pause::{
+    ANNOTATION_PAUSED, DEFAULT_PAUSE_CONFIGMAP, PauseConfig, datacenter_annotation,
+    default_pause_file,
+};
 
 pub use crate::identity::IdentityCheck;
 

@@ -22,6 +22,7 @@ mod evaluate;
 mod facts;
 mod guard_record;
 mod guards;
+mod leases;
 mod notify;
 mod observe;
 mod outcomes;
@@ -72,7 +73,7 @@ pub async fn run(
     tokio::pin!(shutdown);
     let synced = async {
         let _ = nodes.wait_until_ready().await;
-        let _ = leases.wait_until_ready().await;
+        leases.wait_until_ready().await;
     };
     tokio::pin!(synced);
     loop {

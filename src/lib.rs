@@ -4,11 +4,13 @@
 //! and only then tells Kubernetes, so that its ReadWriteOnce volumes are released.
 //!
 //! Dependencies point one way: `cli → daemon → {cluster, power, decision, observers}`, with
-//! `config` below the sources and the core importing nothing that does I/O.
+//! `config` below the sources and the core importing nothing that does I/O. No two modules use
+//! each other, through any chain (`tests/module_graph.rs` checks it).
 //!
 //! - [`decision`]: the pure core — why a node is or is not fenced — and the words it decides on.
 //! - [`identity`]: whether the machine that answered a read is the node's machine.
-//! - [`power`]: power sources (Redfish, IPMI, EC2), one file each, behind one trait.
+//! - [`power`]: power sources (Redfish, IPMI, EC2), one file each, behind one trait;
+//!   [`pinning`]: the BMC certificates an operator pinned (the config reads the pins).
 //! - [`cluster`]: every Kubernetes read and write.
 //! - [`daemon`]: the loop that ties them together; it publishes [`status`], which [`http`]
 //!   serves; [`cli`] faces the operator.
@@ -31,6 +33,7 @@ pub mod kubeconfig;
 pub mod leader;
 pub mod metrics;
 pub mod pause;
+pub mod pinning;
 pub mod power;
 pub mod report;
 pub mod secret;

@@ -32,6 +32,16 @@ mod tests;
 
 pub use labels::*;
 
+/// Every request oobfence's clients sent to the API server, by HTTP method (GET counts lists,
+/// watches and fresh reads alike): what oobfence costs the control plane. Process-wide, since
+/// a client exists before the metrics do; `metrics::Metrics` serves it.
+pub static KUBERNETES_REQUESTS: std::sync::LazyLock<
+    prometheus_client::metrics::family::Family<
+        MethodLabels,
+        prometheus_client::metrics::counter::Counter,
+    >,
+> = std::sync::LazyLock::new(Default::default);
+
 type FloatGauge = Gauge<f64, AtomicU64>;
 
 /// Registers a metric so that its HELP and TYPE lines are always served, even before it has

@@ -104,17 +104,7 @@ pub fn spawn_watch(cfg: PauseConfig, datacenter: String, client: Client, shared:
     });
 }
 
-pub const ANNOTATION_PAUSED: &str = "oobfence.io/paused";
-
-/// The annotation that pauses one datacenter, every instance of it (`[ha]`: the group):
-/// `oobfence.io/paused-<datacenter>`, the name lowercased with '_' and '.' as '-'. What
-/// `oobfence pause` writes under `[ha]`.
-pub fn datacenter_annotation(datacenter: &str) -> String {
-    format!(
-        "{ANNOTATION_PAUSED}-{}",
-        datacenter.to_ascii_lowercase().replace(['_', '.'], "-")
-    )
-}
+pub use crate::config::{ANNOTATION_PAUSED, datacenter_annotation};
 
 /// What the pause file says: `None` when it does not exist, else the reason to show.
 pub fn read_file(path: &Path) -> Option<String> {

@@ -6,6 +6,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 
 use super::{ClusterError, Credentials};
 use crate::config::KubernetesConfig;
+use crate::metrics::{KUBERNETES_REQUESTS, MethodLabels};
 
 /// What oobfence's requests say they are; the API server records its writes under
 /// `oobfence` (the part before the slash) in each object's managedFields.
@@ -78,21 +79,6 @@ pub async fn connect_with_credentials(
         .build();
     Ok((client, credentials))
 }
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
-pub struct MethodLabels {
-    pub method: &'static str,
-}
-
-/// Every request oobfence's clients sent to the API server, by HTTP method (GET counts lists,
-/// watches and fresh reads alike): what oobfence costs the control plane. Process-wide, since
-/// a client exists before the metrics do; `metrics::Metrics` serves it.
-pub static KUBERNETES_REQUESTS: std::sync::LazyLock<
-    prometheus_client::metrics::family::Family<
-        MethodLabels,
-        prometheus_client::metrics::counter::Counter,
-    >,
-> = std::sync::LazyLock::new(Default::default);
 
 fn method_label(m: &http::Method) -> &'static str {
     match *m {

@@ -128,6 +128,23 @@ pub fn readiness(node: &Node) -> Readiness {
     }
 }
 
+/// What oobfence reads of a node's Lease: when it was last renewed, and for how long. All the
+/// daemon keeps of a Lease (a cached `Lease` object is about a kilobyte).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LeaseTimes {
+    pub renewed: Option<Timestamp>,
+    pub duration: Option<std::time::Duration>,
+}
+
+impl LeaseTimes {
+    pub fn of(lease: &Lease) -> LeaseTimes {
+        LeaseTimes {
+            renewed: lease_renewed(lease),
+            duration: lease_duration(lease),
+        }
+    }
+}
+
 pub fn lease_renewed(lease: &Lease) -> Option<Timestamp> {
     lease
         .spec
@@ -197,18 +214,6 @@ pub fn prune_node(node: &mut Node) {
     }
 }
 
-/// Keeps of a watched Lease only its name, renewTime and duration.
-pub fn prune_lease(lease: &mut Lease) {
-    lease.metadata.managed_fields = None;
-    lease.metadata.owner_references = None;
-    lease.metadata.labels = None;
-    lease.metadata.annotations = None;
-    if let Some(spec) = &mut lease.spec {
-        spec.holder_identity = None;
-        spec.acquire_time = None;
-    }
-}
-
 /// The core's view of what the Node object says. What comes from elsewhere is left for the
 /// caller to fill in: the power source (from the config, never the node), when the Lease was
 /// seen renewed (oobfence's own observation), the mapping's conflicts and the identity binding.
@@ -218,15 +223,15 @@ pub fn foreign_out_of_service(node: &Node, fence: Option<&FenceRecord>) -> bool 
     fence.is_none_or(|f| !f.ours) && taints(node).iter().any(is_out_of_service)
 }
 
-pub fn node_facts(node: &Node, lease: Option<&Lease>, me: &str) -> NodeFacts {
+pub fn node_facts(node: &Node, lease: Option<LeaseTimes>, me: &str) -> NodeFacts {
     let fence = fence_record(node, me);
     let foreign_out_of_service = foreign_out_of_service(node, fence.as_ref());
     NodeFacts {
         uid: node.uid().unwrap_or_default(),
         readiness: readiness(node),
         lease_renewal_seen: None,
-        lease_renew_time: lease.and_then(lease_renewed),
-        lease_duration: lease.and_then(lease_duration),
+        lease_renew_time: lease.and_then(|l| l.renewed),
+        lease_duration: lease.and_then(|l| l.duration),
         ready_heartbeat: ready_heartbeat(node),
         heartbeat_seen: None,
         boot_id: boot_id(node),

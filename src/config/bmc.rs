@@ -31,11 +31,11 @@ pub enum BmcTls {
     System,
     /// Certificates the operator gave: `ca_file`'s (read at load), as roots and each also as a
     /// pinned BMC certificate, and `tls_fingerprint`'s SHA-256 pins. See
-    /// [`crate::power::redfish::pinning`].
+    /// [`crate::pinning`].
     Pinned {
         ca_file: Option<PathBuf>,
         ca_certs: Vec<rustls::pki_types::CertificateDer<'static>>,
-        fingerprints: Vec<crate::power::redfish::pinning::Fingerprint>,
+        fingerprints: Vec<crate::pinning::Fingerprint>,
     },
     /// Accept any certificate. Logged loudly at start-up.
     Insecure,
@@ -385,7 +385,7 @@ impl RawBmc {
         };
         let fingerprints = fingerprints
             .iter()
-            .map(|f| crate::power::redfish::pinning::parse_fingerprint(f))
+            .map(|f| crate::pinning::parse_fingerprint(f))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| err("tls_fingerprint", e))?;
         let tls = match (self.ca_file, fingerprints.is_empty(), self.tls_insecure) {
@@ -404,7 +404,7 @@ impl RawBmc {
                         let pem = std::fs::read(ca).map_err(|e| {
                             err("ca_file", format!("cannot read {}: {e}", ca.display()))
                         })?;
-                        crate::power::redfish::pinning::certificates_of_pem(&pem)
+                        crate::pinning::certificates_of_pem(&pem)
                             .map_err(|e| err("ca_file", format!("{} {e}", ca.display())))?
                     }
                 };

@@ -25,6 +25,19 @@ pub fn default_pause_file(datacenter: &str) -> PathBuf {
 
 pub const DEFAULT_PAUSE_CONFIGMAP: &str = "oobfence/oobfence-pause";
 
+/// The annotation that pauses every datacenter whose `[pause]` reads its ConfigMap.
+pub const ANNOTATION_PAUSED: &str = "oobfence.io/paused";
+
+/// The annotation that pauses one datacenter, every instance of it (`[ha]`: the group):
+/// `oobfence.io/paused-<datacenter>`, the name lowercased with '_' and '.' as '-'. What
+/// `oobfence pause` writes under `[ha]`.
+pub fn datacenter_annotation(datacenter: &str) -> String {
+    format!(
+        "{ANNOTATION_PAUSED}-{}",
+        datacenter.to_ascii_lowercase().replace(['_', '.'], "-")
+    )
+}
+
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawPause {
@@ -94,7 +107,7 @@ impl RawPause {
         .transpose()?;
         if ha {
             // An annotation's name is at most 63 characters.
-            let key = crate::pause::datacenter_annotation(dc);
+            let key = datacenter_annotation(dc);
             let name = key.split_once('/').map_or(key.as_str(), |(_, n)| n);
             if name.len() > 63 || name.ends_with('-') {
                 return Err(ConfigError {

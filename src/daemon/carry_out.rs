@@ -164,7 +164,8 @@ impl Daemon {
                 self.calm.record_fence(&uid, now);
                 self.keep_guard_record(now);
             }
-            let inputs = self.journal_inputs(name, facts, source, fencing);
+            let mut inputs = self.journal_inputs(name, facts, source, fencing);
+            inputs.decided_at = Some(Timestamp::now());
             self.spawn_action(node.clone(), uid, decision.clone(), inputs);
         }
     }

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
-use kube::runtime::reflector::ObjectRef;
 
 use super::guards::failure_domain;
 use super::state::Daemon;
@@ -42,10 +41,8 @@ impl Daemon {
         }
         let provider_id = node.spec.as_ref().and_then(|s| s.provider_id.clone());
         let source = self.source_for(&name, provider_id.as_deref());
-        let lease = self
-            .leases
-            .get(&ObjectRef::new(&name).within(cluster::NODE_LEASE_NAMESPACE));
-        let mut facts = cluster::node_facts(node, lease.as_deref(), self.cluster.actor());
+        let lease = self.leases.get(&name);
+        let mut facts = cluster::node_facts(node, lease, self.cluster.actor());
         facts.identity.uuid_shared_with = self.shared_uuids.of(&name);
         facts.has_power_source = source.is_some();
         facts.identity_check = self

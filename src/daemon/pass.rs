@@ -127,15 +127,7 @@ impl Daemon {
         if !unchanged || due || t.action_in_flight {
             return false;
         }
-        // The Lease's key is kept: building it (two Strings) for every node every pass showed.
-        let lease_ref = t
-            .lease_ref
-            .get_or_insert_with(|| ObjectRef::new(name).within(cluster::NODE_LEASE_NAMESPACE));
-        let renew = self
-            .leases
-            .get(lease_ref)
-            .as_deref()
-            .and_then(cluster::lease_renewed);
+        let renew = self.leases.get(name).and_then(|l| l.renewed);
         if q.healthy {
             // A node without a power source has no identity to read.
             let mapped = matches!(t.source, Some((_, Some(_))));

@@ -19,6 +19,7 @@ use tokio::sync::mpsc;
 
 use super::action::ActionDone;
 use super::guard_record;
+use super::leases::{self, Leases};
 use super::notify::{log_startup_warnings, notify_systemd};
 use super::reads::{ReadDone, ReadSlots};
 use super::state::Daemon;
@@ -121,21 +122,15 @@ pub(super) async fn start(cfg: Config) -> Result<Started, DaemonError> {
     // A Node that changes is decided at once, not at the next tick: a pre-attested node is
     // fenced the moment it turns NotReady.
     let (changed_tx, changed) = mpsc::channel::<String>(4096);
-    let nodes = spawn_reflector(
+    let nodes = spawn_node_cache(
         Api::<Node>::all(client.clone()),
         node_watch,
         shared.clone(),
-        "nodes",
-        cluster::prune_node,
-        Some(changed_tx),
+        changed_tx,
     );
-    let leases = spawn_reflector(
+    let leases = spawn_lease_cache(
         Api::<Lease>::namespaced(client.clone(), cluster::NODE_LEASE_NAMESPACE),
-        watcher::Config::default(),
         shared.clone(),
-        "leases",
-        cluster::prune_lease,
-        None,
     );
 
     let (reads_tx, reads) = mpsc::channel(1024);
@@ -311,15 +306,15 @@ fn spawn_token_expiry_watch(
     });
 }
 
-fn spawn_reflector<K>(
+/// Watches `api`, hands every event to `apply`, and keeps the watch's health in `shared`
+/// (what the guards' stale-view hold reads).
+fn spawn_watch<K>(
     api: Api<K>,
     config: watcher::Config,
     shared: Arc<Shared>,
     what: &'static str,
-    prune: fn(&mut K),
-    changed: Option<mpsc::Sender<String>>,
-) -> Store<K>
-where
+    mut apply: impl FnMut(watcher::Event<K>) + Send + 'static,
+) where
     K: kube::Resource<DynamicType = ()>
         + Clone
         + std::fmt::Debug
@@ -329,29 +324,23 @@ where
         + 'static,
 {
     shared.watches.register(what);
-    let (reader, writer) = reflector::store();
-    let stream = watcher(api, config)
-        .default_backoff()
-        .modify(prune)
-        .reflect(writer);
+    let stream = watcher(api, config).default_backoff();
     tokio::spawn(async move {
         futures::pin_mut!(stream);
         // One line when a watch starts failing and one when it works again, not one per retry.
         let mut failing = false;
         while let Some(ev) = stream.next().await {
             match ev {
-                // The watcher says Init before it asks the API server anything: no proof.
-                Ok(watcher::Event::Init) => {}
                 Ok(ev) => {
-                    shared.watches.answered(what, true);
-                    if failing {
-                        tracing::info!(watch = what, "watch works again");
-                        failing = false;
+                    // The watcher says Init before it asks the API server anything: no proof.
+                    if !matches!(ev, watcher::Event::Init) {
+                        shared.watches.answered(what, true);
+                        if failing {
+                            tracing::info!(watch = what, "watch works again");
+                            failing = false;
+                        }
                     }
-                    if let (Some(tx), watcher::Event::Apply(obj)) = (&changed, &ev) {
-                        // Full: the next tick decides it anyway.
-                        let _ = tx.try_send(obj.name_any());
-                    }
+                    apply(ev);
                 }
                 Err(e) => {
                     shared.watches.answered(what, false);
@@ -365,6 +354,38 @@ where
             }
         }
     });
+}
+
+/// The Node cache: each Node pruned to what decisions read ([`cluster::prune_node`]); a Node
+/// that changes is sent on `changed`, to be decided at once.
+fn spawn_node_cache(
+    api: Api<Node>,
+    config: watcher::Config,
+    shared: Arc<Shared>,
+    changed: mpsc::Sender<String>,
+) -> Store<Node> {
+    let (reader, mut writer) = reflector::store();
+    spawn_watch(api, config, shared, "nodes", move |ev| {
+        let ev = ev.modify(cluster::prune_node);
+        writer.apply_watcher_event(&ev);
+        if let watcher::Event::Apply(node) = &ev {
+            // Full: the next tick decides it anyway.
+            let _ = changed.try_send(node.name_any());
+        }
+    });
+    reader
+}
+
+/// The Lease cache: each node's renewTime and duration ([`leases`]).
+fn spawn_lease_cache(api: Api<Lease>, shared: Arc<Shared>) -> Leases {
+    let (reader, mut writer) = leases::leases();
+    spawn_watch(
+        api,
+        watcher::Config::default(),
+        shared,
+        "leases",
+        move |ev| writer.apply(&ev),
+    );
     reader
 }
 

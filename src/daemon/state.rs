@@ -7,13 +7,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use kube::runtime::reflector::Store;
 use tokio::sync::mpsc;
 
 use super::action::ActionDone;
 use super::guard_record;
+use super::leases::Leases;
 use super::reads::{ReadDone, ReadSlots};
 use super::tracker::Tracker;
 use super::uuids;
@@ -44,7 +44,7 @@ pub(super) struct Daemon {
     pub(super) cluster: Cluster,
     pub(super) shared: Arc<Shared>,
     pub(super) nodes: Store<Node>,
-    pub(super) leases: Store<Lease>,
+    pub(super) leases: Leases,
     pub(super) trackers: HashMap<String, Tracker>,
     pub(super) sources: Arc<PowerSources>,
     pub(super) read_slots: ReadSlots,

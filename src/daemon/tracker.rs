@@ -69,9 +69,6 @@ pub(super) struct Tracker {
     /// The node's power source said Off while the node was Ready (since its last On), and the
     /// signs of life seen since.
     pub(super) off_while_alive: Option<OffSeen>,
-    /// The key of the node's Lease in the cache.
-    pub(super) lease_ref:
-        Option<kube::runtime::reflector::ObjectRef<k8s_openapi::api::coordination::v1::Lease>>,
     /// Bumped when a reload maps the node to another power source: every read is tagged with
     /// it when sent, and an answer under an older one is dropped.
     pub(super) source_generation: u64,

@@ -102,6 +102,10 @@ pub struct Inputs {
     /// VolumeAttachment watch was not available.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub volume_attachments: Option<Vec<String>>,
+    /// For a write: when it was decided and started (oobfence's clock); the record's `ts` is
+    /// when it landed, so the difference is the API server's part.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided_at: Option<Timestamp>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -223,6 +227,7 @@ impl Inputs {
                 .map(ReadInput::from)
                 .collect(),
             volume_attachments,
+            decided_at: None,
         }
     }
 }

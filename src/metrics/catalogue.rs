@@ -61,7 +61,7 @@ impl Metrics {
         registry.register(
             "kubernetes_requests",
             "Requests oobfence sent to the Kubernetes API server, by HTTP method (GET counts lists, watches and fresh reads before a write): its load on the control plane",
-            crate::cluster::KUBERNETES_REQUESTS.clone(),
+            super::KUBERNETES_REQUESTS.clone(),
         );
         let power_read_duration = Family::<BackendLabels, Histogram>::new_with_constructor(|| {
             Histogram::new([0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0])

@@ -177,3 +177,9 @@ pub fn blocked_reason(rule: Rule) -> Option<&'static str> {
     let name = rule.name();
     BLOCKED_REASONS.iter().copied().find(|r| *r == name)
 }
+
+/// The HTTP method of a request to the API server.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+pub struct MethodLabels {
+    pub method: &'static str,
+}

@@ -187,5 +187,21 @@ impl PowerSource for IpmiSource {
     }
 }
 
+/// The name of a generic completion code (IPMI 2.0 table 5-2), for an error message.
+fn completion_name(code: u8) -> &'static str {
+    match code {
+        0xC0 => " (node busy)",
+        0xC1 => " (invalid command)",
+        0xC3 => " (timeout)",
+        0xC7 | 0xC8 => " (request data length invalid)",
+        0xCC => " (invalid data field)",
+        0xCE => " (response could not be provided)",
+        0xD4 => " (insufficient privilege level)",
+        0xD5 => " (not supported in present state)",
+        0xFF => " (unspecified error)",
+        _ => "",
+    }
+}
+
 #[cfg(test)]
 mod tests;

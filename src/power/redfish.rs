@@ -26,7 +26,7 @@ use crate::identity::MachineIdentity;
 use crate::secret::Secret;
 
 mod errors;
-pub mod pinning;
+pub use crate::pinning;
 mod reply;
 #[cfg(test)]
 mod reply_identity_tests;

@@ -11,7 +11,7 @@
 use tokio::time::Instant;
 
 use super::commands::acpi::{AcpiState, AcpiTrouble, DcmiReading, power_reading};
-use super::read::completion_name;
+use super::completion_name;
 use super::session::Session;
 use crate::power::{PowerDraw, PowerState, ReadDetail};
 

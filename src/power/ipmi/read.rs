@@ -11,7 +11,7 @@ use super::commands::{ChassisStatus, GuidReply};
 use super::rakp::Key;
 use super::session::{self, Session, Timing, Trouble};
 use super::slots::{Kept, arm_closer};
-use super::{MIN_IDLE_EVIDENCE, RESENDS, Shared, off_checks};
+use super::{MIN_IDLE_EVIDENCE, RESENDS, Shared, completion_name, off_checks};
 use crate::identity::{MachineIdentity, uuid_forms_of_ipmi_guid};
 use crate::power::{PowerState, ReadDetail, ReadErrorKind, Reply};
 use crate::secret::Secret;
@@ -242,22 +242,6 @@ async fn read_in(
         }),
         clean,
     )
-}
-
-/// The name of a generic completion code (IPMI 2.0 table 5-2), for an error message.
-pub(super) fn completion_name(code: u8) -> &'static str {
-    match code {
-        0xC0 => " (node busy)",
-        0xC1 => " (invalid command)",
-        0xC3 => " (timeout)",
-        0xC7 | 0xC8 => " (request data length invalid)",
-        0xCC => " (invalid data field)",
-        0xCE => " (response could not be provided)",
-        0xD4 => " (insufficient privilege level)",
-        0xD5 => " (not supported in present state)",
-        0xFF => " (unspecified error)",
-        _ => "",
-    }
 }
 
 pub(super) fn succeeded(shared: &Shared, answer: Answer) -> Reply {
