@@ -221,35 +221,65 @@ impl Storm<'_> {
         );
         figure("storm: RSS, highest seen", rss_max / 1024, "MiB");
 
-        // Decision latency, from the journal: the confirming read's answer → the taint written.
-        let mut latency: Vec<f64> = std::fs::read_to_string(&self.journal)
+        // Decision latency, from the journal: the confirming read's answer → the taint written,
+        // and its two parts: answer → write started (the decision loop) and write started →
+        // written (the API server: a fresh read of the Node and its Lease, the write).
+        let records: Vec<oobfence::journal::Record> = std::fs::read_to_string(&self.journal)
             .unwrap_or_default()
             .lines()
             .filter_map(|l| serde_json::from_str::<oobfence::journal::Record>(l).ok())
             .filter(|r| r.action == "taint" && r.result == "success")
-            .filter_map(|r| {
-                let read = r.inputs.reads.last()?;
-                let answered = read.at.as_millisecond() as f64 / 1000.0 + read.latency_seconds;
-                Some(r.ts.as_millisecond() as f64 / 1000.0 - answered)
-            })
             .collect();
-        latency.sort_by(f64::total_cmp);
+        let seconds = |t: jiff::Timestamp| t.as_millisecond() as f64 / 1000.0;
+        let answered = |r: &oobfence::journal::Record| {
+            let read = r.inputs.reads.last()?;
+            Some(seconds(read.at) + read.latency_seconds)
+        };
+        let sorted = |mut v: Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v
+        };
+        let latency = sorted(
+            records
+                .iter()
+                .filter_map(|r| Some(seconds(r.ts) - answered(r)?))
+                .collect(),
+        );
+        let in_loop = sorted(
+            records
+                .iter()
+                .filter_map(|r| Some(seconds(r.inputs.decided_at?) - answered(r)?))
+                .collect(),
+        );
+        let in_api = sorted(
+            records
+                .iter()
+                .filter_map(|r| Some(seconds(r.ts) - seconds(r.inputs.decided_at?)))
+                .collect(),
+        );
+        let ms = |v: &[f64], p: f64| format!("{:.0}", percentile(v, p) * 1000.0);
         figure(
             "storm: decision latency (confirming answer → taint written), p50",
-            format!("{:.0}", percentile(&latency, 50.0) * 1000.0),
+            ms(&latency, 50.0),
             "ms",
         );
-        figure(
-            "storm: decision latency, p99",
-            format!("{:.0}", percentile(&latency, 99.0) * 1000.0),
-            "ms",
-        );
+        figure("storm: decision latency, p99", ms(&latency, 99.0), "ms");
         figure(
             "storm: decision latency, max",
             format!(
                 "{:.0}",
                 latency.last().copied().unwrap_or(f64::NAN) * 1000.0
             ),
+            "ms",
+        );
+        figure(
+            "storm: of which answer → write started (the decision loop), p50 / p99",
+            format!("{} / {}", ms(&in_loop, 50.0), ms(&in_loop, 99.0)),
+            "ms",
+        );
+        figure(
+            "storm: of which write started → written (the API server), p50 / p99",
+            format!("{} / {}", ms(&in_api, 50.0), ms(&in_api, 99.0)),
             "ms",
         );
 
