@@ -72,6 +72,7 @@ pub struct Metrics {
     pub blocked: Family<BlockedLabels, Gauge>,
     pub node_blocked: Family<NodeReasonLabels, Gauge>,
     pub power_sources_failing: Family<FailingLabels, Gauge>,
+    pub decision_pass_duration: Histogram,
     pub notready_to_fence: Histogram,
     pub power_cut_to_fence: Histogram,
     pub fence_to_volumes_released: Histogram,

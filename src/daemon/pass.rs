@@ -4,6 +4,8 @@
 //! a heap of wake-up times, not at the next tick.
 
 use std::cmp::Reverse;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
@@ -11,7 +13,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::runtime::reflector::ObjectRef;
 
 use super::guards::failure_domain;
-use super::state::Daemon;
+use super::state::{Daemon, MAPPING_CHECK_PASSES};
 use super::tracker::{self, HoldsShape, QUIET_REFRESH, mapping_conflicts};
 use crate::cluster;
 use crate::decision;
@@ -21,6 +23,7 @@ impl Daemon {
     /// (the mapping's conflicts, shared UUIDs, the guards), decide every node that is not
     /// quiet, and count what the metrics count over all nodes.
     pub(super) fn pass(&mut self) {
+        let started = Instant::now();
         let now = Timestamp::now();
         let nodes = self.nodes.state();
         // Forget nodes that are gone. Every tracker was made for a node of the cache, so a gone
@@ -47,8 +50,48 @@ impl Daemon {
             }
             self.shared.metrics.forget_node(&name);
         }
-        // The mapping's conflicts depend on the node names and providerIDs alone: worked out
-        // again only when those change, not on every pass over thousands of nodes.
+        // The mapping's conflicts and shared UUIDs depend on the node names, providerIDs and
+        // system UUIDs alone: checked only when the node watch says one changed (and now and
+        // then), not on every pass over thousands of nodes.
+        self.passes_since_mapping_check += 1;
+        let check = std::mem::take(&mut self.mapping_check_due)
+            | self.changes_missed.swap(false, Ordering::Relaxed)
+            | (self.conflicts_of.len() != nodes.len())
+            | (self.passes_since_mapping_check >= MAPPING_CHECK_PASSES);
+        let newly_shared = if check {
+            self.passes_since_mapping_check = 0;
+            self.check_mapping(&nodes)
+        } else {
+            Vec::new()
+        };
+        self.report_shared_uuids(&nodes, &newly_shared);
+        self.update_guards(&nodes, now);
+        for node in &nodes {
+            if !self.is_quiet(node, now) {
+                self.evaluate(node, now);
+            }
+        }
+        self.observe_all(&nodes, now);
+        self.shared.metrics.nodes_watched.set(nodes.len() as i64);
+        // Only a pass over a synced cache with the API answering counts as a sync.
+        if self.shared.ready() {
+            self.shared
+                .metrics
+                .last_sync
+                .set(now.as_millisecond() as f64 / 1000.0);
+        }
+        if let Ok(mut t) = self.shared.last_pass.lock() {
+            *t = Some(Instant::now());
+        }
+        self.shared
+            .metrics
+            .decision_pass_duration
+            .observe(started.elapsed().as_secs_f64());
+    }
+
+    /// Works out the mapping's conflicts and the shared UUIDs again where the nodes' names,
+    /// providerIDs or system UUIDs changed; the nodes that share a UUID now and did not before.
+    fn check_mapping(&mut self, nodes: &[Arc<Node>]) -> Vec<String> {
         let mapped_nodes = || {
             nodes.iter().map(|n| {
                 (
@@ -79,25 +122,7 @@ impl Daemon {
         if !newly_shared.is_empty() {
             self.guards_epoch += 1;
         }
-        self.report_shared_uuids(&nodes, &newly_shared);
-        self.update_guards(&nodes, now);
-        for node in &nodes {
-            if !self.is_quiet(node, now) {
-                self.evaluate(node, now);
-            }
-        }
-        self.observe_all(&nodes, now);
-        self.shared.metrics.nodes_watched.set(nodes.len() as i64);
-        // Only a pass over a synced cache with the API answering counts as a sync.
-        if self.shared.ready() {
-            self.shared
-                .metrics
-                .last_sync
-                .set(now.as_millisecond() as f64 / 1000.0);
-        }
-        if let Ok(mut t) = self.shared.last_pass.lock() {
-            *t = Some(Instant::now());
-        }
+        newly_shared
     }
 
     /// Whether deciding the node again now would say what its last decision said, so that
@@ -124,7 +149,8 @@ impl Daemon {
             && q.at.elapsed() < QUIET_REFRESH;
         let due = t.wake_at.is_some_and(|at| at <= now)
             || t.retry_after.is_some_and(|at| Instant::now() >= at);
-        if !unchanged || due || t.action_in_flight {
+        // A write under way is no reason: its end decides the node again.
+        if !unchanged || due {
             return false;
         }
         let renew = self.leases.get(name).and_then(|l| l.renewed);
@@ -196,10 +222,29 @@ impl Daemon {
     /// A Node changed in the cache: decide it now. Only a node the last pass saw (its guards
     /// and census are counted per pass); a new one waits for the next tick.
     pub(super) fn node_changed(&mut self, name: &str) {
+        let node = self.nodes.get(&ObjectRef::new(name));
+        let mapping = node.as_deref().map(|n| {
+            (
+                cluster::provider_id(n),
+                n.status
+                    .as_ref()
+                    .and_then(|s| s.node_info.as_ref())
+                    .map_or("", |i| i.system_uuid.as_str()),
+            )
+        });
+        let known = self.conflicts_of.get(name).map(|pid| {
+            (
+                pid.as_deref(),
+                self.shared_uuids.reported(name).unwrap_or_default(),
+            )
+        });
+        if mapping != known {
+            self.mapping_check_due = true;
+        }
         if !self.trackers.contains_key(name) {
             return;
         }
-        if let Some(node) = self.nodes.get(&ObjectRef::new(name)) {
+        if let Some(node) = node {
             self.evaluate(&node, Timestamp::now());
         }
     }

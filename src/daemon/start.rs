@@ -5,6 +5,7 @@
 
 use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -122,11 +123,13 @@ pub(super) async fn start(cfg: Config) -> Result<Started, DaemonError> {
     // A Node that changes is decided at once, not at the next tick: a pre-attested node is
     // fenced the moment it turns NotReady.
     let (changed_tx, changed) = mpsc::channel::<String>(4096);
+    let changes_missed = Arc::new(AtomicBool::new(true));
     let nodes = spawn_node_cache(
         Api::<Node>::all(client.clone()),
         node_watch,
         shared.clone(),
         changed_tx,
+        changes_missed.clone(),
     );
     let leases = spawn_lease_cache(
         Api::<Lease>::namespaced(client.clone(), cluster::NODE_LEASE_NAMESPACE),
@@ -198,6 +201,9 @@ pub(super) async fn start(cfg: Config) -> Result<Started, DaemonError> {
         guard_keeper: guard_record::Keeper::new(guard_store),
         leadership,
         guards_epoch: 0,
+        mapping_check_due: true,
+        changes_missed,
+        passes_since_mapping_check: 0,
         credentials,
     };
     Ok(Started {
@@ -357,20 +363,30 @@ fn spawn_watch<K>(
 }
 
 /// The Node cache: each Node pruned to what decisions read ([`cluster::prune_node`]); a Node
-/// that changes is sent on `changed`, to be decided at once.
+/// that changes or goes is sent on `changed`, to be decided at once. Where that cannot tell
+/// the loop (a full channel, a relist), `missed` says so.
 fn spawn_node_cache(
     api: Api<Node>,
     config: watcher::Config,
     shared: Arc<Shared>,
     changed: mpsc::Sender<String>,
+    missed: Arc<AtomicBool>,
 ) -> Store<Node> {
     let (reader, mut writer) = reflector::store();
     spawn_watch(api, config, shared, "nodes", move |ev| {
         let ev = ev.modify(cluster::prune_node);
         writer.apply_watcher_event(&ev);
-        if let watcher::Event::Apply(node) = &ev {
-            // Full: the next tick decides it anyway.
-            let _ = changed.try_send(node.name_any());
+        let told = match &ev {
+            // Full: the next tick decides it anyway, and checks every node's mapping.
+            watcher::Event::Apply(node) | watcher::Event::Delete(node) => {
+                changed.try_send(node.name_any()).is_ok()
+            }
+            // A relist may have changed any node, unannounced.
+            watcher::Event::InitDone => false,
+            _ => true,
+        };
+        if !told {
+            missed.store(true, Ordering::Relaxed);
         }
     });
     reader

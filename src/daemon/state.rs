@@ -4,6 +4,7 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -34,6 +35,9 @@ pub(super) const ACTION_RETRY: Duration = Duration::from_secs(10);
 pub(super) const FAILING_WINDOW: Duration = Duration::from_secs(600);
 /// A delete_node fence stays in `fenced_since_timestamp_seconds` this long after the delete.
 pub(super) const DELETED_FENCE_KEPT: Duration = Duration::from_secs(3600);
+/// Every node's mapping is checked against the cache at least this often (in passes), whatever
+/// the node watch said.
+pub(super) const MAPPING_CHECK_PASSES: u32 = 30;
 /// A healthy node's power source whose last read failed is read again this soon: a freeze
 /// (too many sources failing) thaws once they answer, and a broken BMC shows before its node
 /// fails.
@@ -56,6 +60,13 @@ pub(super) struct Daemon {
     /// providerIDs change (`conflicts_of`: the names and providerIDs they were computed on).
     pub(super) conflicts: HashMap<String, MappingConflict>,
     pub(super) conflicts_of: HashMap<String, Option<String>>,
+    /// The mapping's conflicts and the shared UUIDs must be checked against the nodes again: a
+    /// Node changed its name, providerID or system UUID, came or went. `changes_missed`: the
+    /// node watch could not say which (its channel was full, or it listed everything again).
+    /// Checked anyway every [`MAPPING_CHECK_PASSES`] passes.
+    pub(super) mapping_check_due: bool,
+    pub(super) changes_missed: Arc<AtomicBool>,
+    pub(super) passes_since_mapping_check: u32,
     /// Nodes that report another Node's system UUID: it proves neither machine.
     pub(super) shared_uuids: uuids::SharedUuids,
     /// The guards' memory: storms, freezes, the fence budget.

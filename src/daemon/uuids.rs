@@ -46,6 +46,11 @@ impl SharedUuids {
         new
     }
 
+    /// The system UUID `node` reported when last worked out.
+    pub(super) fn reported(&self, node: &str) -> Option<&str> {
+        self.reported.get(node).map(String::as_str)
+    }
+
     /// The other Nodes that report `node`'s system UUID (empty: none).
     pub(super) fn of(&self, node: &str) -> Vec<String> {
         self.sharers.get(node).cloned().unwrap_or_default()

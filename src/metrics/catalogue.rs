@@ -89,6 +89,14 @@ impl Metrics {
             "Nodes whose latest power read (a healthy node's health read too), taken in the last 10 minutes, failed, by backend and error_kind; many at once with error_kind unreachable or timeout points at the management network rather than the machines",
             Listed(power_sources_failing.clone()),
         );
+        let decision_pass_duration = Histogram::new([
+            0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+        ]);
+        registry.register(
+            "decision_pass_duration_seconds",
+            "How long the decision loop's once-a-second pass took: counting the guards over every node and deciding those whose inputs changed. A read's answer or a Node's change waits behind it; well under a second is what keeps decisions prompt",
+            Listed(decision_pass_duration.clone()),
+        );
         let notready_to_fence = Histogram::new([
             15.0, 30.0, 60.0, 90.0, 120.0, 180.0, 300.0, 600.0, 1200.0, 3600.0,
         ]);
@@ -367,6 +375,7 @@ impl Metrics {
             blocked,
             node_blocked,
             power_sources_failing,
+            decision_pass_duration,
             notready_to_fence,
             power_cut_to_fence,
             fence_to_volumes_released,
