@@ -59,7 +59,9 @@ pub struct RedfishSource {
     discovered: OnceLock<String>,
     username: String,
     password: Secret,
-    tls: BmcTls,
+    /// How the entry's client checks the BMC's certificate (its certificates stay with the
+    /// entry and its one client: not copied into each of thousands of nodes' sources).
+    tls: &'static str,
     timeout: Duration,
     /// The entry asks for the power draw beside an Off (`corroborate = "power-draw"`).
     power_draw: bool,
@@ -131,7 +133,11 @@ impl RedfishSource {
             discovered: OnceLock::new(),
             username: entry.username.clone(),
             password: entry.password.clone(),
-            tls: entry.tls.clone(),
+            tls: match entry.tls {
+                BmcTls::System => "system roots",
+                BmcTls::Pinned { .. } => "pinned (ca_file, tls_fingerprint)",
+                BmcTls::Insecure => "insecure",
+            },
             timeout: entry.timeout,
             power_draw: entry.corroborate.is_some(),
         })
