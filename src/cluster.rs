@@ -25,6 +25,7 @@ pub mod credentials;
 mod events;
 mod guard_record;
 mod node_facts;
+mod node_view;
 #[cfg(test)]
 mod tests;
 mod writes;
@@ -37,8 +38,9 @@ pub use node_facts::{
     ANNOTATION_CAPI_MACHINE, ANNOTATION_EXCLUDE, LABEL_MEDIK8S_EXCLUDE, LeaseTimes, actor_name,
     boot_id, fence_record, foreign_out_of_service, ha_actor_name, is_out_of_service,
     lease_duration, lease_renewed, leases_by_node, node_facts, node_identity, opted_out,
-    other_remediator, provider_id, prune_node, readiness, ready_heartbeat,
+    other_remediator, provider_id, readiness, ready_heartbeat,
 };
+pub use node_view::{NodeView, ReadyCondition};
 
 pub const OUT_OF_SERVICE_KEY: &str = "node.kubernetes.io/out-of-service";
 pub const OUT_OF_SERVICE_VALUE: &str = "nodeshutdown";

@@ -23,6 +23,7 @@ mod facts;
 mod guard_record;
 mod guards;
 mod leases;
+mod nodes;
 mod notify;
 mod observe;
 mod outcomes;

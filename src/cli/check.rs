@@ -11,6 +11,7 @@ use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 
 use super::{fail, load};
+use crate::cluster::NodeView;
 use crate::daemon;
 use crate::power::{MappedSource, PowerSources};
 use crate::report::short_state;
@@ -63,7 +64,7 @@ pub(super) async fn check_config(path: &Path, probe: bool) -> Result<ExitCode, E
         nodes.items.iter().map(|n| {
             (
                 n.metadata.name.as_deref().unwrap_or(""),
-                crate::cluster::provider_id(n),
+                n.spec.as_ref().and_then(|s| s.provider_id.as_deref()),
             )
         }),
     );
@@ -95,7 +96,7 @@ pub(super) async fn check_config(path: &Path, probe: bool) -> Result<ExitCode, E
                 },
                 Some(MappedSource { source, deadline }) => {
                     let r = daemon::read_once(&source, deadline).await;
-                    let mut node_identity = crate::cluster::node_identity(&n);
+                    let mut node_identity = crate::cluster::node_identity(&NodeView::from(&n));
                     node_identity.uuid_shared_with =
                         shared_uuids.get(&name).cloned().unwrap_or_default();
                     let verdict = crate::identity::verify(&node_identity, &r.identity);

@@ -1,8 +1,7 @@
 //! Events: what oobfence did or refused, as core/v1 Events on the Node, under stable reasons.
 
-use k8s_openapi::api::core::v1::{Event, EventSource, Node, ObjectReference};
+use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-use kube::ResourceExt;
 use kube::api::{Api, PostParams};
 
 use jiff::Timestamp;
@@ -30,27 +29,26 @@ pub mod reasons {
 impl Cluster {
     /// Emits a core/v1 Event about a node. Failures are logged, never fatal: an Event is a
     /// report, not part of the fence.
-    pub async fn event(&self, node: &Node, kind: EventType, reason: &str, message: &str) {
+    pub async fn event(&self, node: &str, kind: EventType, reason: &str, message: &str) {
         // [ha]: Events are writes too; the standby's would double the leader's.
         if let Some(l) = &self.leadership
             && !l.read().map(|l| l.may_write()).unwrap_or(false)
         {
-            tracing::debug!(node = %node.name_any(), reason, "standby: Event not emitted");
+            tracing::debug!(node = %node, reason, "standby: Event not emitted");
             return;
         }
         if let Err(e) = self.try_event(node, kind, reason, message).await {
-            tracing::warn!(node = %node.name_any(), reason, error = %e, "could not emit Event");
+            tracing::warn!(node = %node, reason, error = %e, "could not emit Event");
         }
     }
 
     async fn try_event(
         &self,
-        node: &Node,
+        name: &str,
         kind: EventType,
         reason: &str,
         message: &str,
     ) -> Result<(), ClusterError> {
-        let name = node.name_any();
         let now = Timestamp::now();
         // core/v1 Events: every server version accepts them for cluster-scoped objects in
         // "default" (1.20 rejects events.k8s.io/v1 ones there). The uid is the node name, as
@@ -64,8 +62,8 @@ impl Cluster {
             involved_object: ObjectReference {
                 api_version: Some("v1".into()),
                 kind: Some("Node".into()),
-                name: Some(name.clone()),
-                uid: Some(name.clone()),
+                name: Some(name.to_string()),
+                uid: Some(name.to_string()),
                 ..Default::default()
             },
             reason: Some(reason.into()),

@@ -1,23 +1,20 @@
-//! Reading the cluster: what a Node and its Lease say (readiness, boot, identity, oobfence's
-//! fence record, opt-outs, other remediators at work), pruned to what decisions read.
+//! Reading the cluster: what a Node ([`NodeView`]) and its Lease say (readiness, boot,
+//! identity, oobfence's fence record, opt-outs, other remediators at work).
 
 use std::collections::BTreeMap;
 
 use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Node, Taint};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
+use k8s_openapi::api::core::v1::Taint;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::ResourceExt;
 
+use super::NodeView;
 use super::{
     ANNOTATION_FENCED_AT, ANNOTATION_FENCED_BOOT_ID, ANNOTATION_FENCED_BY, OUT_OF_SERVICE_KEY,
 };
 use crate::decision::{FenceRecord, NodeFacts, Readiness};
 use crate::identity::{IdentityCheck, NodeIdentity};
-
-fn time_of(t: &Time) -> Timestamp {
-    t.0
-}
 
 /// True for an out-of-service taint, whoever placed it.
 pub fn is_out_of_service(t: &Taint) -> bool {
@@ -45,14 +42,14 @@ pub fn ha_actor_name(datacenter: &str) -> String {
 /// An oobfence record on this node, if its annotations are there; `me` is this daemon's
 /// [`actor_name`], or with `[ha]` its group's ([`ha_actor_name`]): then a fence signed
 /// `GROUP/INSTANCE#TERM` by any instance of the group is ours.
-pub fn fence_record(node: &Node, me: &str) -> Option<FenceRecord> {
-    let ann = node.metadata.annotations.as_ref()?;
+pub fn fence_record(node: &NodeView, me: &str) -> Option<FenceRecord> {
+    let ann = &node.annotations;
     let at: Timestamp = ann.get(ANNOTATION_FENCED_AT)?.parse().ok()?;
     let boot_id = ann
         .get(ANNOTATION_FENCED_BOOT_ID)
         .cloned()
         .unwrap_or_default();
-    let taint_present = taints(node).iter().any(is_out_of_service);
+    let taint_present = node.taints.iter().any(is_out_of_service);
     let ours = ann
         .get(ANNOTATION_FENCED_BY)
         .is_some_and(|by| by == me || by.starts_with(&format!("{me}/")));
@@ -66,64 +63,30 @@ pub fn fence_record(node: &Node, me: &str) -> Option<FenceRecord> {
 
 /// What the kubelet reported about its machine: `status.nodeInfo.systemUUID` and the
 /// InternalIP, Hostname and InternalDNS addresses.
-pub fn node_identity(node: &Node) -> NodeIdentity {
-    let status = node.status.as_ref();
-    let system_uuid = status
-        .and_then(|s| s.node_info.as_ref())
-        .map(|i| i.system_uuid.clone())
-        .unwrap_or_default();
-    let addresses = status
-        .and_then(|s| s.addresses.as_ref())
-        .map(|a| {
-            a.iter()
-                .filter(|a| matches!(a.type_.as_str(), "InternalIP" | "Hostname" | "InternalDNS"))
-                .map(|a| a.address.clone())
-                .collect()
-        })
-        .unwrap_or_default();
+pub fn node_identity(node: &NodeView) -> NodeIdentity {
     NodeIdentity {
-        system_uuid,
-        addresses,
+        system_uuid: node.system_uuid.clone(),
+        addresses: node.addresses.clone(),
         uuid_shared_with: Vec::new(),
     }
 }
 
-pub fn provider_id(node: &Node) -> Option<&str> {
-    node.spec.as_ref().and_then(|s| s.provider_id.as_deref())
+pub fn provider_id(node: &NodeView) -> Option<&str> {
+    node.provider_id.as_deref()
 }
 
-pub(super) fn taints(node: &Node) -> &[Taint] {
-    node.spec
-        .as_ref()
-        .and_then(|s| s.taints.as_deref())
-        .unwrap_or(&[])
+pub fn boot_id(node: &NodeView) -> String {
+    node.boot_id.clone()
 }
 
-pub fn boot_id(node: &Node) -> String {
-    node.status
-        .as_ref()
-        .and_then(|s| s.node_info.as_ref())
-        .map(|i| i.boot_id.clone())
-        .unwrap_or_default()
-}
-
-pub fn readiness(node: &Node) -> Readiness {
-    let ready = node
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"));
-    match ready {
+pub fn readiness(node: &NodeView) -> Readiness {
+    match &node.ready {
         None => Readiness::NoCondition,
-        Some(c) if c.status == "True" => Readiness::Ready,
+        Some(c) if c.ready => Readiness::Ready,
         Some(c) => Readiness::NotReady {
             // A condition without a transition time is treated as having just changed: the
             // grace period then starts now instead of being skipped.
-            since: c
-                .last_transition_time
-                .as_ref()
-                .map(time_of)
-                .unwrap_or_else(Timestamp::now),
+            since: c.last_transition.unwrap_or_else(Timestamp::now),
         },
     }
 }
@@ -165,53 +128,8 @@ pub fn lease_duration(lease: &Lease) -> Option<std::time::Duration> {
 }
 
 /// The Ready condition's `lastHeartbeatTime`.
-pub fn ready_heartbeat(node: &Node) -> Option<Timestamp> {
-    node.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == "Ready")?
-        .last_heartbeat_time
-        .as_ref()
-        .map(time_of)
-}
-
-/// Keeps of a watched Node only what decisions read, before the cache stores it: conditions
-/// but Ready, images, capacity, managedFields and foreign annotations are most of a real
-/// Node's size, and thousands of them are the daemon's memory. The writer always acts on a
-/// fresh GET of the whole object, never on this.
-pub fn prune_node(node: &mut Node) {
-    let m = &mut node.metadata;
-    m.managed_fields = None;
-    m.owner_references = None;
-    if let Some(a) = &mut m.annotations {
-        a.retain(|k, _| k.starts_with("oobfence.io/") || k == ANNOTATION_CAPI_MACHINE);
-    }
-    if let Some(spec) = &mut node.spec {
-        spec.pod_cidr = None;
-        spec.pod_cidrs = None;
-        spec.config_source = None;
-    }
-    if let Some(status) = &mut node.status {
-        if let Some(cs) = &mut status.conditions {
-            cs.retain(|c| c.type_ == "Ready");
-        }
-        if let Some(info) = &mut status.node_info {
-            *info = k8s_openapi::api::core::v1::NodeSystemInfo {
-                boot_id: std::mem::take(&mut info.boot_id),
-                system_uuid: std::mem::take(&mut info.system_uuid),
-                ..Default::default()
-            };
-        }
-        status.images = None;
-        status.capacity = None;
-        status.allocatable = None;
-        status.daemon_endpoints = None;
-        status.volumes_attached = None;
-        status.volumes_in_use = None;
-        status.config = None;
-    }
+pub fn ready_heartbeat(node: &NodeView) -> Option<Timestamp> {
+    node.ready.as_ref()?.last_heartbeat
 }
 
 /// The core's view of what the Node object says. What comes from elsewhere is left for the
@@ -219,15 +137,15 @@ pub fn prune_node(node: &mut Node) {
 /// seen renewed (oobfence's own observation), the mapping's conflicts and the identity binding.
 /// An out-of-service taint on the node that this daemon did not place (another oobfence's
 /// fence is foreign too: never lifted nor adopted here).
-pub fn foreign_out_of_service(node: &Node, fence: Option<&FenceRecord>) -> bool {
-    fence.is_none_or(|f| !f.ours) && taints(node).iter().any(is_out_of_service)
+pub fn foreign_out_of_service(node: &NodeView, fence: Option<&FenceRecord>) -> bool {
+    fence.is_none_or(|f| !f.ours) && node.taints.iter().any(is_out_of_service)
 }
 
-pub fn node_facts(node: &Node, lease: Option<LeaseTimes>, me: &str) -> NodeFacts {
+pub fn node_facts(node: &NodeView, lease: Option<LeaseTimes>, me: &str) -> NodeFacts {
     let fence = fence_record(node, me);
     let foreign_out_of_service = foreign_out_of_service(node, fence.as_ref());
     NodeFacts {
-        uid: node.uid().unwrap_or_default(),
+        uid: node.uid.clone(),
         readiness: readiness(node),
         lease_renewal_seen: None,
         lease_renew_time: lease.and_then(|l| l.renewed),
@@ -235,7 +153,7 @@ pub fn node_facts(node: &Node, lease: Option<LeaseTimes>, me: &str) -> NodeFacts
         ready_heartbeat: ready_heartbeat(node),
         heartbeat_seen: None,
         boot_id: boot_id(node),
-        being_deleted: node.metadata.deletion_timestamp.is_some(),
+        being_deleted: node.being_deleted,
         fence,
         foreign_out_of_service,
         opted_out: opted_out(node),
@@ -261,16 +179,11 @@ pub const LABEL_MEDIK8S_EXCLUDE: &str = "remediation.medik8s.io/exclude-from-rem
 
 /// Why the node is excluded from fencing, from its own annotations and labels. A value other
 /// than `"true"` excludes nothing (as medik8s reads its label).
-pub fn opted_out(node: &Node) -> Option<String> {
-    if node
-        .annotations()
-        .get(ANNOTATION_EXCLUDE)
-        .map(String::as_str)
-        == Some("true")
-    {
+pub fn opted_out(node: &NodeView) -> Option<String> {
+    if node.annotations.get(ANNOTATION_EXCLUDE).map(String::as_str) == Some("true") {
         return Some(format!("annotation {ANNOTATION_EXCLUDE}=true"));
     }
-    if node.labels().get(LABEL_MEDIK8S_EXCLUDE).map(String::as_str) == Some("true") {
+    if node.labels.get(LABEL_MEDIK8S_EXCLUDE).map(String::as_str) == Some("true") {
         return Some(format!("label {LABEL_MEDIK8S_EXCLUDE}=true"));
     }
     None
@@ -304,8 +217,9 @@ pub const ANNOTATION_CAPI_MACHINE: &str = "cluster.x-k8s.io/machine";
 /// cordons it (`drain.Helper.CordonNode` in `reconcileDelete`). So a cordoned Node that
 /// Cluster API manages is taken as Cluster API's: it replaces the machine itself, and two
 /// remediators on one node undo each other's work. It can only ever block a fence.
-pub fn other_remediator(node: &Node) -> Option<String> {
-    if let Some(t) = taints(node)
+pub fn other_remediator(node: &NodeView) -> Option<String> {
+    if let Some(t) = node
+        .taints
         .iter()
         .find(|t| REMEDIATOR_TAINT_KEYS.contains(&t.key.as_str()))
     {
@@ -316,12 +230,8 @@ pub fn other_remediator(node: &Node) -> Option<String> {
             t.effect
         ));
     }
-    let cordoned = node
-        .spec
-        .as_ref()
-        .and_then(|s| s.unschedulable)
-        .unwrap_or(false);
-    match node.annotations().get(ANNOTATION_CAPI_MACHINE) {
+    let cordoned = node.unschedulable;
+    match node.annotations.get(ANNOTATION_CAPI_MACHINE) {
         Some(machine) if cordoned => Some(format!(
             "Cluster API Machine {machine} (annotation {ANNOTATION_CAPI_MACHINE}) and the Node is cordoned: a MachineHealthCheck remediation or a Machine deletion is draining it"
         )),

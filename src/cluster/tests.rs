@@ -6,6 +6,18 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
 const ME: &str = "oobfence/dc1@mgmt1";
 
+// The readers take the view the daemon keeps of a Node; these tests write whole Nodes, as the
+// API server sends them, and read them through it.
+fn node_facts(n: &Node, lease: Option<LeaseTimes>, me: &str) -> crate::decision::NodeFacts {
+    super::node_facts(&NodeView::from(n), lease, me)
+}
+fn opted_out(n: &Node) -> Option<String> {
+    super::opted_out(&NodeView::from(n))
+}
+fn other_remediator(n: &Node) -> Option<String> {
+    super::other_remediator(&NodeView::from(n))
+}
+
 fn node(ready: &str, taints: Vec<Taint>, annotations: &[(&str, &str)]) -> Node {
     Node {
         metadata: ObjectMeta {
@@ -184,9 +196,11 @@ fn truncate_keeps_char_boundaries() {
     assert_eq!(truncate("ééé", 3), "é…");
 }
 
-/// The cache keeps a pruned Node: whatever a decision reads of it must read the same.
+/// The cache keeps a view of each Node: whatever a decision reads of a whole Node it reads of
+/// the view, and nothing else is kept (foreign annotations, other conditions, images,
+/// capacity, the node info but the boot ID and system UUID).
 #[test]
-fn a_pruned_node_decides_as_the_whole_one() {
+fn a_node_view_keeps_what_decisions_read_and_nothing_else() {
     use k8s_openapi::api::core::v1::{ContainerImage, NodeAddress};
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     let mut full = node(
@@ -237,17 +251,43 @@ fn a_pruned_node_decides_as_the_whole_one() {
         40
     ]);
     status.capacity = Some([("cpu".to_string(), Quantity("64".into()))].into());
-    let mut pruned = full.clone();
-    prune_node(&mut pruned);
-    assert_eq!(node_facts(&pruned, None, ME), node_facts(&full, None, ME));
-    assert_eq!(provider_id(&pruned), provider_id(&full));
-    assert!(other_remediator(&pruned).is_some());
-    assert_eq!(ready_heartbeat(&pruned), ready_heartbeat(&full));
-    let size = |n: &Node| serde_json::to_vec(n).unwrap().len();
+    let view = NodeView::from(&full);
+    let facts = super::node_facts(&view, None, ME);
+    assert_eq!(facts.boot_id, "b1");
     assert!(
-        size(&pruned) * 4 < size(&full),
-        "{} of {} bytes kept",
-        size(&pruned),
-        size(&full)
+        facts
+            .fence
+            .as_ref()
+            .is_some_and(|f| f.ours && f.taint_present)
     );
+    assert_eq!(
+        facts.identity.system_uuid,
+        "4C4C4544-0038-4B10-8052-B4C04F4A4E32"
+    );
+    assert_eq!(facts.identity.addresses, vec!["10.0.0.5".to_string()]);
+    assert!(matches!(facts.readiness, Readiness::NotReady { .. }));
+    assert!(facts.opted_out.is_some());
+    assert_eq!(
+        super::provider_id(&view),
+        Some("aws:///us-east-1a/i-0123456789abcdef0")
+    );
+    assert!(
+        super::other_remediator(&view).is_some(),
+        "cordoned under a CAPI Machine"
+    );
+    assert_eq!(
+        view.annotations
+            .keys()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+        vec![
+            ANNOTATION_CAPI_MACHINE,
+            ANNOTATION_FENCED_AT,
+            ANNOTATION_FENCED_BOOT_ID,
+            ANNOTATION_FENCED_BY
+        ],
+        "foreign annotations are not kept"
+    );
+    assert_eq!(view.labels.len(), 2);
+    assert_eq!(view.taints.len(), 1);
 }

@@ -15,10 +15,9 @@ use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use serde_json::json;
 
+use super::NodeView;
 use super::events::{EventType, reasons};
-use super::node_facts::{
-    boot_id, fence_record, is_out_of_service, lease_renewed, readiness, taints,
-};
+use super::node_facts::{boot_id, fence_record, is_out_of_service, lease_renewed, readiness};
 use super::{
     ANNOTATION_ACTION, ANNOTATION_FENCED_AT, ANNOTATION_FENCED_BOOT_ID, ANNOTATION_FENCED_BY,
     ANNOTATION_REASON, CONFLICT_ATTEMPTS, Cluster, ClusterError, FenceWrite, NODE_LEASE_NAMESPACE,
@@ -107,12 +106,13 @@ impl Cluster {
             decision::GuardPurpose::Fence => self.fresh_lease_renew_time(&node.name_any()).await?,
             decision::GuardPurpose::Unfence => None,
         };
+        let view = NodeView::from(node);
         let fresh = FreshNode {
-            uid: node.uid().unwrap_or_default(),
-            readiness: readiness(node),
-            boot_id: boot_id(node),
+            uid: view.uid.clone(),
+            readiness: readiness(&view),
+            boot_id: boot_id(&view),
             lease_renew_time,
-            fence: fence_record(node, &self.actor),
+            fence: fence_record(&view, &self.actor),
         };
         let holds = self.holds_at_write(&fresh.uid).await?;
         decision::recheck(guard, &fresh, &holds, Timestamp::now()).map_err(ClusterError::Abandoned)
@@ -149,8 +149,8 @@ impl Cluster {
             let attempt = attempts.fetch_add(1, Ordering::Relaxed) + 1;
             let node = self.fresh_node(name, &guard.uid).await?;
             // Our own fence already in place (a retry after the cache lagged): nothing to do.
-            if let Some(record) =
-                fence_record(&node, &self.actor).filter(|r| r.ours && r.taint_present)
+            if let Some(record) = fence_record(&NodeView::from(&node), &self.actor)
+                .filter(|r| r.ours && r.taint_present)
             {
                 return Ok(FenceWrite {
                     boot_id: record.boot_id,
@@ -173,7 +173,7 @@ impl Cluster {
                 effect: OUT_OF_SERVICE_EFFECT.into(),
                 time_added: Some(Time(now)),
             });
-            let boot = boot_id(&node);
+            let boot = boot_id(&NodeView::from(&node));
             let patch = json!({
                 "metadata": {
                     "resourceVersion": node.resource_version(),
@@ -228,7 +228,7 @@ impl Cluster {
     ) -> Result<(), ClusterError> {
         self.on_conflict_retry(|| async {
             let node = self.fresh_node(name, uid).await?;
-            match fence_record(&node, &self.actor) {
+            match fence_record(&NodeView::from(&node), &self.actor) {
                 None => {
                     return Err(ClusterError::Precondition(format!(
                         "node {name} carries no oobfence record; its taints are not oobfence's to remove"
@@ -309,7 +309,7 @@ impl Cluster {
             })
             .to_string();
             self.event(
-                &node,
+                &node.name_any(),
                 EventType::Normal,
                 reasons::NODE_DELETED,
                 &format!("deleting Node; its labels, annotations and taints were: {backup}"),
@@ -326,7 +326,7 @@ impl Cluster {
             self.may_still_write(uid).await?;
             bounded_by(self.write_timeout, self.nodes().delete(name, &dp)).await?;
             Ok(FenceWrite {
-                boot_id: boot_id(&node),
+                boot_id: boot_id(&NodeView::from(&node)),
                 at: Timestamp::now(),
                 backup: Some(backup),
                 attempts: attempt,
@@ -400,4 +400,12 @@ impl Cluster {
         }
         Ok(deleted)
     }
+}
+
+/// The taints of a Node as read afresh: the whole list, which a write replaces.
+fn taints(node: &Node) -> &[Taint] {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_deref())
+        .unwrap_or(&[])
 }

@@ -7,13 +7,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Node;
-use kube::ResourceExt;
 
 use super::action::action_label;
 use super::reads::{ReadPurpose, spawn_read};
 use super::state::Daemon;
 use super::tracker::{HoldsShape, Quiet};
+use crate::cluster::NodeView;
 use crate::cluster::{EventType, reasons};
 use crate::decision::{Decision, NodeFacts, NodeState, Readiness, Rule, Step};
 use crate::metrics::WouldActLabels;
@@ -23,13 +22,13 @@ impl Daemon {
     /// Carries out `decision`, made on `facts`.
     pub(super) fn carry_out(
         &mut self,
-        node: &Arc<Node>,
+        node: &Arc<NodeView>,
         facts: NodeFacts,
         source: Option<MappedSource>,
         decision: &Decision,
         now: Timestamp,
     ) {
-        let name = node.name_any();
+        let name = node.name.clone();
         self.send_read(&name, &facts, source.as_ref(), decision, now);
         let changed = self.announce(node, &name, decision);
         // Refusals (one Event and one journal record per episode), dry runs, fence metrics.
@@ -85,7 +84,7 @@ impl Daemon {
 
     /// A new rule for the node: logged once (a refusal at WARN), and in a dry run the write it
     /// would make counted and announced by an Event. Whether the rule changed.
-    fn announce(&mut self, node: &Arc<Node>, name: &str, decision: &Decision) -> bool {
+    fn announce(&mut self, node: &Arc<NodeView>, name: &str, decision: &Decision) -> bool {
         let tracker = self.trackers.get_mut(name).expect("facts were gathered");
         let changed = tracker.last_rule != Some(decision.rule);
         if changed {
@@ -136,16 +135,16 @@ impl Daemon {
     /// for its retry, or the cache has not moved past the object the last one was made on.
     fn start_write(
         &mut self,
-        node: &Arc<Node>,
+        node: &Arc<NodeView>,
         name: &str,
         facts: &NodeFacts,
         source: Option<&MappedSource>,
         decision: &Decision,
         now: Timestamp,
     ) {
-        let uid = node.uid().unwrap_or_default();
+        let uid = node.uid.clone();
         let tracker = self.trackers.get_mut(name).expect("facts were gathered");
-        let rv = node.resource_version();
+        let rv = Some(node.resource_version.clone());
         let may_act = !tracker.action_in_flight
             && tracker.retry_after.is_none_or(|t| Instant::now() >= t)
             && (tracker.acted_on.is_none() || tracker.acted_on != rv);
@@ -174,7 +173,7 @@ impl Daemon {
     /// that passes skip the node until something changes), the state metric.
     fn settle(
         &mut self,
-        node: &Arc<Node>,
+        node: &Arc<NodeView>,
         name: &str,
         facts: &NodeFacts,
         decision: &Decision,
@@ -196,7 +195,7 @@ impl Daemon {
             tracker.wake_at = None;
         }
         tracker.quiet = Some(Quiet {
-            resource_version: node.resource_version().unwrap_or_default(),
+            resource_version: node.resource_version.clone(),
             at: Instant::now(),
             guards_epoch: self.guards_epoch,
             healthy: decision.rule == Rule::NodeReady

@@ -5,17 +5,16 @@
 use std::sync::Arc;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Node;
-use kube::ResourceExt;
 
 use super::facts::Gathered;
 use super::state::Daemon;
+use crate::cluster::NodeView;
 use crate::decision::{self, Decision};
 
 impl Daemon {
-    pub(super) fn evaluate(&mut self, node: &Arc<Node>, now: Timestamp) -> Decision {
+    pub(super) fn evaluate(&mut self, node: &Arc<NodeView>, now: Timestamp) -> Decision {
         let Gathered { facts, source } = self.gather_facts(node, now);
-        let name = node.name_any();
+        let name = node.name.clone();
         let reads = self.trackers.get(&name).map_or(&[][..], |t| &t.reads[..]);
         let decision = decision::decide(&facts, reads, &self.cfg.policy, now);
         self.carry_out(node, facts, source, &decision, now);

@@ -6,13 +6,12 @@
 use std::sync::Arc;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Node;
-use kube::ResourceExt;
 
 use super::guards::failure_domain;
 use super::state::Daemon;
 use super::tracker::Tracker;
 use crate::cluster;
+use crate::cluster::NodeView;
 use crate::decision::NodeFacts;
 use crate::power::MappedSource;
 
@@ -26,9 +25,9 @@ impl Daemon {
     /// The node's facts as of `now`, and its power source. The tracker learns from them too:
     /// a new object under the name starts afresh, signs of life are dated, an Off read of a
     /// living node is counted (and reported once proven).
-    pub(super) fn gather_facts(&mut self, node: &Arc<Node>, now: Timestamp) -> Gathered {
-        let name = node.name_any();
-        let uid = node.uid().unwrap_or_default();
+    pub(super) fn gather_facts(&mut self, node: &Arc<NodeView>, now: Timestamp) -> Gathered {
+        let name = node.name.clone();
+        let uid = node.uid.clone();
         {
             let t = self.trackers.entry(name.clone()).or_default();
             if t.uid != uid {
@@ -39,7 +38,7 @@ impl Daemon {
                 };
             }
         }
-        let provider_id = node.spec.as_ref().and_then(|s| s.provider_id.clone());
+        let provider_id = node.provider_id.clone();
         let source = self.source_for(&name, provider_id.as_deref());
         let lease = self.leases.get(&name);
         let mut facts = cluster::node_facts(node, lease, self.cluster.actor());

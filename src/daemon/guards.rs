@@ -7,11 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Node;
-use kube::ResourceExt;
 
 use super::state::{Daemon, FAILING_WINDOW};
 use crate::cluster;
+use crate::cluster::NodeView;
 use crate::decision::holds::{Calm, Census, CensusNode, GuardPolicy, View};
 use crate::decision::{self, Readiness};
 
@@ -33,16 +32,12 @@ impl Daemon {
     }
 
     /// Counts the datacenter and brings the guards up to date, before any node is decided.
-    pub(super) fn update_guards(&mut self, nodes: &[Arc<Node>], now: Timestamp) {
+    pub(super) fn update_guards(&mut self, nodes: &[Arc<NodeView>], now: Timestamp) {
         let g = &self.cfg.guards;
         let census_nodes: Vec<CensusNode> = nodes
             .iter()
             .map(|n| {
-                let tracker = n
-                    .metadata
-                    .name
-                    .as_deref()
-                    .and_then(|name| self.trackers.get(name));
+                let tracker = self.trackers.get(&n.name);
                 let failing = tracker.and_then(|t| {
                     t.last_read
                         .filter(|(at, _)| decision_elapsed(*at, now) <= FAILING_WINDOW)
@@ -53,12 +48,12 @@ impl Daemon {
                     decision::lease_state(t.last_alive(), t.lease_duration, &self.cfg.policy, now)
                 });
                 CensusNode {
-                    uid: n.metadata.uid.as_deref().unwrap_or_default().into(),
+                    uid: n.uid.as_str().into(),
                     lease,
                     domain: g
                         .failure_domain_label
                         .as_deref()
-                        .and_then(|label| n.labels().get(label))
+                        .and_then(|label| n.labels.get(label))
                         .map(|d| d.as_str().into()),
                     unhealthy: matches!(cluster::readiness(n), Readiness::NotReady { .. }),
                     source_failing: failing,
@@ -85,7 +80,7 @@ impl Daemon {
                 && f.ours
                 && decision_elapsed(f.at, now) < g.fence_budget_window
             {
-                self.calm.record_fence(&n.uid().unwrap_or_default(), f.at);
+                self.calm.record_fence(&n.uid.clone(), f.at);
             }
         }
         let leadership = self
@@ -198,8 +193,8 @@ fn guards_summary<'a>(c: &'a Calm, policy: &GuardPolicy) -> impl PartialEq + use
 }
 
 /// The node's failure domain: the value of `label` (None: no such label, or no label set).
-pub(super) fn failure_domain(node: &Node, label: Option<&str>) -> Option<String> {
-    node.labels().get(label?).cloned()
+pub(super) fn failure_domain(node: &NodeView, label: Option<&str>) -> Option<String> {
+    node.labels.get(label?).cloned()
 }
 
 fn decision_elapsed(earlier: Timestamp, later: Timestamp) -> Duration {

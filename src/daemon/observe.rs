@@ -5,11 +5,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Node;
-use kube::ResourceExt;
 
 use super::action::{ActionDone, action_label};
 use super::state::{DELETED_FENCE_KEPT, Daemon, FAILING_WINDOW};
+use crate::cluster::NodeView;
 use crate::cluster::{self, EventType, reasons};
 use crate::decision::{self, Decision, FenceAction, IdentityBinding, MappingConflict, Step};
 use crate::identity::{IdentityCheck, Verdict};
@@ -56,12 +55,12 @@ impl Daemon {
     /// journaled and, for a mismatch, an Event.
     pub(super) fn learn_identity(
         &mut self,
-        node: &Arc<Node>,
+        node: &Arc<NodeView>,
         verdict: Verdict,
         at: Timestamp,
         reader: &str,
     ) {
-        let name = node.name_any();
+        let name = node.name.clone();
         let Some(t) = self.trackers.get_mut(&name) else {
             return;
         };
@@ -82,7 +81,7 @@ impl Daemon {
         if !changed {
             return;
         }
-        let uid = node.uid().unwrap_or_default();
+        let uid = node.uid.clone();
         let message = format!("identity of the node's machine: {verdict}");
         let rule = match verdict {
             Verdict::Match(_) => {
@@ -97,7 +96,7 @@ impl Daemon {
                 tokio::spawn(async move {
                     cluster
                         .event(
-                            &node,
+                            &node.name,
                             EventType::Warning,
                             reasons::IDENTITY_MISMATCH,
                             &event,
@@ -125,18 +124,18 @@ impl Daemon {
 
     /// What the node's kubelet reported about its machine, with the other Nodes that report
     /// the same system UUID.
-    pub(super) fn node_identity(&self, node: &Node) -> crate::identity::NodeIdentity {
+    pub(super) fn node_identity(&self, node: &NodeView) -> crate::identity::NodeIdentity {
         let mut identity = cluster::node_identity(node);
-        identity.uuid_shared_with = self.shared_uuids.of(&node.name_any());
+        identity.uuid_shared_with = self.shared_uuids.of(&node.name.clone());
         identity
     }
 
     /// Nodes that now report another Node's system UUID: an ERROR, a journal record and an
     /// Event each, once; `oobfence_node_identity_problem{problem="duplicate-system-uuid"}` for
     /// as long as it lasts.
-    pub(super) fn report_shared_uuids(&self, nodes: &[Arc<Node>], newly_shared: &[String]) {
+    pub(super) fn report_shared_uuids(&self, nodes: &[Arc<NodeView>], newly_shared: &[String]) {
         for name in newly_shared {
-            let Some(node) = nodes.iter().find(|n| n.name_any() == *name) else {
+            let Some(node) = nodes.iter().find(|n| n.name.clone() == *name) else {
                 continue;
             };
             let message = format!(
@@ -156,7 +155,7 @@ impl Daemon {
     /// episode; the core refuses its reads (`off-while-alive`, `gone-while-alive`).
     pub(super) fn report_off_while_alive(
         &self,
-        node: &Arc<Node>,
+        node: &Arc<NodeView>,
         read_at: Timestamp,
         signs: u32,
         gone: bool,
@@ -188,24 +187,24 @@ impl Daemon {
     /// under `rule`.
     fn report_untrusted_source(
         &self,
-        node: &Arc<Node>,
+        node: &Arc<NodeView>,
         reason: &'static str,
         rule: &'static str,
         message: String,
     ) {
-        let name = node.name_any();
+        let name = node.name.clone();
         tracing::error!(node = %name, "{message}");
         let cluster = self.cluster.clone();
         let event_node = node.clone();
         let event = message.clone();
         tokio::spawn(async move {
             cluster
-                .event(&event_node, EventType::Warning, reason, &event)
+                .event(&event_node.name, EventType::Warning, reason, &event)
                 .await
         });
         let mut record = self.journal.record(
             &name,
-            &node.uid().unwrap_or_default(),
+            &node.uid.clone(),
             RecordKind::Observation,
             rule,
             journal::Inputs::default(),
@@ -243,15 +242,15 @@ impl Daemon {
     /// and the journal record and Event of a refusal or a dry-run decision.
     pub(super) fn observe_node(
         &mut self,
-        node: &Arc<Node>,
+        node: &Arc<NodeView>,
         facts: &decision::NodeFacts,
         decision: &Decision,
         source: Option<&MappedSource>,
         changed: bool,
         now: Timestamp,
     ) {
-        let name = node.name_any();
-        let uid = node.uid().unwrap_or_default();
+        let name = node.name.clone();
+        let uid = node.uid.clone();
         let m = &self.shared.metrics;
         let taint_fence = facts.fence.as_ref().filter(|f| f.taint_present);
         m.set_fenced_since(&name, &uid, taint_fence.map(|f| unix_seconds(f.at)));
@@ -312,7 +311,7 @@ impl Daemon {
     }
 
     /// Every pass: the metrics that count over nodes, and volume release.
-    pub(super) fn observe_all(&mut self, nodes: &[Arc<Node>], now: Timestamp) {
+    pub(super) fn observe_all(&mut self, nodes: &[Arc<NodeView>], now: Timestamp) {
         let m = &self.shared.metrics;
         let mut blocked: BTreeMap<&'static str, i64> = BTreeMap::new();
         let mut failing: BTreeMap<FailingLabels, i64> = BTreeMap::new();

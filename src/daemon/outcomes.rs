@@ -3,7 +3,6 @@
 use std::time::Instant;
 
 use jiff::Timestamp;
-use kube::runtime::reflector::ObjectRef;
 
 use super::action::ActionDone;
 use super::reads::{ReadDone, ReadPurpose};
@@ -94,7 +93,7 @@ impl Daemon {
         if failed && done.purpose == ReadPurpose::Health {
             t.identity_due = Some(Instant::now() + FAILED_SOURCE_RETRY);
         }
-        let node = self.nodes.get(&ObjectRef::new(&done.node));
+        let node = self.nodes.get(&done.node);
         if let Some(node) = &node {
             let verdict = identity::verify(&self.node_identity(node), &done.reading.identity);
             let reader = done.reading.reader.clone();

@@ -9,13 +9,12 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Node;
-use kube::runtime::reflector::ObjectRef;
 
 use super::guards::failure_domain;
 use super::state::{Daemon, MAPPING_CHECK_PASSES};
 use super::tracker::{self, HoldsShape, QUIET_REFRESH, mapping_conflicts};
 use crate::cluster;
+use crate::cluster::NodeView;
 use crate::decision;
 
 impl Daemon {
@@ -30,10 +29,8 @@ impl Daemon {
         // one leaves more trackers than nodes (a pass late at worst, when a new node has no
         // tracker yet): only then is it worth looking for it.
         let gone: Vec<String> = if self.trackers.len() > nodes.len() {
-            let names: std::collections::HashSet<&str> = nodes
-                .iter()
-                .filter_map(|n| n.metadata.name.as_deref())
-                .collect();
+            let names: std::collections::HashSet<&str> =
+                nodes.iter().map(|n| n.name.as_str()).collect();
             self.trackers
                 .keys()
                 .filter(|k| !names.contains(k.as_str()))
@@ -91,14 +88,11 @@ impl Daemon {
 
     /// Works out the mapping's conflicts and the shared UUIDs again where the nodes' names,
     /// providerIDs or system UUIDs changed; the nodes that share a UUID now and did not before.
-    fn check_mapping(&mut self, nodes: &[Arc<Node>]) -> Vec<String> {
+    fn check_mapping(&mut self, nodes: &[Arc<NodeView>]) -> Vec<String> {
         let mapped_nodes = || {
-            nodes.iter().map(|n| {
-                (
-                    n.metadata.name.as_deref().unwrap_or(""),
-                    cluster::provider_id(n),
-                )
-            })
+            nodes
+                .iter()
+                .map(|n| (n.name.as_str(), cluster::provider_id(n)))
         };
         let changed = self.conflicts_of.len() != nodes.len()
             || mapped_nodes()
@@ -110,15 +104,11 @@ impl Daemon {
                 .map(|(name, pid)| (name.to_string(), pid.map(String::from)))
                 .collect();
         }
-        let newly_shared = self.shared_uuids.update(nodes.iter().map(|n| {
-            (
-                n.metadata.name.as_deref().unwrap_or(""),
-                n.status
-                    .as_ref()
-                    .and_then(|s| s.node_info.as_ref())
-                    .map_or("", |i| i.system_uuid.as_str()),
-            )
-        }));
+        let newly_shared = self.shared_uuids.update(
+            nodes
+                .iter()
+                .map(|n| (n.name.as_str(), n.system_uuid.as_str())),
+        );
         if !newly_shared.is_empty() {
             self.guards_epoch += 1;
         }
@@ -134,17 +124,15 @@ impl Daemon {
     /// A read that lands and a write that ends decide their node again anyway. Thousands of
     /// nodes then cost a lookup each per pass, and a storm's nodes are decided when something
     /// about them changes rather than every second.
-    fn is_quiet(&mut self, node: &Node, now: Timestamp) -> bool {
-        let Some(name) = node.metadata.name.as_deref() else {
-            return false;
-        };
+    fn is_quiet(&mut self, node: &NodeView, now: Timestamp) -> bool {
+        let name = node.name.as_str();
         let Some(t) = self.trackers.get_mut(name) else {
             return false;
         };
         let Some(q) = &t.quiet else {
             return false;
         };
-        let unchanged = node.metadata.resource_version.as_deref() == Some(&q.resource_version)
+        let unchanged = node.resource_version == q.resource_version
             && q.guards_epoch == self.guards_epoch
             && q.at.elapsed() < QUIET_REFRESH;
         let due = t.wake_at.is_some_and(|at| at <= now)
@@ -213,7 +201,7 @@ impl Daemon {
                 continue;
             }
             t.wake_at = None;
-            if let Some(node) = self.nodes.get(&ObjectRef::new(&name)) {
+            if let Some(node) = self.nodes.get(&name) {
                 self.evaluate(&node, now);
             }
         }
@@ -222,16 +210,10 @@ impl Daemon {
     /// A Node changed in the cache: decide it now. Only a node the last pass saw (its guards
     /// and census are counted per pass); a new one waits for the next tick.
     pub(super) fn node_changed(&mut self, name: &str) {
-        let node = self.nodes.get(&ObjectRef::new(name));
-        let mapping = node.as_deref().map(|n| {
-            (
-                cluster::provider_id(n),
-                n.status
-                    .as_ref()
-                    .and_then(|s| s.node_info.as_ref())
-                    .map_or("", |i| i.system_uuid.as_str()),
-            )
-        });
+        let node = self.nodes.get(name);
+        let mapping = node
+            .as_deref()
+            .map(|n| (cluster::provider_id(n), n.system_uuid.as_str()));
         let known = self.conflicts_of.get(name).map(|pid| {
             (
                 pid.as_deref(),

@@ -7,8 +7,6 @@
 
 use std::sync::Arc;
 
-use kube::runtime::reflector::ObjectRef;
-
 use super::notify::log_startup_warnings;
 use super::reads::ReadSlots;
 use super::state::Daemon;
@@ -107,7 +105,7 @@ impl Daemon {
         // mapping are looked up again on its next decision.
         let mut remapped = 0;
         for (name, t) in &mut self.trackers {
-            let node = self.nodes.get(&ObjectRef::new(name));
+            let node = self.nodes.get(name);
             let provider_id = node.as_deref().and_then(crate::cluster::provider_id);
             let before = self
                 .sources

@@ -3,7 +3,6 @@
 //! and the clock moved since), with nothing carried out. And the status line systemd shows.
 
 use jiff::Timestamp;
-use kube::runtime::reflector::ObjectRef;
 
 use super::facts::Gathered;
 use super::notify::notify_systemd;
@@ -35,7 +34,7 @@ impl Daemon {
     fn report(&mut self, name: &str, now: Timestamp) -> Option<NodeReport> {
         // Decided once: a pass has seen it (and counted the guards with it).
         self.trackers.get(name)?.metric_state?;
-        let node = self.nodes.get(&ObjectRef::new(name))?;
+        let node = self.nodes.get(name)?;
         let Gathered { facts, source } = self.gather_facts(&node, now);
         let tracker = self.trackers.get(name)?;
         let decision = decision::decide(&facts, &tracker.reads, &self.cfg.policy, now);

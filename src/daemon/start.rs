@@ -12,15 +12,14 @@ use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
-use kube::ResourceExt;
 use kube::api::Api;
-use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::mpsc;
 
 use super::action::ActionDone;
 use super::guard_record;
 use super::leases::{self, Leases};
+use super::nodes::{self, Nodes};
 use super::notify::{log_startup_warnings, notify_systemd};
 use super::reads::{ReadDone, ReadSlots};
 use super::state::Daemon;
@@ -362,28 +361,24 @@ fn spawn_watch<K>(
     });
 }
 
-/// The Node cache: each Node pruned to what decisions read ([`cluster::prune_node`]); a Node
-/// that changes or goes is sent on `changed`, to be decided at once. Where that cannot tell
-/// the loop (a full channel, a relist), `missed` says so.
+/// The Node cache ([`nodes`]); a Node that changes or goes is sent on `changed`, to be
+/// decided at once. Where that cannot tell the loop (a full channel, a relist), `missed` says
+/// so.
 fn spawn_node_cache(
     api: Api<Node>,
     config: watcher::Config,
     shared: Arc<Shared>,
     changed: mpsc::Sender<String>,
     missed: Arc<AtomicBool>,
-) -> Store<Node> {
-    let (reader, mut writer) = reflector::store();
+) -> Nodes {
+    let (reader, mut writer) = nodes::nodes();
     spawn_watch(api, config, shared, "nodes", move |ev| {
-        let ev = ev.modify(cluster::prune_node);
-        writer.apply_watcher_event(&ev);
-        let told = match &ev {
+        // A relist may have changed any node, unannounced.
+        let relisted = matches!(ev, watcher::Event::InitDone);
+        let told = match writer.apply(ev) {
             // Full: the next tick decides it anyway, and checks every node's mapping.
-            watcher::Event::Apply(node) | watcher::Event::Delete(node) => {
-                changed.try_send(node.name_any()).is_ok()
-            }
-            // A relist may have changed any node, unannounced.
-            watcher::Event::InitDone => false,
-            _ => true,
+            Some(name) => changed.try_send(name).is_ok(),
+            None => !relisted,
         };
         if !told {
             missed.store(true, Ordering::Relaxed);

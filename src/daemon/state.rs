@@ -8,13 +8,12 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Node;
-use kube::runtime::reflector::Store;
 use tokio::sync::mpsc;
 
 use super::action::ActionDone;
 use super::guard_record;
 use super::leases::Leases;
+use super::nodes::Nodes;
 use super::reads::{ReadDone, ReadSlots};
 use super::tracker::Tracker;
 use super::uuids;
@@ -47,7 +46,7 @@ pub(super) struct Daemon {
     pub(super) cfg: Arc<Config>,
     pub(super) cluster: Cluster,
     pub(super) shared: Arc<Shared>,
-    pub(super) nodes: Store<Node>,
+    pub(super) nodes: Nodes,
     pub(super) leases: Leases,
     pub(super) trackers: HashMap<String, Tracker>,
     pub(super) sources: Arc<PowerSources>,

@@ -5,13 +5,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Node;
-use kube::ResourceExt;
 
 use super::action::ActionDone;
 use super::observe::{observe_fence, seconds_between};
 use super::state::Daemon;
-use crate::cluster::{self, Cluster, EventType, reasons};
+use crate::cluster::{self, Cluster, EventType, NodeView, reasons};
 use crate::decision::{self, Decision, FenceAction, Step};
 use crate::journal::{self, RecordKind};
 use crate::power;
@@ -20,7 +18,7 @@ use crate::status::Shared;
 impl Daemon {
     pub(super) fn spawn_event(
         &self,
-        node: &Arc<Node>,
+        node: &Arc<NodeView>,
         kind: EventType,
         reason: &'static str,
         d: &Decision,
@@ -28,12 +26,12 @@ impl Daemon {
         let cluster = self.cluster.clone();
         let node = node.clone();
         let message = format!("{} (rule {})", d.reason, d.rule.name());
-        tokio::spawn(async move { cluster.event(&node, kind, reason, &message).await });
+        tokio::spawn(async move { cluster.event(&node.name, kind, reason, &message).await });
     }
 
     pub(super) fn spawn_action(
         &self,
-        node: Arc<Node>,
+        node: Arc<NodeView>,
         uid: String,
         decision: Decision,
         inputs: journal::Inputs,
@@ -42,7 +40,7 @@ impl Daemon {
         let shared = self.shared.clone();
         let journal = self.journal.clone();
         let tx = self.actions_tx.clone();
-        let name = node.name_any();
+        let name = node.name.clone();
         let reads: Vec<String> = self
             .trackers
             .get(&name)
@@ -150,7 +148,7 @@ impl Daemon {
                     }
                     tracing::warn!(node = %name, action = label, rule = decision.rule.name(), "{message}");
                     cluster
-                        .event(&node, EventType::Normal, reason, &message)
+                        .event(&node.name, EventType::Normal, reason, &message)
                         .await;
                     record.event = reason.to_string();
                     record.result = "success".into();
@@ -171,7 +169,12 @@ impl Daemon {
                     let message = format!("{label} failed: {e}");
                     tracing::error!(node = %name, action = label, error = %e, "action failed; will retry");
                     cluster
-                        .event(&node, EventType::Warning, reasons::FENCE_FAILED, &message)
+                        .event(
+                            &node.name,
+                            EventType::Warning,
+                            reasons::FENCE_FAILED,
+                            &message,
+                        )
                         .await;
                     record.event = reasons::FENCE_FAILED.to_string();
                     record.result = "failure".into();
@@ -271,20 +274,19 @@ async fn delete_node_and_attachments(
 impl Daemon {
     /// For a fence of an EC2 instance that held data volumes: what to watch until they are
     /// released.
-    fn ec2_volume_watch(&self, node: &Node, decision: &Decision) -> Option<Ec2VolumeWatch> {
+    fn ec2_volume_watch(&self, node: &NodeView, decision: &Decision) -> Option<Ec2VolumeWatch> {
         if !matches!(decision.step, Step::Fence(_)) {
             return None;
         }
         let reader = self.sources.ec2()?.clone();
         let aws = self.cfg.aws.as_ref()?;
-        let name = node.name_any();
+        let name = node.name.clone();
         if !self.sources.needs_node_data(&name) {
             return None;
         }
         let instance = node
-            .spec
-            .as_ref()
-            .and_then(|s| s.provider_id.as_deref())
+            .provider_id
+            .as_deref()
             .and_then(|p| power::ec2::instance_id_from_provider_id(p).ok())?;
         let last = self.trackers.get(&name)?.reads.last()?;
         let volumes = power::ec2::volume_ids(&last.details);
@@ -315,7 +317,7 @@ impl Ec2VolumeWatch {
     const EVERY: Duration = Duration::from_secs(10);
     const GIVE_UP: Duration = Duration::from_secs(6 * 3600);
 
-    async fn run(self, cluster: Cluster, node: Arc<Node>, shared: Arc<Shared>) {
+    async fn run(self, cluster: Cluster, node: Arc<NodeView>, shared: Arc<Shared>) {
         let started = Instant::now();
         let mut warned = false;
         let max_polls = (Self::GIVE_UP.as_secs() / Self::EVERY.as_secs()) as usize;
@@ -340,13 +342,18 @@ impl Ec2VolumeWatch {
                     self.instance,
                     took.as_secs_f64()
                 );
-                tracing::info!(node = %node.name_any(), "{msg}");
+                tracing::info!(node = %node.name.clone(), "{msg}");
                 shared
                     .metrics
                     .fence_to_ebs_detached
                     .observe(took.as_secs_f64());
                 cluster
-                    .event(&node, EventType::Normal, reasons::VOLUMES_RELEASED, &msg)
+                    .event(
+                        &node.name,
+                        EventType::Normal,
+                        reasons::VOLUMES_RELEASED,
+                        &msg,
+                    )
                     .await;
                 return;
             }
@@ -358,10 +365,10 @@ impl Ec2VolumeWatch {
                     self.instance,
                     took.as_secs_f64()
                 );
-                tracing::warn!(node = %node.name_any(), "{msg}");
+                tracing::warn!(node = %node.name.clone(), "{msg}");
                 cluster
                     .event(
-                        &node,
+                        &node.name,
                         EventType::Warning,
                         reasons::VOLUMES_STILL_ATTACHED,
                         &msg,

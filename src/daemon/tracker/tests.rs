@@ -3,8 +3,6 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Node;
-
 use super::*;
 use crate::decision::PowerState;
 
@@ -88,7 +86,7 @@ fn lease_renewals_are_dated_by_oobfences_clock() {
 #[test]
 fn signs_of_life_after_an_off_read_of_a_ready_node_are_counted() {
     let mut tracker = Tracker::default();
-    let mut facts = crate::cluster::node_facts(&Node::default(), None, "me");
+    let mut facts = crate::cluster::node_facts(&crate::cluster::NodeView::default(), None, "me");
     facts.readiness = Readiness::Ready;
     facts.boot_id = "boot-1".into();
     let mut renew = 0;
@@ -150,7 +148,8 @@ fn signs_of_life_after_an_off_read_of_a_ready_node_are_counted() {
 fn a_gone_answer_for_a_ready_node_is_watched_like_an_off_one() {
     for state in [PowerState::NotFound, PowerState::Terminated] {
         let mut tracker = Tracker::default();
-        let mut facts = crate::cluster::node_facts(&Node::default(), None, "me");
+        let mut facts =
+            crate::cluster::node_facts(&crate::cluster::NodeView::default(), None, "me");
         facts.readiness = Readiness::Ready;
         facts.boot_id = "boot-1".into();
         facts.lease_renew_time = Some(t(0));
@@ -171,7 +170,7 @@ fn a_gone_answer_for_a_ready_node_is_watched_like_an_off_one() {
 #[test]
 fn not_ready_transitions_are_counted_once_each() {
     let mut tracker = Tracker::default();
-    let mut facts = crate::cluster::node_facts(&Node::default(), None, "me");
+    let mut facts = crate::cluster::node_facts(&crate::cluster::NodeView::default(), None, "me");
     let mut see = |ready: bool, at: i64| {
         facts.readiness = if ready {
             Readiness::Ready
@@ -201,7 +200,7 @@ fn reads_are_dropped_whenever_the_node_is_seen_ready() {
         reads: vec![off(10), off(15)],
         ..Default::default()
     };
-    let mut facts = crate::cluster::node_facts(&Node::default(), None, "me");
+    let mut facts = crate::cluster::node_facts(&crate::cluster::NodeView::default(), None, "me");
     facts.readiness = Readiness::NotReady {
         // A controller clock far ahead of ours: a time filter would keep stale reads.
         since: t(-3600),
@@ -237,7 +236,7 @@ fn reads_are_dropped_whenever_the_node_is_seen_ready() {
 #[test]
 fn reads_ahead_of_not_ready_last_until_a_sign_of_life() {
     let mut tracker = Tracker::default();
-    let mut facts = crate::cluster::node_facts(&Node::default(), None, "me");
+    let mut facts = crate::cluster::node_facts(&crate::cluster::NodeView::default(), None, "me");
     facts.readiness = Readiness::Ready;
     facts.lease_renew_time = Some(t(-100));
     facts.ready_heartbeat = Some(t(-200));

@@ -74,7 +74,7 @@ pub async fn fence_guard_for(client: &Client, node: &Node) -> oobfence::decision
     oobfence::decision::WriteGuard {
         purpose: oobfence::decision::GuardPurpose::Fence,
         uid: node.uid().unwrap(),
-        boot_id: oobfence::cluster::boot_id(node),
+        boot_id: oobfence::cluster::boot_id(&oobfence::cluster::NodeView::from(node)),
         lease_renew_time: lease.as_ref().and_then(oobfence::cluster::lease_renewed),
         evidence_at: jiff::Timestamp::now(),
         read_max_age: Duration::from_secs(30),

@@ -1,0 +1,97 @@
+//! What oobfence reads of a Node. The daemon's Node cache keeps this of each watched Node, and
+//! a Node read afresh before a write is turned into it too, so that both are judged by the same
+//! functions. A `k8s-openapi` `Node` is about 1.5 KiB before any of its fields is filled, and
+//! thousands of them were most of the daemon's memory; this keeps a few hundred bytes.
+
+use std::collections::BTreeMap;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{Node, Taint};
+
+use super::ANNOTATION_CAPI_MACHINE;
+
+/// A Node, as far as oobfence reads it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NodeView {
+    pub name: String,
+    pub uid: String,
+    pub resource_version: String,
+    /// `metadata.deletionTimestamp` is set.
+    pub being_deleted: bool,
+    pub labels: BTreeMap<String, String>,
+    /// oobfence's own annotations (`oobfence.io/…`) and Cluster API's Machine annotation; no
+    /// other annotation is read.
+    pub annotations: BTreeMap<String, String>,
+    pub provider_id: Option<String>,
+    /// `spec.unschedulable`: cordoned.
+    pub unschedulable: bool,
+    pub taints: Vec<Taint>,
+    /// The Ready condition, if the Node has one.
+    pub ready: Option<ReadyCondition>,
+    /// `status.nodeInfo.bootID` and `systemUUID`.
+    pub boot_id: String,
+    pub system_uuid: String,
+    /// The InternalIP, Hostname and InternalDNS addresses: what identifies the machine.
+    pub addresses: Vec<String>,
+}
+
+/// A Node's Ready condition.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReadyCondition {
+    /// `status` is "True".
+    pub ready: bool,
+    pub last_transition: Option<Timestamp>,
+    pub last_heartbeat: Option<Timestamp>,
+}
+
+impl From<Node> for NodeView {
+    fn from(node: Node) -> NodeView {
+        let m = node.metadata;
+        let (spec, status) = (
+            node.spec.unwrap_or_default(),
+            node.status.unwrap_or_default(),
+        );
+        let mut annotations = m.annotations.unwrap_or_default();
+        annotations.retain(|k, _| k.starts_with("oobfence.io/") || k == ANNOTATION_CAPI_MACHINE);
+        let info = status.node_info.unwrap_or_default();
+        let mut addresses: Vec<String> = status
+            .addresses
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|a| matches!(a.type_.as_str(), "InternalIP" | "Hostname" | "InternalDNS"))
+            .map(|a| a.address)
+            .collect();
+        addresses.shrink_to_fit();
+        let ready = status
+            .conditions
+            .unwrap_or_default()
+            .into_iter()
+            .find(|c| c.type_ == "Ready")
+            .map(|c| ReadyCondition {
+                ready: c.status == "True",
+                last_transition: c.last_transition_time.map(|t| t.0),
+                last_heartbeat: c.last_heartbeat_time.map(|t| t.0),
+            });
+        NodeView {
+            name: m.name.unwrap_or_default(),
+            uid: m.uid.unwrap_or_default(),
+            resource_version: m.resource_version.unwrap_or_default(),
+            being_deleted: m.deletion_timestamp.is_some(),
+            labels: m.labels.unwrap_or_default(),
+            annotations,
+            provider_id: spec.provider_id,
+            unschedulable: spec.unschedulable.unwrap_or(false),
+            taints: spec.taints.unwrap_or_default(),
+            ready,
+            boot_id: info.boot_id,
+            system_uuid: info.system_uuid,
+            addresses,
+        }
+    }
+}
+
+impl From<&Node> for NodeView {
+    fn from(node: &Node) -> NodeView {
+        NodeView::from(node.clone())
+    }
+}
