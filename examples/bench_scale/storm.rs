@@ -70,6 +70,23 @@ impl Storm<'_> {
                 }
             })
         };
+        // The API server's own latency through the storm, as a client beside oobfence sees it:
+        // one GET of a healthy Node every 100 ms.
+        let api_gets: Arc<std::sync::Mutex<Vec<f64>>> = Arc::default();
+        let probe = {
+            let api: Api<k8s_openapi::api::core::v1::Node> = Api::all(self.client.clone());
+            let name = self.names[self.names.len() - 1].clone();
+            let took = api_gets.clone();
+            tokio::spawn(async move {
+                for _ in 0..3000 {
+                    let t = Instant::now();
+                    if api.get(&name).await.is_ok() {
+                        took.lock().unwrap().push(t.elapsed().as_secs_f64());
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            })
+        };
         let before = support::k8s::scrape(self.listen).await;
         let requests_before = metric_sum(&before, "oobfence_kubernetes_requests_total");
         let reads_before = farm.requests().await;
@@ -142,6 +159,9 @@ impl Storm<'_> {
             metric_sum(&after, "oobfence_kubernetes_requests_total") - requests_before;
         let reads = farm.requests().await - reads_before;
         watch.abort();
+        probe.abort();
+        let mut api_gets = api_gets.lock().unwrap().clone();
+        api_gets.sort_by(f64::total_cmp);
 
         let tainted = tainted.lock().unwrap().clone();
         let storm_tainted: Vec<Instant> = (0..storm)
@@ -282,6 +302,11 @@ impl Storm<'_> {
         figure(
             "storm: of which write started → written (the API server), p50 / p99",
             format!("{} / {}", ms(&in_api, 50.0), ms(&in_api, 99.0)),
+            "ms",
+        );
+        figure(
+            "storm: one GET of a Node by another client meanwhile, p50 / p99",
+            format!("{} / {}", ms(&api_gets, 50.0), ms(&api_gets, 99.0)),
             "ms",
         );
 
