@@ -163,7 +163,7 @@ pre_attest = false
 fence_budget = {budget}
 # A record of this run's own: another run's fences on the same control plane would spend
 # this one's budget.
-record = "default/{group}-guards"
+record = "{record}"
 [server]
 listen = "{listen}"
 [journal]
@@ -190,6 +190,12 @@ ca_file = "{ca}"
         grace = NOT_READY_GRACE.as_secs(),
         confirm = CONFIRM_INTERVAL.as_secs(),
         budget = storm_nodes + decoys,
+        // BENCH_GUARD_RECORD=0: no record (to see what writing it as each fence starts costs).
+        record = if std::env::var("BENCH_GUARD_RECORD").as_deref() == Ok("0") {
+            String::new()
+        } else {
+            format!("default/{group}-guards")
+        },
     );
     let config_path = dir.path().join("bench.toml");
     std::fs::write(&config_path, config).unwrap();
