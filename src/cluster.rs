@@ -40,7 +40,7 @@ pub use node_facts::{
     lease_duration, lease_renewed, leases_by_node, node_facts, node_identity, opted_out,
     other_remediator, provider_id, readiness, ready_heartbeat,
 };
-pub use node_view::{NodeView, ReadyCondition};
+pub use node_view::{NodeView, Pairs, ReadyCondition};
 
 pub const OUT_OF_SERVICE_KEY: &str = "node.kubernetes.io/out-of-service";
 pub const OUT_OF_SERVICE_VALUE: &str = "nodeshutdown";

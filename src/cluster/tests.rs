@@ -289,5 +289,12 @@ fn a_node_view_keeps_what_decisions_read_and_nothing_else() {
         "foreign annotations are not kept"
     );
     assert_eq!(view.labels.len(), 2);
+    assert_eq!(
+        view.labels
+            .get("topology.kubernetes.io/zone")
+            .map(String::as_str),
+        Some("r1")
+    );
+    assert_eq!(view.labels.get("topology.kubernetes.io/region"), None);
     assert_eq!(view.taints.len(), 1);
 }
