@@ -334,7 +334,7 @@ fn the_reader_finds_a_planted_circle_and_ignores_tests_and_comments() {
     .unwrap();
     std::fs::write(
         src.join("b.rs"),
-        "pub struct B;\nfn f() -> crate::a::Thing { todo!() }\n#[cfg(test)]\nmod tests {\n    use crate::c::C;\n}\n",
+        "pub struct B;\nfn f() -> crate::a::Thing { crate::a::Thing }\n#[cfg(test)]\nmod tests {\n    use crate::c::C;\n}\n",
     )
     .unwrap();
     std::fs::write(
