@@ -17,6 +17,7 @@
 //! - [`tracker`]: what is remembered per node; [`reload`]: a new config, on SIGHUP.
 
 mod action;
+mod cache;
 mod carry_out;
 mod evaluate;
 mod facts;

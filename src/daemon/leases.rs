@@ -1,91 +1,27 @@
 //! The node Leases as the loop needs them: each one's renewTime and duration by node name
-//! ([`LeaseTimes`]), kept from the Lease watch. A cached `Lease` object costs about a
-//! kilobyte, its key in a reflector store as much again: at 20,000 nodes those were tens of
-//! megabytes for two timestamps each.
-
-use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+//! ([`LeaseTimes`]), kept from the Lease watch ([`super::cache`]).
 
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::ResourceExt;
-use kube::runtime::watcher;
 
+use super::cache::{Cache, CacheWriter, cache};
 use crate::cluster::LeaseTimes;
 
-/// The read side, for the loop.
-#[derive(Clone)]
-pub(super) struct Leases {
-    times: Arc<RwLock<HashMap<String, LeaseTimes>>>,
-    synced: tokio::sync::watch::Receiver<bool>,
-}
-
-/// The write side, for the watch.
-pub(super) struct LeasesWriter {
-    times: Arc<RwLock<HashMap<String, LeaseTimes>>>,
-    /// A relist under way (after a start or an expired watch): the Leases it has listed so
-    /// far. It replaces the map when complete, so that a Lease deleted meanwhile goes.
-    relist: Option<HashMap<String, LeaseTimes>>,
-    synced: tokio::sync::watch::Sender<bool>,
-}
+pub(super) type Leases = Cache<LeaseTimes>;
+pub(super) type LeasesWriter = CacheWriter<LeaseTimes>;
 
 pub(super) fn leases() -> (Leases, LeasesWriter) {
-    let times = Arc::new(RwLock::new(HashMap::new()));
-    let (synced_tx, synced) = tokio::sync::watch::channel(false);
-    (
-        Leases {
-            times: times.clone(),
-            synced,
-        },
-        LeasesWriter {
-            times,
-            relist: None,
-            synced: synced_tx,
-        },
-    )
+    cache()
 }
 
-impl Leases {
-    /// The Lease of node `name` (in the node lease namespace), if it has one.
-    pub(super) fn get(&self, name: &str) -> Option<LeaseTimes> {
-        self.times.read().ok()?.get(name).copied()
-    }
-
-    /// Once a first complete list is in.
-    pub(super) async fn wait_until_ready(&self) {
-        let mut synced = self.synced.clone();
-        let _ = synced.wait_for(|s| *s).await;
-    }
-}
-
-impl LeasesWriter {
-    pub(super) fn apply(&mut self, event: &watcher::Event<Lease>) {
-        let Ok(mut times) = self.times.write() else {
-            return;
-        };
-        match event {
-            watcher::Event::Apply(l) => {
-                times.insert(l.name_any(), LeaseTimes::of(l));
-            }
-            watcher::Event::Delete(l) => {
-                times.remove(&l.name_any());
-            }
-            watcher::Event::Init => self.relist = Some(HashMap::new()),
-            watcher::Event::InitApply(l) => {
-                self.relist
-                    .get_or_insert_with(HashMap::new)
-                    .insert(l.name_any(), LeaseTimes::of(l));
-            }
-            watcher::Event::InitDone => {
-                *times = self.relist.take().unwrap_or_default();
-                times.shrink_to_fit();
-                let _ = self.synced.send(true);
-            }
-        }
-    }
+/// What the cache keeps of a Lease.
+pub(super) fn keep(lease: Lease) -> LeaseTimes {
+    LeaseTimes::of(&lease)
 }
 
 #[cfg(test)]
 mod tests {
+    use kube::runtime::watcher;
+
     use super::*;
 
     fn lease(name: &str, renewed: i64) -> Lease {
@@ -106,13 +42,13 @@ mod tests {
     #[test]
     fn a_relist_replaces_the_leases_and_marks_the_cache_synced() {
         let (read, mut write) = leases();
-        write.apply(&watcher::Event::Init);
-        write.apply(&watcher::Event::InitApply(lease("a", 10)));
-        write.apply(&watcher::Event::InitApply(lease("b", 10)));
-        assert!(!*read.synced.borrow(), "not synced before InitDone");
+        write.apply(watcher::Event::Init, keep);
+        write.apply(watcher::Event::InitApply(lease("a", 10)), keep);
+        write.apply(watcher::Event::InitApply(lease("b", 10)), keep);
+        assert!(!read.is_synced(), "not synced before InitDone");
         assert_eq!(read.get("a"), None, "a list in progress is not served");
-        write.apply(&watcher::Event::InitDone);
-        assert!(*read.synced.borrow());
+        write.apply(watcher::Event::InitDone, keep);
+        assert!(read.is_synced());
         assert_eq!(
             read.get("a"),
             Some(LeaseTimes {
@@ -120,16 +56,16 @@ mod tests {
                 duration: Some(std::time::Duration::from_secs(40)),
             })
         );
-        write.apply(&watcher::Event::Apply(lease("a", 20)));
+        write.apply(watcher::Event::Apply(lease("a", 20)), keep);
         assert_eq!(
             read.get("a").and_then(|t| t.renewed),
             Some(jiff::Timestamp::from_second(20).unwrap())
         );
-        write.apply(&watcher::Event::Delete(lease("b", 10)));
+        write.apply(watcher::Event::Delete(lease("b", 10)), keep);
         assert_eq!(read.get("b"), None);
-        write.apply(&watcher::Event::Init);
-        write.apply(&watcher::Event::InitApply(lease("c", 30)));
-        write.apply(&watcher::Event::InitDone);
+        write.apply(watcher::Event::Init, keep);
+        write.apply(watcher::Event::InitApply(lease("c", 30)), keep);
+        write.apply(watcher::Event::InitDone, keep);
         assert_eq!(read.get("a"), None, "gone from the relist: gone");
         assert!(read.get("c").is_some());
     }

@@ -24,7 +24,7 @@ impl Daemon {
     pub(super) fn pass(&mut self) {
         let started = Instant::now();
         let now = Timestamp::now();
-        let nodes = self.nodes.state();
+        let nodes = self.nodes.all();
         // Forget nodes that are gone. Every tracker was made for a node of the cache, so a gone
         // one leaves more trackers than nodes (a pass late at worst, when a new node has no
         // tracker yet): only then is it worth looking for it.

@@ -375,7 +375,7 @@ fn spawn_node_cache(
     spawn_watch(api, config, shared, "nodes", move |ev| {
         // A relist may have changed any node, unannounced.
         let relisted = matches!(ev, watcher::Event::InitDone);
-        let told = match writer.apply(ev) {
+        let told = match writer.apply(ev, nodes::keep) {
             // Full: the next tick decides it anyway, and checks every node's mapping.
             Some(name) => changed.try_send(name).is_ok(),
             None => !relisted,
@@ -395,7 +395,9 @@ fn spawn_lease_cache(api: Api<Lease>, shared: Arc<Shared>) -> Leases {
         watcher::Config::default(),
         shared,
         "leases",
-        move |ev| writer.apply(&ev),
+        move |ev| {
+            writer.apply(ev, leases::keep);
+        },
     );
     reader
 }
