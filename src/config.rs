@@ -25,6 +25,7 @@ mod ha;
 pub mod ipmi;
 mod pause;
 mod raw;
+pub mod redfish;
 mod selector;
 #[cfg(test)]
 mod tests;

@@ -4,7 +4,8 @@
 //!
 //! This file holds the helpers the tests share (entries built through the config parser, a
 //! source, its errors); the tests live by family in `tests/redfish/`: reads (against
-//! sushy-tools), auth_and_tls, odd_peers, vendor_samples.
+//! sushy-tools), auth_and_tls, odd_peers, sessions (logins as firmware does them, proxy
+//! prefixes), vendor_samples.
 
 mod support;
 
@@ -14,6 +15,8 @@ mod auth_and_tls;
 mod odd_peers;
 #[path = "redfish/reads.rs"]
 mod reads;
+#[path = "redfish/sessions.rs"]
+mod sessions;
 #[path = "redfish/vendor_samples.rs"]
 mod vendor_samples;
 

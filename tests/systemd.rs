@@ -9,7 +9,7 @@
 //!
 //! This file is the rig (the notify socket, the daemon run under it); the tests live by family
 //! in `tests/systemd/`: notify (READY, STATUS, the watchdog), unit (the packaged unit's
-//! settings, its log), reload (SIGHUP).
+//! settings, its log), reload (SIGHUP), sessions (Redfish logins across reload and stop).
 
 mod support;
 
@@ -17,6 +17,8 @@ mod support;
 mod notify;
 #[path = "systemd/reload.rs"]
 mod reload;
+#[path = "systemd/sessions.rs"]
+mod sessions;
 #[path = "systemd/unit.rs"]
 mod unit;
 

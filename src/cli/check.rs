@@ -118,11 +118,9 @@ pub(super) async fn check_config(path: &Path, probe: bool) -> Result<ExitCode, E
                         None if !checked => format!("{verdict} (identity unchecked)"),
                         None => verdict.to_string(),
                     };
-                    // How the read logged in, where the backend says (IPMI: suite and role).
-                    let backend = match r.details.iter().find(|d| d.name == "session") {
-                        Some(d) => format!("{} ({})", source.backend(), d.value),
-                        None => source.backend().to_string(),
-                    };
+                    // How the read logged in, where the backend says (IPMI: suite and role;
+                    // Redfish: Basic or a session), and the TLS version the BMC picks.
+                    let backend = backend_column(source.as_ref(), &r.details).await;
                     Row {
                         node: name,
                         backend,
@@ -171,6 +169,25 @@ pub(super) async fn check_config(path: &Path, probe: bool) -> Result<ExitCode, E
     Ok(ExitCode::SUCCESS)
 }
 
+/// `BACKEND` of `check-config --probe`: the backend, how the read logged in and what its
+/// connection negotiated, as far as the backend says.
+async fn backend_column(
+    source: &dyn crate::power::PowerSource,
+    details: &[crate::power::ReadDetail],
+) -> String {
+    let login = details
+        .iter()
+        .find(|d| d.name == "session")
+        .map(|d| d.value.clone());
+    let transport = source.transport().await;
+    let said: Vec<String> = login.into_iter().chain(transport).collect();
+    if said.is_empty() {
+        source.backend().to_string()
+    } else {
+        format!("{} ({})", source.backend(), said.join("; "))
+    }
+}
+
 /// One line of `check-config --probe`.
 struct Row {
     node: String,
@@ -211,6 +228,9 @@ pub(super) async fn probe(path: &Path, node: &str) -> Result<ExitCode, ExitCode>
         r.latency.as_secs_f64()
     );
     out.push_str(&format!("\n  identity: {}", r.identity));
+    if let Some(transport) = source.transport().await {
+        out.push_str(&format!("\n  transport: {transport}"));
+    }
     for d in &r.details {
         out.push_str(&format!("\n  {d}"));
     }

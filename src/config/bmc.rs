@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{ConfigError, IdentityCheck, Secrets, compile_globs, humantime_serde, ipmi};
+use super::{ConfigError, IdentityCheck, Secrets, compile_globs, humantime_serde, ipmi, redfish};
 use crate::secret::{self, Secret};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -88,6 +88,8 @@ pub struct BmcEntry {
     pub timeout: Duration,
     /// `protocol = "ipmi"` only: cipher suite and privilege.
     pub ipmi: Option<ipmi::IpmiOptions>,
+    /// `protocol = "redfish"` only: how it logs in.
+    pub redfish: Option<redfish::RedfishOptions>,
     /// Whether an Off read must come from a machine that proves it is the node's.
     pub identity: IdentityCheck,
     /// `corroborate`: the second witness an Off read needs to count (the system's power draw
@@ -116,11 +118,13 @@ impl BmcEntry {
         match self.protocol {
             Protocol::Redfish => {
                 let target = match reqwest::Url::parse(address.trim()) {
+                    // A proxy's path prefix is part of the target: two prefixes, two BMCs.
                     Ok(u) => format!(
-                        "{}://{}:{}",
+                        "{}://{}:{}{}",
                         u.scheme(),
                         u.host_str().unwrap_or_default().to_ascii_lowercase(),
-                        u.port_or_known_default().unwrap_or(0)
+                        u.port_or_known_default().unwrap_or(0),
+                        u.path().trim_end_matches('/')
                     ),
                     Err(_) => address.trim().trim_end_matches('/').to_ascii_lowercase(),
                 };
@@ -166,6 +170,7 @@ pub(super) struct RawBmc {
     timeout: Duration,
     cipher_suite: Option<ipmi::CipherSuiteSetting>,
     privilege: Option<String>,
+    auth: Option<String>,
     #[serde(default)]
     identity: IdentityCheck,
     corroborate: Option<String>,
@@ -264,10 +269,12 @@ impl RawBmc {
                     return Err(err(
                         "address",
                         format!(
-                            "{address:?} must be scheme://host[:port] without ?query or #fragment"
+                            "{address:?} must be scheme://host[:port][/prefix] without ?query or #fragment"
                         ),
                     ));
                 }
+                redfish::check_address_path(url.path())
+                    .map_err(|e| err("address", format!("{address:?} {e}")))?;
             }
             Protocol::Ipmi => {
                 let probe = address.replace("{node}", "node");
@@ -282,11 +289,12 @@ impl RawBmc {
                     ("ca_file", self.ca_file.is_some()),
                     ("tls_fingerprint", self.tls_fingerprint.is_some()),
                     ("tls_insecure", self.tls_insecure),
+                    ("auth", self.auth.is_some()),
                 ] {
                     if set {
                         return Err(err(
                             key,
-                            "applies to protocol = \"redfish\" only (IPMI over LAN has no TLS and no system path)".into(),
+                            "applies to protocol = \"redfish\" only (IPMI over LAN has no TLS, no system path and its own login)".into(),
                         ));
                     }
                 }
@@ -320,6 +328,15 @@ impl RawBmc {
                 }
                 None
             }
+        };
+        let redfish_options = match self.protocol {
+            Protocol::Redfish => Some(redfish::RedfishOptions {
+                auth: match self.auth.as_deref() {
+                    None => redfish::RedfishAuth::default(),
+                    Some(a) => redfish::check_auth(a).map_err(|e| err("auth", e))?,
+                },
+            }),
+            Protocol::Ipmi => None,
         };
         // One entry for many nodes must address each node's own machine: otherwise every node
         // it matches reads the same BMC, and one machine being off would fence them all.
@@ -438,6 +455,7 @@ impl RawBmc {
             tls,
             timeout: self.timeout,
             ipmi: ipmi_options,
+            redfish: redfish_options,
             identity: self.identity,
             corroborate,
         })

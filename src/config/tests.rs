@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use super::*;
+use crate::config::redfish::RedfishAuth;
 use crate::decision::FenceAction;
 use crate::decision::holds::Limit;
 

@@ -157,7 +157,10 @@ impl Daemon {
         );
         self.journal.set_config_digest(&new.digest);
         self.shared.metrics.set_config_info(&new);
-        self.sources = sources;
+        let replaced = std::mem::replace(&mut self.sources, sources);
+        // The old sources' Redfish sessions are logged out now, not left to the BMC's timeout
+        // (its session slots are few); a read still under way through one logs in anew.
+        tokio::spawn(async move { replaced.close_sessions().await });
         self.cfg = new;
         self.conflicts_of.clear();
         self.guards_epoch += 1;

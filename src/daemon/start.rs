@@ -76,6 +76,8 @@ impl Background {
     pub(super) async fn stop(self, daemon: Daemon) {
         let _ = self.stop_tx.send(true);
         let _ = self.http.await;
+        // Redfish sessions are logged out (a BMC has few session slots), a few seconds at most.
+        daemon.sources.close_sessions().await;
         drop(daemon);
         self.journal_writer.finish(JOURNAL_FLUSH).await;
     }

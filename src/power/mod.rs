@@ -75,6 +75,13 @@ pub trait PowerSource: Send + Sync {
         })
     }
 
+    /// What the connection to the source negotiated (a BMC's TLS version), for `probe` and
+    /// `check-config --probe`; `None` where there is nothing to say. Costs a connection of
+    /// its own: never called on the daemon's read path.
+    fn transport(&self) -> BoxFuture<'_, Option<String>> {
+        Box::pin(async { None })
+    }
+
     /// Whether the source folds the reads in flight into shared calls, one call at a time, and
     /// so bounds its own load (EC2). The daemon takes no read slot for such a read: slots bound
     /// BMC sessions, and would cut the source's batches down to their count.
@@ -131,9 +138,11 @@ impl PowerSource for BrokenSource {
 pub struct PowerSources {
     cfg: std::sync::Arc<crate::config::Config>,
     ec2: Option<std::sync::Arc<ec2::Ec2Reader>>,
-    /// Each Redfish entry's HTTP client (by entry index), built when a node first needs it.
-    redfish_clients:
-        std::sync::Mutex<std::collections::HashMap<usize, Result<reqwest::Client, String>>>,
+    /// What each Redfish entry's sources share (by entry index): its HTTP client and its
+    /// BMCs' logins, set up when a node first needs it.
+    redfish_entries: std::sync::Mutex<
+        std::collections::HashMap<usize, Result<std::sync::Arc<redfish::EntryShared>, String>>,
+    >,
 }
 
 impl PowerSources {
@@ -149,7 +158,7 @@ impl PowerSources {
         PowerSources {
             cfg,
             ec2,
-            redfish_clients: Default::default(),
+            redfish_entries: Default::default(),
         }
     }
 
@@ -162,19 +171,35 @@ impl PowerSources {
         if entry.protocol != crate::config::Protocol::Redfish {
             return source_for(entry, node);
         }
-        let client = {
-            let mut clients = self
-                .redfish_clients
+        let shared = {
+            let mut entries = self
+                .redfish_entries
                 .lock()
                 .unwrap_or_else(|p| p.into_inner());
-            clients
+            entries
                 .entry(entry.index)
-                .or_insert_with(|| redfish::RedfishSource::client_for(entry))
+                .or_insert_with(|| redfish::EntryShared::new(entry).map(std::sync::Arc::new))
                 .clone()?
         };
-        Ok(std::sync::Arc::new(redfish::RedfishSource::with_client(
-            entry, node, client,
+        Ok(std::sync::Arc::new(redfish::RedfishSource::with_shared(
+            entry, node, &shared,
         )?))
+    }
+
+    /// Logs out of every Redfish session these sources hold (a reload replaced them, or the
+    /// daemon stops), waiting a few seconds at most.
+    pub async fn close_sessions(&self) {
+        let entries: Vec<std::sync::Arc<redfish::EntryShared>> = {
+            let entries = self
+                .redfish_entries
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            entries
+                .values()
+                .filter_map(|e| e.as_ref().ok().cloned())
+                .collect()
+        };
+        futures::future::join_all(entries.iter().map(|e| e.logins.close_all())).await;
     }
 
     pub fn ec2(&self) -> Option<&std::sync::Arc<ec2::Ec2Reader>> {

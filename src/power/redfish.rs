@@ -11,13 +11,18 @@
 //! This file holds the source itself: the client, the request under its deadline, finding
 //! the system, and keeping the password out of what is reported. `reply` is the strict
 //! reading of the ComputerSystem's answer; `errors` names what went wrong on the way and
-//! quotes the BMC's text safely.
+//! quotes the BMC's text safely; `session` logs in where a BMC refuses HTTP Basic.
+//!
+//! The address may carry a path (`https://proxy/bmc1/`): a prefix put before every path
+//! oobfence asks for, as some BMC proxies need. The BMC's answers name their resources as the
+//! BMC knows them (`/redfish/v1/...`), and are checked against those names.
 
 use std::fmt;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
+use reqwest::header::HeaderMap;
 use reqwest::{StatusCode, Url};
 
 use super::{PowerDraw, PowerSource, PowerState, ReadErrorKind, Reply};
@@ -30,8 +35,10 @@ pub use crate::pinning;
 mod reply;
 #[cfg(test)]
 mod reply_identity_tests;
+pub mod session;
 #[cfg(test)]
 mod tests;
+pub mod tls_version;
 mod witness;
 
 use errors::{classify, error_chain, quote, quote_bytes, status_text};
@@ -50,8 +57,11 @@ const QUOTE_CHARS: usize = 60;
 /// Reads one machine's power state through its BMC's Redfish service.
 pub struct RedfishSource {
     client: reqwest::Client,
-    /// Service root (`https://host:port/`), credentials-free.
+    /// The BMC's address (`https://host:port/`, with a proxy's prefix if the entry gives one),
+    /// ending in `/`, credentials-free.
     base: Url,
+    /// How reads log in, shared with every source of the same BMC and entry.
+    login: Arc<session::Slot>,
     node: String,
     /// Configured system path, `{node}` filled in.
     system: Option<String>,
@@ -76,6 +86,7 @@ impl fmt::Debug for RedfishSource {
             .field("discovered", &self.discovered.get())
             .field("username", &self.username)
             .field("password", &self.password)
+            .field("login", &self.login)
             .field("tls", &self.tls)
             .field("timeout", &self.timeout)
             .finish()
@@ -86,19 +97,23 @@ impl RedfishSource {
     /// Builds the source for `node` from its `[[bmc]]` entry, with an HTTP client of its own.
     /// Fails on settings that cannot work (bad URL, unreadable CA).
     pub fn new(entry: &BmcEntry, node: &str) -> Result<RedfishSource, String> {
-        RedfishSource::with_client(entry, node, RedfishSource::client_for(entry)?)
+        let shared = EntryShared {
+            client: RedfishSource::client_for(entry)?,
+            logins: Default::default(),
+        };
+        RedfishSource::with_shared(entry, node, &shared)
     }
 
-    /// Builds the source for `node` on `client`, the entry's shared client
-    /// ([`RedfishSource::client_for`]): one client, one TLS root store and one connection pool
-    /// per entry, however many nodes it maps.
-    pub fn with_client(
+    /// Builds the source for `node` on what the entry's sources share: one client, one TLS
+    /// root store and one connection pool per entry however many nodes it maps, and one login
+    /// per BMC.
+    pub fn with_shared(
         entry: &BmcEntry,
         node: &str,
-        client: reqwest::Client,
+        shared: &EntryShared,
     ) -> Result<RedfishSource, String> {
         let address = entry.address_for(node);
-        let base = Url::parse(&address)
+        let mut base = Url::parse(&address)
             .map_err(|e| format!("BMC address {address:?} is not a URL: {e}"))?;
         if base.scheme() != "https" {
             return Err(format!(
@@ -121,12 +136,21 @@ impl RedfishSource {
             ));
         }
 
+        crate::config::redfish::check_address_path(base.path())
+            .map_err(|e| format!("BMC address {address:?} {e}"))?;
+        if !base.path().ends_with('/') {
+            // Paths are joined below the prefix, not beside its last segment.
+            let prefixed = format!("{}/", base.path());
+            base.set_path(&prefixed);
+        }
+
         let system = entry.system_for(node);
         if let Some(path) = &system {
             check_path(path).map_err(|why| format!("system {path:?} {why}"))?;
         }
         Ok(RedfishSource {
-            client,
+            client: shared.client.clone(),
+            login: shared.logins.slot_for(&base, entry, &shared.client),
             base,
             node: node.to_string(),
             system,
@@ -188,7 +212,11 @@ impl RedfishSource {
                 ),
             )),
         };
-        self.scrub_reply(reply)
+        let mut reply = self.scrub_reply(reply);
+        reply
+            .details
+            .push(super::ReadDetail::new("session", self.login.describe()));
+        reply
     }
 
     async fn read_once(&self, witness_by: tokio::time::Instant) -> Reply {
@@ -234,30 +262,81 @@ impl RedfishSource {
 
     /// One authenticated GET; `Ok` only for a 2xx answer whose body arrived in full.
     async fn get(&self, path: &str) -> Result<Vec<u8>, PowerState> {
-        let url = self.base.join(path).map_err(|e| {
-            PowerState::error(
-                ReadErrorKind::Config,
-                format!("cannot join {} to the BMC address: {e}", quote(path)),
+        let url = url_of(&self.base, path)?;
+        let request = || {
+            self.client
+                .get(url.clone())
+                .header(reqwest::header::ACCEPT, "application/json")
+        };
+        if self.login.form() == session::AuthForm::Basic {
+            let answer = fetch(
+                request().basic_auth(&self.username, Some(self.password.expose())),
+                "GET",
+                path,
             )
-        })?;
-        let mut response = self
-            .client
-            .get(url)
-            .header(reqwest::header::ACCEPT, "application/json")
-            .basic_auth(&self.username, Some(self.password.expose()))
-            .send()
+            .await?;
+            if answer.status != StatusCode::UNAUTHORIZED
+                || !self.login.switch_after_basic_refused(&answer)
+            {
+                return self.accept(answer, path, session::AuthForm::Basic);
+            }
+        }
+        // A session: a kept one, or a new login; once more after a 401 (the BMC may have
+        // timed the kept one out).
+        let answer = async {
+            let (token, login) = self.login.token().await?;
+            let answer = fetch(
+                request().header("X-Auth-Token", token.expose()),
+                "GET",
+                path,
+            )
+            .await?;
+            if answer.status != StatusCode::UNAUTHORIZED {
+                return Ok(answer);
+            }
+            self.login.refused(login).await;
+            let (token, _) = self.login.token().await?;
+            fetch(
+                request().header("X-Auth-Token", token.expose()),
+                "GET",
+                path,
+            )
             .await
-            .map_err(|e| classify(e, path))?;
+        }
+        .await;
+        self.login.read_done().await;
+        self.accept(answer?, path, session::AuthForm::Session)
+    }
 
-        let status = response.status();
+    /// The body of a 2xx answer; an error naming the status otherwise.
+    fn accept(
+        &self,
+        answer: Answer,
+        path: &str,
+        form: session::AuthForm,
+    ) -> Result<Vec<u8>, PowerState> {
+        let status = answer.status;
         if status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN {
-            return Err(PowerState::error(
-                ReadErrorKind::Auth,
-                format!(
-                    "HTTP {} for GET {path}: credentials of user {} refused",
-                    status_text(status),
+            let how = match form {
+                session::AuthForm::Basic => {
+                    let hint = if session::refuses_basic(&answer.headers, &answer.body) {
+                        "; the BMC seems to refuse HTTP Basic: set auth = \"session\" (or \"auto\")"
+                    } else {
+                        ""
+                    };
+                    format!(
+                        "credentials of user {} refused (HTTP Basic){hint}",
+                        quote(&self.username)
+                    )
+                }
+                session::AuthForm::Session => format!(
+                    "the session of user {} was refused right after its login",
                     quote(&self.username)
                 ),
+            };
+            return Err(PowerState::error(
+                ReadErrorKind::Auth,
+                format!("HTTP {} for GET {path}: {how}", status_text(status)),
             ));
         }
         if !status.is_success() {
@@ -272,23 +351,7 @@ impl RedfishSource {
                 format!("HTTP {} for GET {path}{hint}", status_text(status)),
             ));
         }
-
-        let mut body = Vec::new();
-        loop {
-            match response.chunk().await {
-                Ok(Some(chunk)) => {
-                    if body.len() + chunk.len() > MAX_BODY {
-                        return Err(PowerState::error(
-                            ReadErrorKind::BadReply,
-                            format!("reply to GET {path} is larger than {MAX_BODY} bytes"),
-                        ));
-                    }
-                    body.extend_from_slice(&chunk);
-                }
-                Ok(None) => return Ok(body),
-                Err(e) => return Err(classify(e, path)),
-            }
-        }
+        Ok(answer.body)
     }
 
     /// Last line of defence: no detail or identity string leaves this source with the password
@@ -342,6 +405,83 @@ impl RedfishSource {
     }
 }
 
+/// What the sources of one `[[bmc]]` entry share: its HTTP client and its BMCs' logins.
+pub struct EntryShared {
+    pub client: reqwest::Client,
+    pub logins: session::Slots,
+}
+
+impl EntryShared {
+    pub fn new(entry: &BmcEntry) -> Result<EntryShared, String> {
+        Ok(EntryShared {
+            client: RedfishSource::client_for(entry)?,
+            logins: Default::default(),
+        })
+    }
+}
+
+/// An answer read whole: its status, headers and body.
+pub(super) struct Answer {
+    pub(super) status: StatusCode,
+    pub(super) headers: HeaderMap,
+    pub(super) body: Vec<u8>,
+}
+
+/// `path` (a path on the BMC, `/redfish/v1/...`) below `base` (the address and its prefix,
+/// ending in `/`).
+pub(super) fn url_of(base: &Url, path: &str) -> Result<Url, PowerState> {
+    base.join(path.trim_start_matches('/')).map_err(|e| {
+        PowerState::error(
+            ReadErrorKind::Config,
+            format!("cannot join {} to the BMC address: {e}", quote(path)),
+        )
+    })
+}
+
+/// Sends `request` (`method` of `path`, for messages) and reads the whole answer, at most
+/// [`MAX_BODY`] bytes of it.
+pub(super) async fn fetch(
+    request: reqwest::RequestBuilder,
+    method: &str,
+    path: &str,
+) -> Result<Answer, PowerState> {
+    let named = |state: PowerState| match state {
+        PowerState::Error { kind, detail } if method != "GET" => PowerState::Error {
+            kind,
+            detail: match detail.strip_prefix("GET ") {
+                Some(rest) => format!("{method} {rest}"),
+                None => detail,
+            },
+        },
+        other => other,
+    };
+    let mut response = request.send().await.map_err(|e| named(classify(e, path)))?;
+    let status = response.status();
+    let headers = std::mem::take(response.headers_mut());
+    let mut body = Vec::new();
+    loop {
+        match response.chunk().await {
+            Ok(Some(chunk)) => {
+                if body.len() + chunk.len() > MAX_BODY {
+                    return Err(PowerState::error(
+                        ReadErrorKind::BadReply,
+                        format!("reply to {method} {path} is larger than {MAX_BODY} bytes"),
+                    ));
+                }
+                body.extend_from_slice(&chunk);
+            }
+            Ok(None) => {
+                return Ok(Answer {
+                    status,
+                    headers,
+                    body,
+                });
+            }
+            Err(e) => return Err(named(classify(e, path))),
+        }
+    }
+}
+
 impl PowerSource for RedfishSource {
     fn backend(&self) -> &'static str {
         "redfish"
@@ -363,6 +503,16 @@ impl PowerSource for RedfishSource {
     /// One GET of the ComputerSystem yields both the power state and the identity.
     fn read_reply(&self) -> BoxFuture<'_, Reply> {
         Box::pin(self.read_within_deadline())
+    }
+
+    fn transport(&self) -> BoxFuture<'_, Option<String>> {
+        Box::pin(async move {
+            Some(
+                tls_version::negotiated(&self.base, self.timeout)
+                    .await
+                    .unwrap_or_else(|e| format!("TLS unknown: {e}")),
+            )
+        })
     }
 }
 

@@ -18,6 +18,7 @@ pub mod odd_bmc;
 pub mod redfish_farm;
 pub mod rmcp_bmc;
 pub mod scenario;
+pub mod session_bmc;
 pub mod slow_api;
 pub mod sushy;
 

@@ -161,6 +161,21 @@ fn two_spellings_of_one_bmc_are_refused() {
         redfish("n2", "https://bmc1.example:8443")
     );
     assert!(parse(&other_port).is_ok());
+    // A proxy's path prefix is part of the BMC: two prefixes, two machines; one prefix
+    // spelt with and without its trailing slash, one machine.
+    let two_prefixes = format!(
+        "datacenter = \"dc1\"\n{}{}",
+        redfish("n1", "https://proxy.example/bmc1/"),
+        redfish("n2", "https://proxy.example/bmc2/")
+    );
+    assert!(parse(&two_prefixes).is_ok());
+    let one_prefix = format!(
+        "datacenter = \"dc1\"\n{}{}",
+        redfish("n1", "https://proxy.example/bmc1/"),
+        redfish("n2", "https://proxy.example:443/bmc1")
+    );
+    let e = parse(&one_prefix).unwrap_err().to_string();
+    assert!(e.contains("same machine as bmc[0]"), "{e}");
     let ipmi = |node: &str, address: &str| {
         format!(
             "[[bmc]]\nnodes = [\"{node}\"]\nprotocol = \"ipmi\"\naddress = \"{address}\"\nusername = \"u\"\npassword_file = \"{}\"\n",
@@ -191,4 +206,45 @@ fn identity_defaults_to_checked_and_can_be_unchecked() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("bmc") && e.contains("identity"), "{e}");
+}
+
+/// `auth` takes basic, session or auto (the default) on Redfish entries only; an address path
+/// is a prefix, never Redfish's own path.
+#[test]
+fn redfish_auth_and_address_paths() {
+    let dir = tempfile::tempdir().unwrap();
+    let pw = write_pw(dir.path());
+    let auth = |extra: &str| {
+        parse(&format!("{}{extra}", minimal(&pw))).map(|c| c.bmc[0].redfish.unwrap().auth)
+    };
+    assert_eq!(auth("").unwrap(), RedfishAuth::Auto);
+    assert_eq!(auth("auth = \"session\"\n").unwrap(), RedfishAuth::Session);
+    assert_eq!(auth("auth = \"basic\"\n").unwrap(), RedfishAuth::Basic);
+    let e = auth("auth = \"token\"\n").unwrap_err().to_string();
+    assert!(
+        e.contains("bmc[0].auth") && e.contains("\"session\""),
+        "{e}"
+    );
+    let ipmi = minimal(&pw)
+        .replace("\"redfish\"", "\"ipmi\"")
+        .replace("https://{node}-bmc.dc1.example", "{node}-ipmi.dc1.example");
+    let e = parse(&format!("{ipmi}auth = \"session\"\n"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("bmc[0].auth") && e.contains("redfish"), "{e}");
+    assert_eq!(parse(&ipmi).unwrap().bmc[0].redfish, None);
+
+    let with_address =
+        |address: &str| parse(&minimal(&pw).replace("https://{node}-bmc.dc1.example", address));
+    assert!(with_address("https://proxy.dc1.example/{node}/").is_ok());
+    for bad in [
+        "https://{node}-bmc.dc1.example/redfish/v1",
+        "https://{node}-bmc.dc1.example/redfish/v1/",
+    ] {
+        let e = with_address(bad).unwrap_err().to_string();
+        assert!(
+            e.contains("bmc[0].address") && e.contains("without /redfish/v1"),
+            "{bad}: {e}"
+        );
+    }
 }
