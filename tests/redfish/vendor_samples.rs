@@ -94,7 +94,13 @@ fn sushy_vendor_samples() {
     assert_eq!(
         reply.identity,
         MachineIdentity::SystemUuid {
-            forms: vec!["4c4c4544-0043-5910-8043-b8c04f5a3233".into()],
+            forms: vec![
+                "4c4c4544-0043-5910-8043-b8c04f5a3233".into(),
+                // The same UUID SMBIOS byte-swapped and byte-reversed: forms some firmware
+                // reports, accepted as for IPMI GUIDs.
+                "44454c4c-4300-1059-8043-b8c04f5a3233".into(),
+                "33325a4f-c0b8-4380-1059-430044454c4c".into(),
+            ],
             serial: Some("CNIVC000180873".into()),
         }
     );
@@ -151,12 +157,19 @@ fn is_computer_system(doc: &serde_json::Value) -> bool {
             .is_some_and(|v| v.split('_').all(|n| n.parse::<u32>().is_ok()))
 }
 
-/// A sample read as a ComputerSystem reports its own `UUID` (lowercase) and `SerialNumber`.
+/// A sample read as a ComputerSystem reports its own `UUID` (lowercase) first, then its other
+/// byte orders, and its `SerialNumber`.
 fn check_sample_identity(file: &Path, doc: &serde_json::Value, identity: &MachineIdentity) {
     let uuid = doc.get("UUID").and_then(|u| u.as_str());
     match (uuid, identity) {
         (Some(uuid), MachineIdentity::SystemUuid { forms, serial }) => {
-            assert_eq!(forms, &[uuid.to_lowercase()], "{}", file.display());
+            assert_eq!(forms[0], uuid.to_lowercase(), "{}", file.display());
+            assert_eq!(
+                Some(forms),
+                oobfence::identity::uuid_forms_of_redfish_uuid(uuid).as_ref(),
+                "{}",
+                file.display()
+            );
             let want = doc
                 .get("SerialNumber")
                 .and_then(|s| s.as_str())

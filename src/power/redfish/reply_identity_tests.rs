@@ -141,7 +141,12 @@ fn identity_comes_from_uuid_and_serial_number() {
     assert_eq!(
         reply.identity,
         MachineIdentity::SystemUuid {
-            forms: vec!["4c4c4544-0038-4b10-8052-b4c04f4a4e32".into()],
+            forms: vec![
+                "4c4c4544-0038-4b10-8052-b4c04f4a4e32".into(),
+                // SMBIOS byte-swapped and byte-reversed forms, which some firmware reports.
+                "44454c4c-3800-104b-8052-b4c04f4a4e32".into(),
+                "324e4a4f-c0b4-5280-104b-380044454c4c".into(),
+            ],
             serial: Some("CN7\\n01".into()),
         }
     );
