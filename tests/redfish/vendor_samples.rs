@@ -139,7 +139,8 @@ fn sushy_vendor_samples() {
     assert!(checked > 0, "no ComputerSystem sample with a PowerState");
 }
 
-/// `#ComputerSystem.ComputerSystem` or `#ComputerSystem.v<digits and _>.ComputerSystem`.
+/// `#ComputerSystem.ComputerSystem`, `#ComputerSystem.v<digits and _>.ComputerSystem`, or the
+/// Redfish 1.0 `#ComputerSystem.<digits and .>.ComputerSystem` (HPE iLO 4).
 fn is_computer_system(doc: &serde_json::Value) -> bool {
     let Some(t) = doc.get("@odata.type").and_then(|t| t.as_str()) else {
         return false;
@@ -150,11 +151,14 @@ fn is_computer_system(doc: &serde_json::Value) -> bool {
     else {
         return false;
     };
+    let digits = |v: &str, sep: char| v.split(sep).all(|n| n.parse::<u32>().is_ok());
     version.is_empty()
         || version
-            .strip_prefix('v')
-            .and_then(|v| v.strip_suffix('.'))
-            .is_some_and(|v| v.split('_').all(|n| n.parse::<u32>().is_ok()))
+            .strip_suffix('.')
+            .is_some_and(|v| match v.strip_prefix('v') {
+                Some(v) => digits(v, '_'),
+                None => digits(v, '.'),
+            })
 }
 
 /// A sample read as a ComputerSystem reports its own `UUID` (lowercase) first, then its other
