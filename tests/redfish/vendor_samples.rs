@@ -141,7 +141,7 @@ fn sushy_vendor_samples() {
 
 /// `#ComputerSystem.ComputerSystem`, `#ComputerSystem.v<digits and _>.ComputerSystem`, or the
 /// Redfish 1.0 `#ComputerSystem.<digits and .>.ComputerSystem` (HPE iLO 4).
-fn is_computer_system(doc: &serde_json::Value) -> bool {
+pub(super) fn is_computer_system(doc: &serde_json::Value) -> bool {
     let Some(t) = doc.get("@odata.type").and_then(|t| t.as_str()) else {
         return false;
     };
@@ -211,7 +211,7 @@ fn label(state: &PowerState) -> String {
     }
 }
 
-fn sushy_package_dir() -> PathBuf {
+pub(super) fn sushy_package_dir() -> PathBuf {
     let python = support::venv_bin("python");
     let out = std::process::Command::new(&python)
         .args([
@@ -229,7 +229,7 @@ fn sushy_package_dir() -> PathBuf {
     PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
 }
 
-fn collect_json(dir: &Path, out: &mut Vec<PathBuf>) {
+pub(super) fn collect_json(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
         let path = entry.unwrap().path();
         if path.is_dir() {
