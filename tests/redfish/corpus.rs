@@ -309,3 +309,53 @@ async fn sushy_computer_systems_over_https() {
         "only {read} sushy ComputerSystem samples were read"
     );
 }
+
+/// The test BMC itself: a capture is served byte for byte, and asking for a power state
+/// changes that one value of the top-level `PowerState` and nothing else (iLO 4's compact reply
+/// has a `"Power":"On"` beside it; the Dell reply has UUIDs and states nested in `Oem`).
+#[tokio::test]
+async fn the_test_bmc_changes_only_the_power_state() {
+    let mut bmc = CorpusBmc::start();
+    let entry = bmc_at(bmc.dir(), &bmc.base_url(), &pinned_to(&bmc));
+    let client = RedfishSource::client_for(&entry).unwrap();
+    let base = bmc.base_url();
+    for (dir, path) in [
+        ("hpe-ilo4-bl460c-gen9", "/redfish/v1/Systems/1"),
+        ("dell-idrac9-r6515", "/redfish/v1/Systems/System.Embedded.1"),
+        ("lenovo-xcc-sr650", "/redfish/v1/Systems/1"),
+    ] {
+        bmc.serve_tree(&corpus_dir().join(dir));
+        let file = corpus_dir().join(dir).join(&path[1..]).join("index.json");
+        let captured = std::fs::read(&file).unwrap();
+        let get = |p: String| {
+            let request = client.get(format!("{base}{p}"));
+            async move {
+                let response = request.send().await.unwrap();
+                (response.status().as_u16(), response.bytes().await.unwrap())
+            }
+        };
+        let (status, body) = get(path.to_string()).await;
+        assert_eq!(status, 200, "{dir}");
+        assert_eq!(&body[..], &captured[..], "{dir}: not served as captured");
+        assert_eq!(
+            get(format!("{path}/")).await.1,
+            body,
+            "{dir}: trailing slash"
+        );
+
+        bmc.set_power(path, "Off");
+        let (_, off) = get(path.to_string()).await;
+        assert_eq!(
+            off.len(),
+            captured.len() + 1,
+            "{dir}: \"On\" became \"Off\""
+        );
+        let mut want: serde_json::Value = serde_json::from_slice(&captured).unwrap();
+        want["PowerState"] = "Off".into();
+        let got: serde_json::Value = serde_json::from_slice(&off).unwrap();
+        assert_eq!(got, want, "{dir}");
+
+        assert_eq!(get(format!("{path}/Nope")).await.0, 404, "{dir}");
+        assert_eq!(get(format!("{path}?$expand=*")).await.0, 404, "{dir}");
+    }
+}
