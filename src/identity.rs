@@ -9,7 +9,7 @@
 //!
 //! Pure: no I/O, no clock. The decision core calls [`verify`] on every read it counts.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 
 use serde::Serialize;
@@ -34,9 +34,12 @@ pub enum MachineIdentity {
     /// Nothing usable: the read failed before it, or the machine offers no identity.
     Unreported { reason: String },
     /// An SMBIOS system UUID as the management controller reports it. `forms` are the
-    /// canonical UUID strings it may stand for (lowercase, hyphenated): a Redfish `UUID` is one
-    /// string; an IPMI System GUID is 16 bytes that BMCs lay out in one of three byte orders,
-    /// see [`uuid_forms_of_ipmi_guid`].
+    /// canonical UUID strings it may stand for (lowercase, hyphenated), in the three byte orders
+    /// controllers are known to use: an IPMI System GUID is 16 bytes that BMCs lay out in one
+    /// of three orders (see [`uuid_forms_of_ipmi_guid`]), and a Redfish `UUID` string is sent
+    /// as is by most services but in the SMBIOS byte-swapped order by some firmware (see
+    /// [`uuid_forms_of_redfish_uuid`]). The first form is the one shown first; [`verify`] says
+    /// which form matched.
     SystemUuid {
         forms: Vec<String>,
         /// The serial number, where the controller reports one (evidence only: the kubelet
@@ -59,10 +62,11 @@ impl MachineIdentity {
         }
     }
 
-    /// A Redfish-style UUID string; `None` when it is not a UUID at all.
+    /// A Redfish-style UUID string, with its other byte orders (see
+    /// [`uuid_forms_of_redfish_uuid`]); `None` when it is not a UUID at all.
     pub fn system_uuid(uuid: &str, serial: Option<String>) -> Option<Self> {
         Some(MachineIdentity::SystemUuid {
-            forms: vec![canonical_uuid(uuid)?],
+            forms: uuid_forms_of_redfish_uuid(uuid)?,
             serial,
         })
     }
@@ -198,11 +202,14 @@ pub fn verify(node: &NodeIdentity, machine: &MachineIdentity) -> Verdict {
             }
             if forms.contains(&node_uuid) && !node.uuid_shared_with.is_empty() {
                 Verdict::Unverifiable(format!(
-                    "the machine reports the Node's system UUID {node_uuid}, but node(s) {} report it too: a UUID several machines share (cloned VMs, boards shipped with one) cannot tell which machine answered",
+                    "the machine reports the Node's system UUID {node_uuid}, but node(s) {} report it too (or in another byte order, which one answer may stand for): a UUID several machines share (cloned VMs, boards shipped with one) cannot tell which machine answered",
                     node.uuid_shared_with.join(", ")
                 ))
             } else if forms.contains(&node_uuid) {
-                Verdict::Match(format!("system UUID {node_uuid}"))
+                match which_form(forms, &node_uuid) {
+                    Some(how) => Verdict::Match(format!("system UUID {node_uuid} ({how})")),
+                    None => Verdict::Match(format!("system UUID {node_uuid}")),
+                }
             } else {
                 Verdict::Mismatch(format!(
                     "the machine reports system UUID {} but the Node's systemUUID is {node_uuid}",
@@ -243,11 +250,12 @@ pub fn verify(node: &NodeIdentity, machine: &MachineIdentity) -> Verdict {
     }
 }
 
-/// A UUID string in canonical form (lowercase, hyphenated 8-4-4-4-12); accepts upper case,
-/// braces, a `urn:uuid:` prefix and missing hyphens. `None` for anything else.
 /// Node → the other Nodes reporting the same system UUID, compared in canonical form
-/// (`{4C4C…}` and `4c4c…` are one UUID). UUIDs that are no UUID, and the firmware placeholders
-/// that the identity check already refuses, are left out.
+/// (`{4C4C…}` and `4c4c…` are one UUID), or a UUID that is another byte order of it: a
+/// controller's answer is accepted in three byte orders, so two Nodes whose UUIDs are byte
+/// orders of each other could both be matched by one answer, and neither is proven by it.
+/// UUIDs that are no UUID, and the firmware placeholders that the identity check already
+/// refuses, are left out.
 pub fn shared_system_uuids<'a>(
     nodes: impl IntoIterator<Item = (&'a str, &'a str)>,
 ) -> HashMap<String, Vec<String>> {
@@ -257,21 +265,34 @@ pub fn shared_system_uuids<'a>(
             by_uuid.entry(uuid).or_default().push(name);
         }
     }
-    let mut sharers = HashMap::new();
-    for names in by_uuid.into_values().filter(|n| n.len() > 1) {
-        for name in &names {
-            let mut others: Vec<String> = names
-                .iter()
-                .filter(|n| *n != name)
-                .map(|n| n.to_string())
-                .collect();
-            others.sort();
-            sharers.insert(name.to_string(), others);
+    let mut sharers: HashMap<String, BTreeSet<String>> = HashMap::new();
+    for (uuid, names) in &by_uuid {
+        // The Nodes whose UUID one answer may stand for together with this one: the same
+        // UUID, or one that is another byte order of it (see `byte_order_relatives`).
+        let mut alike: Vec<&str> = names.clone();
+        for relative in byte_order_relatives(uuid) {
+            if let Some(more) = by_uuid.get(&relative) {
+                alike.extend(more);
+            }
+        }
+        if alike.len() < 2 {
+            continue;
+        }
+        for name in names {
+            sharers
+                .entry(name.to_string())
+                .or_default()
+                .extend(alike.iter().filter(|n| *n != name).map(|n| n.to_string()));
         }
     }
     sharers
+        .into_iter()
+        .map(|(name, others)| (name, others.into_iter().collect()))
+        .collect()
 }
 
+/// A UUID string in canonical form (lowercase, hyphenated 8-4-4-4-12); accepts upper case,
+/// braces, a `urn:uuid:` prefix and missing hyphens. `None` for anything else.
 pub fn canonical_uuid(s: &str) -> Option<String> {
     let s = s.trim();
     let s = s.strip_prefix("urn:uuid:").unwrap_or(s);
@@ -308,147 +329,163 @@ fn format_uuid(b: &[u8]) -> String {
 /// - IPMI: all sixteen bytes least significant first (the IPMI 2.0 specification's layout);
 /// - RFC 4122: all sixteen bytes in network order.
 pub fn uuid_forms_of_ipmi_guid(guid: &[u8; 16]) -> Vec<String> {
-    let mut smbios = *guid;
-    smbios[0..4].reverse();
-    smbios[4..6].reverse();
-    smbios[6..8].reverse();
-    let mut reversed = *guid;
-    reversed.reverse();
-    let mut forms = Vec::with_capacity(3);
-    for f in [smbios, reversed, *guid] {
-        let s = format_uuid(&f);
-        if !forms.contains(&s) {
-            forms.push(s);
+    named_ipmi_forms(guid).into_iter().map(|(f, _)| f).collect()
+}
+
+/// The UUID strings a Redfish `UUID` may stand for, the reported one first; `None` when it is
+/// not a UUID. The same three byte orders as an IPMI System GUID's, read from the sixteen bytes
+/// in the order the string writes them:
+/// - as reported (what nearly every Redfish service sends: the SMBIOS UUID the kubelet reads);
+/// - SMBIOS byte-swapped: the first three fields byte-swapped, what some BIOS versions (seen on
+///   Supermicro X11 boards) hand their BMC, so that the BMC reports the UUID in the other
+///   order from the kubelet's;
+/// - all sixteen bytes reversed (the IPMI 2.0 layout read as text).
+///
+/// What a match on another form proves: that the machine that answered reports the Node's UUID
+/// in a byte order firmware is known to use. It could be another machine only if that
+/// machine's UUID were a byte order of this one: for random (version 4) or time-based UUIDs
+/// that is vanishingly unlikely, and vendors' structured UUIDs do not collide that way either
+/// (Dell's all start `4c4c4544`, whose swapped form starts `44454c4c`). The daemon already
+/// accepts IPMI GUIDs in all three orders on the same grounds; and where two Nodes of the
+/// cluster do report UUIDs that are byte orders of each other, [`shared_system_uuids`] counts
+/// them as sharing one, so that neither is proven by it.
+pub fn uuid_forms_of_redfish_uuid(uuid: &str) -> Option<Vec<String>> {
+    let bytes = uuid_bytes(&canonical_uuid(uuid)?)?;
+    Some(
+        named_redfish_forms(&bytes)
+            .into_iter()
+            .map(|(f, _)| f)
+            .collect(),
+    )
+}
+
+/// The first three fields byte-swapped (SMBIOS 2.6+ stores them little-endian).
+fn smbios_swapped(b: &[u8; 16]) -> [u8; 16] {
+    let mut s = *b;
+    s[0..4].reverse();
+    s[4..6].reverse();
+    s[6..8].reverse();
+    s
+}
+
+fn reversed(b: &[u8; 16]) -> [u8; 16] {
+    let mut r = *b;
+    r.reverse();
+    r
+}
+
+/// Forms of `candidates` in order, each once (a UUID may equal its own swapped form), with
+/// the name of the byte order that gave it.
+fn dedup_named(candidates: [([u8; 16], FormName); 3]) -> Vec<(String, FormName)> {
+    let mut forms: Vec<(String, FormName)> = Vec::with_capacity(3);
+    for (bytes, name) in candidates {
+        let s = format_uuid(&bytes);
+        if !forms.iter().any(|(f, _)| *f == s) {
+            forms.push((s, name));
         }
     }
     forms
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+fn named_ipmi_forms(guid: &[u8; 16]) -> Vec<(String, FormName)> {
+    dedup_named([
+        (smbios_swapped(guid), FormName::IpmiSmbios),
+        (reversed(guid), FormName::IpmiReversed),
+        (*guid, FormName::IpmiAsSent),
+    ])
+}
 
-    fn node(uuid: &str) -> NodeIdentity {
-        NodeIdentity {
-            system_uuid: uuid.into(),
-            addresses: vec!["10.0.0.5".into(), "ip-10-0-0-5.ec2.internal".into()],
-            uuid_shared_with: Vec::new(),
+fn named_redfish_forms(uuid: &[u8; 16]) -> Vec<(String, FormName)> {
+    dedup_named([
+        (*uuid, FormName::AsReported),
+        (smbios_swapped(uuid), FormName::SmbiosSwapped),
+        (reversed(uuid), FormName::Reversed),
+    ])
+}
+
+/// Which byte order of what the controller sent a form is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FormName {
+    AsReported,
+    SmbiosSwapped,
+    Reversed,
+    IpmiSmbios,
+    IpmiReversed,
+    IpmiAsSent,
+}
+
+/// How `matched`, one of `forms`, stands for what the controller sent: "as reported", "SMBIOS
+/// byte-swapped form of the reported …", and so on. The form lists are recognised by how they
+/// were built (a Redfish UUID's, whose first form is the reported string; an IPMI GUID's, whose
+/// first form is the GUID in SMBIOS order); `None` for a list built otherwise.
+fn which_form(forms: &[String], matched: &str) -> Option<String> {
+    let first = forms.first()?;
+    let first_bytes = uuid_bytes(first)?;
+    let same = |named: &[(String, FormName)]| {
+        named.len() == forms.len() && named.iter().zip(forms).all(|((a, _), b)| a == b)
+    };
+    let redfish = named_redfish_forms(&first_bytes);
+    let named = if same(&redfish) {
+        redfish
+    } else {
+        let ipmi = named_ipmi_forms(&smbios_swapped(&first_bytes));
+        if !same(&ipmi) {
+            return None;
+        }
+        ipmi
+    };
+    let (_, name) = named.iter().find(|(f, _)| f == matched)?;
+    let raw = format_uuid(&smbios_swapped(&first_bytes));
+    Some(match name {
+        FormName::AsReported => "as reported".to_string(),
+        FormName::SmbiosSwapped => format!(
+            "SMBIOS byte-swapped form of the reported {first}: its first three fields \
+             byte-swapped"
+        ),
+        FormName::Reversed => {
+            format!("byte-reversed form of the reported {first}: all sixteen bytes reversed")
+        }
+        FormName::IpmiSmbios => "System GUID read in SMBIOS byte order".to_string(),
+        FormName::IpmiReversed => {
+            format!("System GUID {raw} read in IPMI byte order: all sixteen bytes reversed")
+        }
+        FormName::IpmiAsSent => format!("System GUID {raw} read as sent (RFC 4122 byte order)"),
+    })
+}
+
+/// The other byte orders a UUID may be written in, under which one answer could match both
+/// it and them: its SMBIOS-swapped and reversed forms, and both of those applied in turn.
+fn byte_order_relatives(canonical: &str) -> Vec<String> {
+    let Some(b) = uuid_bytes(canonical) else {
+        return Vec::new();
+    };
+    let mut out: Vec<String> = Vec::with_capacity(4);
+    for r in [
+        smbios_swapped(&b),
+        reversed(&b),
+        reversed(&smbios_swapped(&b)),
+        smbios_swapped(&reversed(&b)),
+    ] {
+        let s = format_uuid(&r);
+        if s != canonical && !out.contains(&s) {
+            out.push(s);
         }
     }
+    out
+}
 
-    #[test]
-    fn redfish_uuid_matches_whatever_the_case_and_hyphens() {
-        let m = MachineIdentity::system_uuid("4C4C4544-0038-4B10-8052-B4C04F4A4E32", None).unwrap();
-        assert!(verify(&node("4c4c4544-0038-4b10-8052-b4c04f4a4e32"), &m).is_match());
-        assert!(verify(&node("{4C4C454400384B108052B4C04F4A4E32}"), &m).is_match());
-        let other = verify(&node("4c4c4544-0038-4b10-8052-b4c04f4a4e33"), &m);
-        assert_eq!(other.label(), "mismatch", "{other}");
-        assert!(other.detail().contains("4e33") && other.detail().contains("4e32"));
+/// The sixteen bytes of a canonical UUID string, in the order it writes them.
+fn uuid_bytes(canonical: &str) -> Option<[u8; 16]> {
+    let hex: String = canonical.chars().filter(|c| *c != '-').collect();
+    if hex.len() != 32 {
+        return None;
     }
-
-    #[test]
-    fn placeholders_and_missing_uuids_prove_nothing() {
-        let placeholder =
-            MachineIdentity::system_uuid("03000200-0400-0500-0006-000700080009", None).unwrap();
-        let v = verify(&node("03000200-0400-0500-0006-000700080009"), &placeholder);
-        assert_eq!(v.label(), "unverifiable", "{v}");
-        let m = MachineIdentity::system_uuid("4c4c4544-0038-4b10-8052-b4c04f4a4e32", None).unwrap();
-        assert_eq!(verify(&node(""), &m).label(), "unverifiable");
-        assert_eq!(verify(&node("not-a-uuid"), &m).label(), "unverifiable");
-        let zero =
-            MachineIdentity::system_uuid("00000000-0000-0000-0000-000000000000", None).unwrap();
-        assert_eq!(
-            verify(&node("4c4c4544-0038-4b10-8052-b4c04f4a4e32"), &zero).label(),
-            "unverifiable"
-        );
-        assert_eq!(
-            verify(&node("x"), &MachineIdentity::unreported("old firmware")).label(),
-            "unverifiable"
-        );
-        assert!(MachineIdentity::system_uuid("12345", None).is_none());
+    let mut b = [0u8; 16];
+    for (i, byte) in b.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
     }
-
-    #[test]
-    fn ipmi_guid_accepts_the_three_byte_orders_and_nothing_else() {
-        // SMBIOS UUID 00112233-4455-6677-8899-aabbccddeeff as each layout sends it.
-        let smbios_layout = [
-            0x33, 0x22, 0x11, 0x00, 0x55, 0x44, 0x77, 0x66, 0x88, 0x99, 0xaa, 0xbb, 0xcc, 0xdd,
-            0xee, 0xff,
-        ];
-        let mut ipmi_layout = [
-            0x00, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0x99, 0xaa, 0xbb, 0xcc, 0xdd,
-            0xee, 0xff,
-        ];
-        ipmi_layout.reverse();
-        let rfc_layout = [
-            0x00, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0x99, 0xaa, 0xbb, 0xcc, 0xdd,
-            0xee, 0xff,
-        ];
-        let want = node("00112233-4455-6677-8899-aabbccddeeff");
-        for layout in [smbios_layout, ipmi_layout, rfc_layout] {
-            let m = MachineIdentity::SystemUuid {
-                forms: uuid_forms_of_ipmi_guid(&layout),
-                serial: None,
-            };
-            assert!(verify(&want, &m).is_match(), "{m}");
-        }
-        // A different machine whose GUID merely shares bytes is still a mismatch.
-        let mut other = smbios_layout;
-        other[15] = 0x00;
-        let m = MachineIdentity::SystemUuid {
-            forms: uuid_forms_of_ipmi_guid(&other),
-            serial: None,
-        };
-        assert_eq!(verify(&want, &m).label(), "mismatch");
-    }
-
-    #[test]
-    fn instances_match_on_a_private_address() {
-        let m = |ips: &[&str], dns: &[&str]| MachineIdentity::Instance {
-            id: "i-0abc".into(),
-            private_ips: ips.iter().map(|s| s.to_string()).collect(),
-            private_dns_names: dns.iter().map(|s| s.to_string()).collect(),
-        };
-        let n = node("");
-        assert!(verify(&n, &m(&["10.0.0.5"], &[])).is_match());
-        assert!(verify(&n, &m(&[], &["IP-10-0-0-5.ec2.internal"])).is_match());
-        assert_eq!(
-            verify(&n, &m(&["10.0.0.6"], &["ip-10-0-0-6.ec2.internal"])).label(),
-            "mismatch"
-        );
-        assert_eq!(verify(&n, &m(&[], &[])).label(), "unverifiable");
-        let no_addresses = NodeIdentity::default();
-        assert_eq!(
-            verify(&no_addresses, &m(&["10.0.0.5"], &[])).label(),
-            "unverifiable"
-        );
-    }
+    Some(b)
 }
 
 #[cfg(test)]
-mod fuzz_tests {
-    use super::*;
-
-    proptest::proptest! {
-        #![proptest_config(crate::fuzz::config())]
-
-        /// Any string a BMC or a Node reports: no panic; a UUID comes out canonical or not at
-        /// all; and a match needs the same UUID on both sides.
-        #[test]
-        fn fuzz_uuids(
-            a in crate::fuzz::text_like("{4C4C4544-0038-4B10-8052-B4C04F4A4E32}"),
-            b in crate::fuzz::text_like("4c4c4544-0038-4b10-8052-b4c04f4a4e32"),
-        ) {
-            if let Some(c) = canonical_uuid(&a) {
-                proptest::prop_assert_eq!(c.len(), 36);
-                proptest::prop_assert!(c.chars().all(|ch| ch == '-' || ch.is_ascii_hexdigit() && !ch.is_ascii_uppercase()));
-            }
-            let node = NodeIdentity { system_uuid: b.clone(), addresses: vec![b.clone()], uuid_shared_with: Vec::new() };
-            if let Some(m) = MachineIdentity::system_uuid(&a, None)
-                && verify(&node, &m).is_match()
-            {
-                proptest::prop_assert_eq!(canonical_uuid(&a), canonical_uuid(&b));
-            }
-        }
-    }
-}
+mod tests;

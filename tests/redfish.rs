@@ -1,16 +1,19 @@
 //! The Redfish power source against a real Redfish service (sushy-tools' emulator), against
 //! peers that misbehave at the TCP level, and against real vendor payloads (the samples that
-//! ship with the `sushy` client library).
+//! ship with the `sushy` client library, and the captured replies of real BMCs in
+//! `tests/data/redfish`, served over HTTPS).
 //!
 //! This file holds the helpers the tests share (entries built through the config parser, a
 //! source, its errors); the tests live by family in `tests/redfish/`: reads (against
 //! sushy-tools), auth_and_tls, odd_peers, sessions (logins as firmware does them, proxy
-//! prefixes), vendor_samples.
+//! prefixes), vendor_samples, corpus (captured replies of real BMCs served over HTTPS).
 
 mod support;
 
 #[path = "redfish/auth_and_tls.rs"]
 mod auth_and_tls;
+#[path = "redfish/corpus.rs"]
+mod corpus;
 #[path = "redfish/odd_peers.rs"]
 mod odd_peers;
 #[path = "redfish/reads.rs"]

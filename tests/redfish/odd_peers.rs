@@ -126,7 +126,12 @@ async fn odd_https_replies_are_never_a_power_state() {
     assert_eq!(
         off.identity,
         MachineIdentity::SystemUuid {
-            forms: vec!["4c4c4544-0038-4b10-8052-b4c04f4a4e32".into()],
+            forms: vec![
+                "4c4c4544-0038-4b10-8052-b4c04f4a4e32".into(),
+                // SMBIOS byte-swapped and byte-reversed forms, which some firmware reports.
+                "44454c4c-3800-104b-8052-b4c04f4a4e32".into(),
+                "324e4a4f-c0b4-5280-104b-380044454c4c".into(),
+            ],
             serial: Some("SN-odd".into()),
         }
     );

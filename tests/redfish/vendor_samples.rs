@@ -94,7 +94,13 @@ fn sushy_vendor_samples() {
     assert_eq!(
         reply.identity,
         MachineIdentity::SystemUuid {
-            forms: vec!["4c4c4544-0043-5910-8043-b8c04f5a3233".into()],
+            forms: vec![
+                "4c4c4544-0043-5910-8043-b8c04f5a3233".into(),
+                // The same UUID SMBIOS byte-swapped and byte-reversed: forms some firmware
+                // reports, accepted as for IPMI GUIDs.
+                "44454c4c-4300-1059-8043-b8c04f5a3233".into(),
+                "33325a4f-c0b8-4380-1059-430044454c4c".into(),
+            ],
             serial: Some("CNIVC000180873".into()),
         }
     );
@@ -133,8 +139,9 @@ fn sushy_vendor_samples() {
     assert!(checked > 0, "no ComputerSystem sample with a PowerState");
 }
 
-/// `#ComputerSystem.ComputerSystem` or `#ComputerSystem.v<digits and _>.ComputerSystem`.
-fn is_computer_system(doc: &serde_json::Value) -> bool {
+/// `#ComputerSystem.ComputerSystem`, `#ComputerSystem.v<digits and _>.ComputerSystem`, or the
+/// Redfish 1.0 `#ComputerSystem.<digits and .>.ComputerSystem` (HPE iLO 4).
+pub(super) fn is_computer_system(doc: &serde_json::Value) -> bool {
     let Some(t) = doc.get("@odata.type").and_then(|t| t.as_str()) else {
         return false;
     };
@@ -144,19 +151,29 @@ fn is_computer_system(doc: &serde_json::Value) -> bool {
     else {
         return false;
     };
+    let digits = |v: &str, sep: char| v.split(sep).all(|n| n.parse::<u32>().is_ok());
     version.is_empty()
         || version
-            .strip_prefix('v')
-            .and_then(|v| v.strip_suffix('.'))
-            .is_some_and(|v| v.split('_').all(|n| n.parse::<u32>().is_ok()))
+            .strip_suffix('.')
+            .is_some_and(|v| match v.strip_prefix('v') {
+                Some(v) => digits(v, '_'),
+                None => digits(v, '.'),
+            })
 }
 
-/// A sample read as a ComputerSystem reports its own `UUID` (lowercase) and `SerialNumber`.
+/// A sample read as a ComputerSystem reports its own `UUID` (lowercase) first, then its other
+/// byte orders, and its `SerialNumber`.
 fn check_sample_identity(file: &Path, doc: &serde_json::Value, identity: &MachineIdentity) {
     let uuid = doc.get("UUID").and_then(|u| u.as_str());
     match (uuid, identity) {
         (Some(uuid), MachineIdentity::SystemUuid { forms, serial }) => {
-            assert_eq!(forms, &[uuid.to_lowercase()], "{}", file.display());
+            assert_eq!(forms[0], uuid.to_lowercase(), "{}", file.display());
+            assert_eq!(
+                Some(forms),
+                oobfence::identity::uuid_forms_of_redfish_uuid(uuid).as_ref(),
+                "{}",
+                file.display()
+            );
             let want = doc
                 .get("SerialNumber")
                 .and_then(|s| s.as_str())
@@ -194,7 +211,7 @@ fn label(state: &PowerState) -> String {
     }
 }
 
-fn sushy_package_dir() -> PathBuf {
+pub(super) fn sushy_package_dir() -> PathBuf {
     let python = support::venv_bin("python");
     let out = std::process::Command::new(&python)
         .args([
@@ -212,7 +229,7 @@ fn sushy_package_dir() -> PathBuf {
     PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
 }
 
-fn collect_json(dir: &Path, out: &mut Vec<PathBuf>) {
+pub(super) fn collect_json(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
         let path = entry.unwrap().path();
         if path.is_dir() {

@@ -7,6 +7,7 @@
 pub mod bench;
 #[cfg(test)]
 pub mod cli;
+pub mod corpus_bmc;
 #[cfg(test)]
 pub mod daemon_process;
 pub mod fake_ec2;

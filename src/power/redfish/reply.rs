@@ -77,9 +77,9 @@ fn parse_resource(body: &[u8]) -> Result<Resource, PowerState> {
 /// The reply must name itself the resource that was asked for, and be a ComputerSystem.
 ///
 /// `@odata.id` may differ from `asked` by one trailing slash, or be a full URL whose path is
-/// `asked` (some services write absolute URLs). `@odata.type` must be
-/// `#ComputerSystem.v<version>.ComputerSystem` or the unversioned
-/// `#ComputerSystem.ComputerSystem`; a `ComputerSystemCollection` or anything else is refused.
+/// `asked` (some services write absolute URLs). `@odata.type` must be a ComputerSystem's (see
+/// [`is_computer_system_type`]); a `ComputerSystemCollection`, a Chassis, a Manager or anything
+/// else is refused.
 fn check_is_asked_system(resource: &Resource, asked: &str) -> Result<(), PowerState> {
     let id = one_string(&resource.odata_ids, "@odata.id").map_err(|why| {
         bad(format!(
@@ -102,8 +102,10 @@ fn check_is_asked_system(resource: &Resource, asked: &str) -> Result<(), PowerSt
     })?;
     if !is_computer_system_type(odata_type) {
         return Err(bad(format!(
-            "reply is a {}, not a ComputerSystem (#ComputerSystem.v1_x_y.ComputerSystem); set \
-             `system` to a path under /redfish/v1/Systems",
+            "reply is a {}, not a ComputerSystem (expected \
+             #ComputerSystem.v1_20_0.ComputerSystem or, in the Redfish 1.0 form, \
+             #ComputerSystem.1.0.1.ComputerSystem, any version); set `system` to a member of \
+             /redfish/v1/Systems, not a Chassis, a Manager or a collection",
             quote(odata_type)
         )));
     }
@@ -131,8 +133,17 @@ pub(super) fn names_path(odata_id: &str, asked: &str) -> bool {
     one_slash_off(&path) == one_slash_off(asked)
 }
 
-/// `#ComputerSystem.ComputerSystem` or `#ComputerSystem.v1_20_0.ComputerSystem` (any version
-/// of digits and underscores after the `v`).
+/// Whether an `@odata.type` names a ComputerSystem: namespace `ComputerSystem`, type
+/// `ComputerSystem`, and between them no version or a version in one of the two forms Redfish
+/// has used:
+/// - `#ComputerSystem.v1_20_0.ComputerSystem`: `v`, then numbers joined by underscores (Redfish
+///   1.1 and later, and most services);
+/// - `#ComputerSystem.1.0.1.ComputerSystem`: numbers joined by dots, no `v` (the Redfish 1.0
+///   form, before `v1_0_1`, which HPE iLO 4 on ProLiant Gen9 still sends);
+/// - `#ComputerSystem.ComputerSystem`: unversioned.
+///
+/// The namespace and the type are matched whole, so `#ComputerSystemCollection...`,
+/// `#Chassis.1.0.0.Chassis` or `#ComputerSystem.1.0.1.Foo` are not a ComputerSystem.
 fn is_computer_system_type(odata_type: &str) -> bool {
     let Some(rest) = odata_type.strip_prefix("#ComputerSystem.") else {
         return false;
@@ -143,12 +154,15 @@ fn is_computer_system_type(odata_type: &str) -> bool {
     if version.is_empty() {
         return true;
     }
+    let numbers = |v: &str, separator: char| {
+        v.split(separator)
+            .all(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    };
     version
-        .strip_prefix('v')
-        .and_then(|v| v.strip_suffix('.'))
-        .is_some_and(|v| {
-            v.split('_')
-                .all(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        .strip_suffix('.')
+        .is_some_and(|v| match v.strip_prefix('v') {
+            Some(v) => numbers(v, '_'),
+            None => numbers(v, '.'),
         })
 }
 

@@ -109,15 +109,72 @@ fn a_chassis_or_manager_reply_is_refused() {
         "#Manager.v1_10_0.Manager",
         "#ComputerSystemCollection.ComputerSystemCollection",
         "#ComputerSystem.v1_20_0.Chassis",
-        "#ComputerSystem.1.0.1.ComputerSystem",
         "ComputerSystem.v1_20_0.ComputerSystem",
         "#ComputerSystem.v1_20_0.ComputerSystemX",
         "",
+        // The Redfish 1.0 spelling (no `v`) of everything that is not a ComputerSystem.
+        "#Chassis.1.0.0.Chassis",
+        "#Manager.1.0.0.Manager",
+        "#ComputerSystemCollection.1.0.0.ComputerSystemCollection",
+        "#ComputerSystem.1.0.1.Foo",
+        "#ComputerSystem.1.0.1.Chassis",
+        // Versions that are neither form: underscores without the `v`, dots after it, empty
+        // or non-digit parts, no dot before the type name.
+        "#ComputerSystem.1_0_1.ComputerSystem",
+        "#ComputerSystem.v1.0.1.ComputerSystem",
+        "#ComputerSystem..ComputerSystem",
+        "#ComputerSystem.1..1.ComputerSystem",
+        "#ComputerSystem.1.0.x.ComputerSystem",
+        "#ComputerSystem. 1.0.1.ComputerSystem",
+        "#ComputerSystem.1.0.1ComputerSystem",
+        "#ComputerSystem.1.0.1.ComputerSystemCollection",
     ] {
         refused(
             &body(Some(ASKED), Some(t), "Off"),
             &format!("reply is a {}, not a ComputerSystem", quote(t)),
         );
+    }
+}
+
+/// HPE iLO 4 (ProLiant Gen9) names its system in the Redfish 1.0 form, before `v1_0_1`:
+/// `#ComputerSystem.1.0.1.ComputerSystem`. Refused before, so such machines could never be
+/// fenced.
+#[test]
+fn redfish_1_0_type_names_are_a_computer_system() {
+    for t in [
+        "#ComputerSystem.1.0.1.ComputerSystem",
+        "#ComputerSystem.1.0.0.ComputerSystem",
+        "#ComputerSystem.1.1.0.ComputerSystem",
+    ] {
+        let reply = parse_reply(&body(Some(ASKED), Some(t), "Off"), ASKED);
+        assert_eq!(reply.state, PowerState::Off, "{t}");
+        assert!(
+            matches!(reply.identity, MachineIdentity::SystemUuid { .. }),
+            "{t}: {:?}",
+            reply.identity
+        );
+        let on = parse_reply(&body(Some(ASKED), Some(t), "On"), ASKED).state;
+        assert_eq!(on, PowerState::On, "{t}");
+    }
+}
+
+/// The refusal says what a ComputerSystem's type looks like, in both forms, and what to do.
+#[test]
+fn a_refused_type_names_both_forms_and_the_remedy() {
+    let reply = parse_reply(
+        &body(Some(ASKED), Some("#Chassis.1.0.0.Chassis"), "Off"),
+        ASKED,
+    );
+    let PowerState::Error { detail, .. } = &reply.state else {
+        panic!("{reply:?}");
+    };
+    for want in [
+        "\"#Chassis.1.0.0.Chassis\"",
+        "#ComputerSystem.v1_20_0.ComputerSystem",
+        "#ComputerSystem.1.0.1.ComputerSystem",
+        "/redfish/v1/Systems",
+    ] {
+        assert!(detail.contains(want), "{want:?} not in {detail:?}");
     }
 }
 
@@ -141,7 +198,12 @@ fn identity_comes_from_uuid_and_serial_number() {
     assert_eq!(
         reply.identity,
         MachineIdentity::SystemUuid {
-            forms: vec!["4c4c4544-0038-4b10-8052-b4c04f4a4e32".into()],
+            forms: vec![
+                "4c4c4544-0038-4b10-8052-b4c04f4a4e32".into(),
+                // SMBIOS byte-swapped and byte-reversed forms, which some firmware reports.
+                "44454c4c-3800-104b-8052-b4c04f4a4e32".into(),
+                "324e4a4f-c0b4-5280-104b-380044454c4c".into(),
+            ],
             serial: Some("CN7\\n01".into()),
         }
     );
