@@ -4,12 +4,14 @@
 //!
 //! This file holds the helpers the tests share (entries built through the config parser, a
 //! source, its errors); the tests live by family in `tests/redfish/`: reads (against
-//! sushy-tools), auth_and_tls, odd_peers, vendor_samples.
+//! sushy-tools), auth_and_tls, certificate_validity, odd_peers, vendor_samples.
 
 mod support;
 
 #[path = "redfish/auth_and_tls.rs"]
 mod auth_and_tls;
+#[path = "redfish/certificate_validity.rs"]
+mod certificate_validity;
 #[path = "redfish/odd_peers.rs"]
 mod odd_peers;
 #[path = "redfish/reads.rs"]
