@@ -190,6 +190,15 @@ pub fn tls_error_text(e: &Error) -> Option<String> {
                 utc(time.as_secs())
             ))
         }
+        Error::InvalidCertificate(CertificateError::Expired) => Some(
+            "the BMC's certificate has expired: renew it on the BMC (a pinned certificate is \
+             read past its expiry)"
+                .into(),
+        ),
+        Error::InvalidCertificate(CertificateError::NotValidYet) => Some(
+            "the BMC's certificate is not valid yet: check the clocks of the BMC and of this host"
+                .into(),
+        ),
         Error::PeerIncompatible(PeerIncompatible::ServerDoesNotSupportTls12Or13)
         | Error::AlertReceived(AlertDescription::ProtocolVersion) => Some(TLS_TOO_OLD.into()),
         Error::General(text) => Some(text.clone()),
