@@ -5,7 +5,7 @@
 //!
 //! This file is the rig (entries built through the config parser, the UDP peers and relays
 //! tests put between oobfence and a BMC); the tests live by family in `tests/ipmi/`: reads,
-//! sessions, errors, binary, against_ipmitool, native_session.
+//! sessions, suites, errors, binary, against_ipmitool, native_session.
 
 mod support;
 
@@ -21,6 +21,8 @@ mod native_session;
 mod reads;
 #[path = "ipmi/sessions.rs"]
 mod sessions;
+#[path = "ipmi/suites.rs"]
+mod suites;
 
 use std::net::{SocketAddr, UdpSocket};
 use std::path::Path;

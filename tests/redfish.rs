@@ -5,13 +5,16 @@
 //!
 //! This file holds the helpers the tests share (entries built through the config parser, a
 //! source, its errors); the tests live by family in `tests/redfish/`: reads (against
-//! sushy-tools), auth_and_tls, odd_peers, sessions (logins as firmware does them, proxy
-//! prefixes), vendor_samples, corpus (captured replies of real BMCs served over HTTPS).
+//! sushy-tools), auth_and_tls, certificate_validity, odd_peers, sessions (logins as firmware
+//! does them, proxy prefixes), vendor_samples, corpus (captured replies of real BMCs served over
+//! HTTPS).
 
 mod support;
 
 #[path = "redfish/auth_and_tls.rs"]
 mod auth_and_tls;
+#[path = "redfish/certificate_validity.rs"]
+mod certificate_validity;
 #[path = "redfish/corpus.rs"]
 mod corpus;
 #[path = "redfish/odd_peers.rs"]

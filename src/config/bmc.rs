@@ -36,6 +36,9 @@ pub enum BmcTls {
         ca_file: Option<PathBuf>,
         ca_certs: Vec<rustls::pki_types::CertificateDer<'static>>,
         fingerprints: Vec<crate::pinning::Fingerprint>,
+        /// `tls_pin_validity`: whether a pinned certificate outside its validity period is
+        /// read (with a warning) or refused.
+        validity: crate::pinning::PinValidity,
     },
     /// Accept any certificate. Logged loudly at start-up.
     Insecure,
@@ -51,11 +54,13 @@ impl std::fmt::Debug for BmcTls {
                 ca_file,
                 ca_certs,
                 fingerprints,
+                validity,
             } => f
                 .debug_struct("Pinned")
                 .field("ca_file", ca_file)
                 .field("ca_certs", &ca_certs.len())
                 .field("fingerprints", &fingerprints.len())
+                .field("validity", validity)
                 .finish(),
         }
     }
@@ -166,6 +171,7 @@ pub(super) struct RawBmc {
     tls_fingerprint: Option<OneOrMany>,
     #[serde(default)]
     tls_insecure: bool,
+    tls_pin_validity: Option<String>,
     #[serde(default = "default_bmc_timeout", with = "humantime_serde")]
     timeout: Duration,
     cipher_suite: Option<ipmi::CipherSuiteSetting>,
@@ -290,6 +296,7 @@ impl RawBmc {
                     ("tls_fingerprint", self.tls_fingerprint.is_some()),
                     ("tls_insecure", self.tls_insecure),
                     ("auth", self.auth.is_some()),
+                    ("tls_pin_validity", self.tls_pin_validity.is_some()),
                 ] {
                     if set {
                         return Err(err(
@@ -405,6 +412,24 @@ impl RawBmc {
             .map(|f| crate::pinning::parse_fingerprint(f))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| err("tls_fingerprint", e))?;
+        let validity = match self.tls_pin_validity.as_deref() {
+            None | Some("warn") => crate::pinning::PinValidity::Warn,
+            Some("enforce") => crate::pinning::PinValidity::Enforce,
+            Some(other) => {
+                return Err(err(
+                    "tls_pin_validity",
+                    format!(
+                        "{other:?} is not a setting: use \"warn\" (a pinned certificate is read past its validity period, with a warning; the default) or \"enforce\" (refused then)"
+                    ),
+                ));
+            }
+        };
+        if self.tls_pin_validity.is_some() && self.ca_file.is_none() && fingerprints.is_empty() {
+            return Err(err(
+                "tls_pin_validity",
+                "applies to a pinned certificate only: set tls_fingerprint or ca_file too, or remove it".into(),
+            ));
+        }
         let tls = match (self.ca_file, fingerprints.is_empty(), self.tls_insecure) {
             (Some(_), _, true) | (_, false, true) => {
                 return Err(err(
@@ -429,6 +454,7 @@ impl RawBmc {
                     ca_file,
                     ca_certs,
                     fingerprints,
+                    validity,
                 }
             }
         };

@@ -191,6 +191,11 @@ impl Metrics {
             "Unix time of the last decision pass over a synced node cache while the Kubernetes API answered; if it stops advancing, oobfence is not watching and will not fence",
             Listed(last_sync.clone()),
         );
+        registry.register(
+            "bmc_certificate_expiry_timestamp_seconds",
+            crate::pinning::CERTIFICATE_EXPIRY_HELP,
+            Listed(crate::pinning::CERTIFICATE_EXPIRY.clone()),
+        );
         let kubeconfig_token_expiry = FloatGauge::default();
         registry.register(
             "kubeconfig_token_expiry_timestamp_seconds",

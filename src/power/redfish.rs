@@ -186,9 +186,12 @@ impl RedfishSource {
             BmcTls::Pinned {
                 ca_certs,
                 fingerprints,
+                validity,
                 ..
             } => {
-                let verifier = pinning::PinningVerifier::new(ca_certs, fingerprints)?;
+                let entry_name = format!("bmc[{}]", entry.index);
+                let verifier =
+                    pinning::PinningVerifier::new(ca_certs, fingerprints, *validity, &entry_name)?;
                 builder = builder.tls_backend_preconfigured(pinning::client_config(verifier));
             }
             BmcTls::System => {}

@@ -135,7 +135,11 @@ pub(super) fn dead_nodes_behind_faulty_redfish_bmcs() -> ScenarioFuture {
                 "tls-expired",
                 at(expired.port),
                 "pw",
-                pinned(&expired.cert, "/off"),
+                // A pinned certificate is read past its expiry unless the entry enforces it.
+                format!(
+                    "{}\ntls_pin_validity = \"enforce\"",
+                    pinned(&expired.cert, "/off")
+                ),
                 "power-unknown",
             ),
             (

@@ -72,6 +72,42 @@ fn probe_reads_an_ipmi_node_from_the_config_alone() {
     assert!(!err.contains("Wr0ng-pw-4711"), "{err}");
 }
 
+/// `probe` (as `check-config --probe`'s BACKEND column) shows the suite the session runs
+/// with: on ipmi_sim, which refuses suite 17, `[17, 3]` reads with suite 3 and says so.
+#[test]
+fn probe_shows_the_suite_a_fallback_logged_in_with() {
+    let sim = IpmiSim::start();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("pw"), format!("{}\n", ipmi_sim::PASSWORD)).unwrap();
+    let path = dir.path().join("dc1.toml");
+    let kubeconfig = dir.path().join("kubeconfig");
+    let cfg = ipmi_config(
+        dir.path(),
+        &kubeconfig,
+        "\"rack1-01\"",
+        &sim.address(),
+        "cipher_suite = [17, 3]\n",
+    );
+    std::fs::write(&path, cfg).unwrap();
+    let o = oobfence(&["probe", "rack1-01"], &path);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    assert!(out.starts_with("rack1-01: On"), "{out}");
+    assert!(out.contains("session: cipher suite 3, User"), "{out}");
+
+    let cfg = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace("cipher_suite = [17, 3]", "cipher_suite = 17");
+    std::fs::write(&path, cfg).unwrap();
+    let o = oobfence(&["probe", "rack1-01"], &path);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stdout));
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("the BMC does not offer cipher suite 17: set cipher_suite = 3 or [17, 3]"),
+        "{err}"
+    );
+}
+
 /// What this build cannot do is a config error: exit 2, one line naming file and key.
 #[test]
 fn unsupported_ipmi_settings_are_config_errors() {

@@ -5,6 +5,7 @@
 
 // Cargo names the `oobfence` binary to integration tests only (`cfg(test)`), not to examples.
 pub mod bench;
+pub mod certs;
 #[cfg(test)]
 pub mod cli;
 pub mod corpus_bmc;

@@ -129,6 +129,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
 ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
 ctx.load_cert_chain(sys.argv[1], sys.argv[2])
+if sys.argv[3:] == ["tls1.1"]:
+    # An old BMC: TLS 1.0 and 1.1 only. OpenSSL 3 offers them at security level 0 alone.
+    import warnings
+    warnings.simplefilter("ignore", DeprecationWarning)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1
+    ctx.maximum_version = ssl.TLSVersion.TLSv1_1
+    ctx.set_ciphers("DEFAULT:@SECLEVEL=0")
 class Server(http.server.ThreadingHTTPServer):
     # With SO_REUSEADDR (http.server's default) the kernel may hand port 0 a port another
     # socket holds, and listen() then fails with EADDRINUSE; without it, never.
@@ -183,7 +190,19 @@ impl OddBmc {
         OddBmc::start_with(dir, cert, key)
     }
 
+    /// Offering TLS 1.0 and 1.1 only, as old BMC firmware does (otherwise the same server).
+    pub fn start_tls_1_1_only() -> OddBmc {
+        let dir = tempfile::tempdir().unwrap();
+        let (cert, key) = super::sushy::self_signed_cert(dir.path(), "odd");
+        OddBmc::launch(dir, cert, key, Some("tls1.1"))
+    }
+
     fn start_with(dir: tempfile::TempDir, cert: PathBuf, key: PathBuf) -> OddBmc {
+        OddBmc::launch(dir, cert, key, None)
+    }
+
+    /// Starts the server; `mode` is its optional third argument (`tls1.1`).
+    fn launch(dir: tempfile::TempDir, cert: PathBuf, key: PathBuf, mode: Option<&str>) -> OddBmc {
         use std::io::BufRead;
 
         let mut child = std::process::Command::new(super::venv_bin("python"))
@@ -191,6 +210,7 @@ impl OddBmc {
             .arg(ODD_BMC)
             .arg(&cert)
             .arg(&key)
+            .args(mode)
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())
             .spawn()

@@ -95,6 +95,8 @@ struct State {
     next_session: Mutex<u32>,
     /// Set Session Privilege Level requests go unanswered (a BMC that stalls mid-login).
     silent_on_set_privilege: AtomicBool,
+    /// Open Session refusals carry the message tag and the status alone, as ipmi_sim's do.
+    brief_refusals: AtomicBool,
     /// The Get ACPI Power State answer's system power state; `None`: the command is not
     /// implemented (C1h).
     acpi: Mutex<Option<u8>>,
@@ -126,6 +128,7 @@ impl RmcpBmc {
             seen: Mutex::default(),
             next_session: Mutex::new(0x5eed_0001),
             silent_on_set_privilege: AtomicBool::new(false),
+            brief_refusals: AtomicBool::new(false),
             acpi: Mutex::new(None),
             power_reading: Mutex::new(None),
         });
@@ -173,6 +176,12 @@ impl RmcpBmc {
         self.state
             .silent_on_set_privilege
             .store(true, Ordering::SeqCst);
+    }
+
+    /// Answers an Open Session for a suite it lacks with the message tag and the status alone
+    /// (2 bytes: no role, no console session ID), as ipmi_sim does, from now on.
+    pub fn refuse_briefly(&self) {
+        self.state.brief_refusals.store(true, Ordering::SeqCst);
     }
 
     /// What the BMC has seen so far.
@@ -289,7 +298,11 @@ impl State {
         let Some(suite) = suite_of(auth, integrity, conf).filter(|s| self.suites.contains(s))
         else {
             r[1] = 0x11; // no cipher suite match
-            r.extend([0u8; 4]);
+            if self.brief_refusals.load(Ordering::SeqCst) {
+                r.truncate(2);
+            } else {
+                r.extend([0u8; 4]);
+            }
             return Some(packet(0x11, 0, 0, &r));
         };
         let bmc_session = {

@@ -144,6 +144,42 @@ fn bad_values_are_rejected_with_their_key() {
             .to_string()
             .contains("bmc[0].tls_insecure")
     );
+    // tls_pin_validity: "warn" or "enforce", and only beside a pin.
+    let fingerprint = format!("tls_fingerprint = \"sha256:{}\"", "AB".repeat(32));
+    for (keys, want) in [
+        (
+            format!("{fingerprint}\ntls_pin_validity = \"ignore\""),
+            "bmc[0].tls_pin_validity: \"ignore\" is not a setting: use \"warn\"",
+        ),
+        (
+            "tls_pin_validity = \"enforce\"".to_string(),
+            "bmc[0].tls_pin_validity: applies to a pinned certificate only",
+        ),
+    ] {
+        let text = base.replace("username", &format!("{keys}\nusername"));
+        let e = parse(&text).unwrap_err().to_string();
+        assert!(e.contains(want), "{keys}: {e}");
+    }
+    for (setting, want) in [
+        ("", crate::pinning::PinValidity::Warn),
+        (
+            "tls_pin_validity = \"warn\"\n",
+            crate::pinning::PinValidity::Warn,
+        ),
+        (
+            "tls_pin_validity = \"enforce\"\n",
+            crate::pinning::PinValidity::Enforce,
+        ),
+    ] {
+        let text = base.replace("username", &format!("{fingerprint}\n{setting}username"));
+        let cfg = parse(&text).unwrap_or_else(|e| panic!("{setting}: {e}"));
+        match &cfg.bmc[0].tls {
+            crate::config::BmcTls::Pinned { validity, .. } => {
+                assert_eq!(*validity, want, "{setting}")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
     let shared = base.replace("https://{node}-bmc.dc1.example", "https://bmc.dc1.example");
     let e = parse(&shared).unwrap_err().to_string();
     assert!(

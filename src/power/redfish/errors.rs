@@ -15,11 +15,20 @@ pub(super) fn classify(err: reqwest::Error, path: &str) -> PowerState {
     let err = err.without_url();
     let chain = error_chain(&err);
     let mut io_kinds = Vec::new();
+    // rustls' own words for a TLS failure print Unix seconds and enum names: said again in
+    // words and dates where oobfence knows better (crate::pinning::tls_error_text).
+    let mut tls_words: Option<String> = None;
     visit_chain(&err, &mut |e| {
         if let Some(io) = e.downcast_ref::<io::Error>() {
             io_kinds.push(io.kind());
         }
+        if let Some(tls) = e.downcast_ref::<rustls::Error>() {
+            tls_words = tls_words
+                .take()
+                .or_else(|| crate::pinning::tls_error_text(tls));
+        }
     });
+    let chain = tls_words.unwrap_or(chain);
     let has = |k: io::ErrorKind| io_kinds.contains(&k);
     let (kind, what) = if err.is_timeout() || has(io::ErrorKind::TimedOut) {
         (ReadErrorKind::Timeout, "timed out")

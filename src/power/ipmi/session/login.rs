@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 
 use tokio::net::UdpSocket;
 
-use super::wire::{Wire, handshake_answer, handshake_packet, io_trouble};
+use super::wire::{Wire, handshake_answer, handshake_packet, io_trouble, suite_advice};
 use super::{
     AUTH_NONE, Login, NAME_ONLY_LOOKUP, NETFN_APP, PT_OPEN_REQUEST, PT_OPEN_RESPONSE, PT_RAKP1,
     PT_RAKP2, PT_RAKP3, PT_RAKP4, RMCP_HEADER, Session, Take, Timing, Trouble, USER, random,
@@ -281,7 +281,8 @@ impl Session {
     }
 
     /// Logs in with the first of `suites` the BMC accepts: the next is tried only when the BMC
-    /// refuses the suite itself (Open Session status), never after a failed login.
+    /// refuses the suite itself (Open Session status, answered at once), never after a failed
+    /// login. When it refuses them all, the error names each refusal and what to set.
     pub async fn open_first(
         peer: SocketAddr,
         suites: &[Suite],
@@ -311,7 +312,10 @@ impl Session {
         }
         Err(Trouble {
             suite_refused: true,
-            ..Trouble::new(ReadErrorKind::Protocol, refused.join("; "))
+            ..Trouble::new(
+                ReadErrorKind::Protocol,
+                format!("{}: {}", refused.join("; "), suite_advice(suites)),
+            )
         })
     }
 }

@@ -12,6 +12,7 @@ use super::{
     MAX_DATAGRAMS_PER_EXCHANGE, RMCP_HEADER, Take, Timing, Trouble, role_name,
 };
 use crate::power::ReadErrorKind;
+use crate::power::ipmi::rakp::Suite;
 
 pub(super) fn random<const N: usize>() -> Result<[u8; N], Trouble> {
     let mut b = [0u8; N];
@@ -76,6 +77,13 @@ pub(super) fn handshake_payload(d: &[u8], payload_type: u8) -> Option<&[u8]> {
 
 /// The payload of the BMC's handshake answer of `payload_type` to our message `tag` for our
 /// session `console_id`, its status checked: `None` when the datagram is not that answer.
+///
+/// A refusal (status other than 0) may be as short as the message tag and the status: ipmi_sim
+/// answers an Open Session for a suite it lacks with exactly those two bytes, and other
+/// firmware fills the console session ID with zeros. Such an answer cannot be matched to our
+/// session beyond its tag, and is taken anyway: a refusal only ever fails the login, it can
+/// never make a read say Off. A refusal that names another console session is someone else's,
+/// and is dropped. An answer with status 0 must carry our console session ID.
 pub(super) fn handshake_answer<'d>(
     d: &'d [u8],
     payload_type: u8,
@@ -85,60 +93,112 @@ pub(super) fn handshake_answer<'d>(
     login: &Login<'_>,
 ) -> Option<Result<&'d [u8], Trouble>> {
     let p = handshake_payload(d, payload_type)?;
-    if p.len() < 8 || p[0] != tag || p[4..8] != console_id.to_le_bytes() {
+    if p.len() < 2 || p[0] != tag {
         return None;
     }
-    Some(match p[1] {
-        0 => Ok(p),
-        status => Err(status_trouble(step, status, login)),
-    })
+    let named = p.get(4..8);
+    match p[1] {
+        0 if named == Some(&console_id.to_le_bytes()[..]) => Some(Ok(p)),
+        0 => None,
+        _ if named.is_some_and(|id| id != [0; 4] && id != console_id.to_le_bytes()) => None,
+        status => Some(Err(status_trouble(step, status, login))),
+    }
 }
 
-/// An RMCP+ status code in a handshake answer (IPMI 2.0 table 13-15), as a read failure.
+/// The name IPMI 2.0 (table 13-15) gives an RMCP+ status code.
+pub(super) fn status_name(code: u8) -> &'static str {
+    match code {
+        0x00 => "no errors",
+        0x01 => "insufficient resources to create a session",
+        0x02 => "invalid session ID",
+        0x03 => "invalid payload type",
+        0x04 => "invalid authentication algorithm",
+        0x05 => "invalid integrity algorithm",
+        0x06 => "no matching authentication payload",
+        0x07 => "no matching integrity payload",
+        0x08 => "inactive session ID",
+        0x09 => "invalid role",
+        0x0A => "unauthorized role or privilege level requested",
+        0x0B => "insufficient resources to create a session at the requested role",
+        0x0C => "invalid name length",
+        0x0D => "unauthorized name",
+        0x0E => "unauthorized GUID",
+        0x0F => "invalid integrity check value",
+        0x10 => "invalid confidentiality algorithm",
+        0x11 => "no cipher suite match with proposed security algorithms",
+        0x12 => "illegal or unrecognized parameter",
+        _ => "unknown status code",
+    }
+}
+
+/// Whether a status code refuses the cipher suite itself (its algorithms), so that another
+/// suite may do.
+pub(super) fn refuses_suite(code: u8) -> bool {
+    matches!(code, 0x04..=0x07 | 0x10 | 0x11)
+}
+
+/// An RMCP+ status code in a handshake answer (IPMI 2.0 table 13-15), as a read failure: the
+/// code, its name, and what it means here.
 pub(super) fn status_trouble(step: &str, code: u8, login: &Login<'_>) -> Trouble {
-    let suite = login.suite.id();
     let role = role_name(login.privilege);
     let (kind, what) = match code {
+        _ if refuses_suite(code) => (
+            ReadErrorKind::Protocol,
+            format!("the BMC does not offer cipher suite {}", login.suite.id()),
+        ),
         0x01 => (
             ReadErrorKind::Protocol,
-            "insufficient resources to create a session (all session slots in use?)".to_string(),
+            "all of the BMC's session slots may be in use".to_string(),
         ),
-        0x02 => (ReadErrorKind::Protocol, "invalid session ID".into()),
-        0x03 => (ReadErrorKind::Protocol, "invalid payload type".into()),
-        0x04..=0x07 | 0x10 | 0x11 => (
-            ReadErrorKind::Protocol,
-            format!(
-                "cipher suite {suite} refused by the BMC (enable it there, or set cipher_suite)"
-            ),
-        ),
-        0x08 => (ReadErrorKind::Protocol, "inactive session ID".into()),
         0x09 | 0x0A => (
             ReadErrorKind::Auth,
             format!("the user may not log in as {role} (set privilege to its role)"),
         ),
-        0x0B => (
-            ReadErrorKind::Protocol,
-            "insufficient resources to create a session at the requested role".into(),
-        ),
-        0x0C => (ReadErrorKind::Auth, "invalid user name length".into()),
         0x0D => (
             ReadErrorKind::Auth,
-            format!("unauthorized name: the BMC has no such user, or not with the {role} role"),
+            format!("the BMC has no such user, or not with the {role} role"),
         ),
-        0x0E => (ReadErrorKind::Auth, "unauthorized GUID".into()),
-        0x0F => (
+        0x0E => (ReadErrorKind::Auth, "check the BMC's user settings".into()),
+        0x0F => (ReadErrorKind::Auth, "wrong password?".into()),
+        0x0C => (
             ReadErrorKind::Auth,
-            "invalid integrity check value (wrong password?)".into(),
+            "the user name is refused by the BMC".into(),
         ),
-        0x12 => (
-            ReadErrorKind::Protocol,
-            "illegal or unrecognized parameter".into(),
-        ),
-        _ => (ReadErrorKind::Protocol, "unknown status code".into()),
+        _ => (ReadErrorKind::Protocol, String::new()),
+    };
+    let name = status_name(code);
+    let detail = if what.is_empty() {
+        format!("{step} has status {code:#04x} ({name})")
+    } else {
+        format!("{step} has status {code:#04x} ({name}): {what}")
     };
     Trouble {
-        suite_refused: matches!(code, 0x04..=0x07 | 0x10 | 0x11),
-        ..Trouble::new(kind, format!("{step} has status {code:#04x}: {what}"))
+        suite_refused: refuses_suite(code),
+        ..Trouble::new(kind, detail)
+    }
+}
+
+/// What to do when the BMC refused every suite of `tried` (cipher_suite's list, in order).
+pub(super) fn suite_advice(tried: &[Suite]) -> String {
+    let other = |s: Suite| match s {
+        Suite::Seventeen => Suite::Three,
+        Suite::Three => Suite::Seventeen,
+    };
+    match tried {
+        [only] => format!(
+            "set cipher_suite = {} or [{}, {}], or enable suite {} on the BMC",
+            other(*only).id(),
+            only.id(),
+            other(*only).id(),
+            only.id()
+        ),
+        _ => {
+            let ids: Vec<String> = tried.iter().map(|s| s.id().to_string()).collect();
+            format!(
+                "the BMC offers none of cipher suites {}: enable one of them on the BMC",
+                ids.join(" and ")
+            )
+        }
     }
 }
 
