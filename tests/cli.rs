@@ -242,6 +242,20 @@ async fn probe_reads_one_node_from_the_config_alone() {
     let o = oobfence(&["probe", "rack1-01"], &path);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stdout(&o).starts_with("rack1-01: On"), "{}", stdout(&o));
+    // How it logged in, and the TLS version the BMC picks (sushy-tools' server: 1.2 or 1.3,
+    // as its Python's ssl module offers).
+    assert!(
+        stdout(&o).contains("\n  session: HTTP Basic, auth = auto"),
+        "{}",
+        stdout(&o)
+    );
+    assert!(
+        ["\n  transport: TLS 1.2\n", "\n  transport: TLS 1.3\n"]
+            .iter()
+            .any(|l| stdout(&o).contains(l)),
+        "{}",
+        stdout(&o)
+    );
 
     emu.set_power(0, false).await;
     emu.wait_power(0, "Off", std::time::Duration::from_secs(30))
@@ -260,6 +274,60 @@ async fn probe_reads_one_node_from_the_config_alone() {
     assert!(!stderr(&o).contains("wrong"), "{}", stderr(&o));
 }
 
+/// `probe` names how a read logged in and what TLS the BMC speaks: a BMC with Basic turned
+/// off is read through a session, and one that offers only TLS 1.1 is named as such.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probe_names_the_login_form_and_the_tls_version() {
+    use support::session_bmc::{self, Mode, SessionBmc};
+    let bmc = SessionBmc::start(Mode::BasicRefused);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("dc1.toml");
+    let extra = format!("system = \"/redfish/v1/Systems/1\"\n{}", bmc.pinned());
+    let text = valid_config(dir.path(), &bmc.address(), &extra).replace("rack1-*", "rack1-01");
+    std::fs::write(&path, text).unwrap();
+    std::fs::write(
+        dir.path().join("pw"),
+        format!("{}\n", session_bmc::PASSWORD),
+    )
+    .unwrap();
+    let o = oobfence(&["probe", "rack1-01"], &path);
+    assert!(o.status.success(), "{}", stderr(&o));
+    for line in [
+        "rack1-01: On",
+        "\n  session: Redfish session, auth = auto (the BMC refused HTTP Basic)",
+        "\n  transport: TLS 1.3",
+    ] {
+        assert!(stdout(&o).contains(line), "{line:?} in {}", stdout(&o));
+    }
+    assert!(
+        !stdout(&o).contains(session_bmc::PASSWORD),
+        "{}",
+        stdout(&o)
+    );
+    // Its session is logged out when probe is done.
+    let stats = bmc.stats().await;
+    assert_eq!((stats.logins, stats.open), (1, 0), "{stats:?}");
+
+    let old = support::odd_bmc::OddBmc::start_tls_1_1_only();
+    let extra = format!("system = \"/off\"\nca_file = \"{}\"", old.cert.display());
+    let text = valid_config(
+        dir.path(),
+        &format!("https://127.0.0.1:{}", old.port),
+        &extra,
+    )
+    .replace("rack1-*", "rack1-01");
+    std::fs::write(&path, text).unwrap();
+    let o = oobfence(&["probe", "rack1-01"], &path);
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    assert!(
+        stderr(&o).contains(
+            "transport: TLS unknown: TLS handshake failed: the BMC offers only TLS 1.0/1.1"
+        ),
+        "{}",
+        stderr(&o)
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_config_probe_reads_every_mapped_node_of_the_cluster() {
     let s = Scenario::redfish("probe", 1).await;
@@ -275,6 +343,11 @@ async fn check_config_probe_reads_every_mapped_node_of_the_cluster() {
     let row = |n: &str| out.lines().find(|l| l.starts_with(n)).map(String::from);
     let ra = row(mapped).unwrap_or_else(|| panic!("{out}"));
     assert!(ra.contains("redfish") && ra.contains(" On"), "{ra}");
+    assert!(
+        ra.contains("redfish (HTTP Basic, auth = auto; TLS 1.2)")
+            || ra.contains("redfish (HTTP Basic, auth = auto; TLS 1.3)"),
+        "BACKEND names the login form and the TLS version: {ra}"
+    );
     assert!(
         ra.contains("match") && ra.contains(&s.redfish_emulator().uuid(0)),
         "the IDENTITY column ties the BMC to the node: {ra}"

@@ -141,6 +141,7 @@ pub(super) async fn check_config(path: &Path, probe: bool) -> Result<ExitCode, E
     .buffered(cfg.max_concurrent_reads)
     .collect()
     .await;
+    sources.close_sessions().await;
     let w = |f: fn(&Row) -> usize, min: usize| rows.iter().map(f).max().unwrap_or(0).max(min);
     let (w0, w1, w2, w3) = (
         w(|r| r.node.len(), 4),
@@ -220,6 +221,8 @@ pub(super) async fn probe(path: &Path, node: &str) -> Result<ExitCode, ExitCode>
         )));
     };
     let r = daemon::read_once(&source, deadline).await;
+    // A Redfish session is logged out now, not left to the BMC's timeout (its slots are few).
+    sources.close_sessions().await;
     let mut out = format!(
         "{node}: {} ({} {}, {:.3}s)",
         r.state,

@@ -85,3 +85,35 @@ pub fn venv_bin(name: &str) -> PathBuf {
 fn non_empty_env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
 }
+
+/// Starts `script` with the test virtualenv's Python and `args`: an HTTPS test server that
+/// prints its port on its first line of output. The child (stop it by PID) and the port; panics
+/// naming `what` when it does not start.
+pub fn start_python_server(
+    script: &str,
+    args: &[&std::ffi::OsStr],
+    what: &str,
+) -> (std::process::Child, u16) {
+    use std::io::BufRead;
+
+    let mut child = std::process::Command::new(venv_bin("python"))
+        .arg("-c")
+        .arg(script)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {what}: {e}"));
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    match line.trim().parse() {
+        Ok(port) => (child, port),
+        Err(_) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what} did not start (said {line:?})");
+        }
+    }
+}

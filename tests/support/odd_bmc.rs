@@ -203,30 +203,9 @@ impl OddBmc {
 
     /// Starts the server; `mode` is its optional third argument (`tls1.1`).
     fn launch(dir: tempfile::TempDir, cert: PathBuf, key: PathBuf, mode: Option<&str>) -> OddBmc {
-        use std::io::BufRead;
-
-        let mut child = std::process::Command::new(super::venv_bin("python"))
-            .arg("-c")
-            .arg(ODD_BMC)
-            .arg(&cert)
-            .arg(&key)
-            .args(mode)
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .expect("start the odd HTTPS server");
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let port = match line.trim().parse() {
-            Ok(port) => port,
-            Err(_) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("the odd HTTPS server did not start (said {line:?})");
-            }
-        };
+        let mut args = vec![cert.as_os_str(), key.as_os_str()];
+        args.extend(mode.map(std::ffi::OsStr::new));
+        let (child, port) = super::start_python_server(ODD_BMC, &args, "the odd HTTPS server");
         OddBmc {
             child,
             port,

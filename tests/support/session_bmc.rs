@@ -216,38 +216,24 @@ impl SessionBmc {
 
     /// `prefix` ("" or "/bmc1") before every Redfish path; at most `slots` sessions at once.
     pub fn start_with(mode: Mode, prefix: &str, slots: u32) -> SessionBmc {
-        use std::io::BufRead;
-
         let dir = tempfile::tempdir().unwrap();
         let (cert, key) = super::sushy::self_signed_cert(dir.path(), "session-bmc");
         let mode_arg = match mode {
             Mode::BasicAndSessions => "basic-and-sessions",
             Mode::BasicRefused => "basic-refused",
         };
-        let mut child = std::process::Command::new(super::venv_bin("python"))
-            .arg("-c")
-            .arg(SESSION_BMC)
-            .arg(&cert)
-            .arg(&key)
-            .arg(mode_arg)
-            .arg(prefix)
-            .arg(slots.to_string())
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .expect("start the session BMC");
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let port = match line.trim().parse() {
-            Ok(port) => port,
-            Err(_) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("the session BMC did not start (said {line:?})");
-            }
-        };
+        let slots = slots.to_string();
+        let (child, port) = super::start_python_server(
+            SESSION_BMC,
+            &[
+                cert.as_os_str(),
+                key.as_os_str(),
+                mode_arg.as_ref(),
+                prefix.as_ref(),
+                slots.as_ref(),
+            ],
+            "the session BMC",
+        );
         let client = reqwest::Client::builder()
             .tls_danger_accept_invalid_certs(true)
             .timeout(std::time::Duration::from_secs(5))

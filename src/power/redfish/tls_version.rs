@@ -41,14 +41,13 @@ pub async fn negotiated(base: &Url, timeout: Duration) -> Result<String, String>
             .await
             .map_err(|e| format!("cannot connect: {e}"))?;
         let tls = connector.connect(name, tcp).await.map_err(|e| {
-            let text = e.to_string();
-            if text.contains("ProtocolVersion") || text.contains("protocol version") {
-                "the BMC offers only TLS versions older than 1.2 (1.0 or 1.1); oobfence needs \
-                 TLS 1.2 or later: update the BMC's firmware or turn TLS 1.2 on"
-                    .to_string()
-            } else {
-                format!("TLS handshake failed: {text}")
-            }
+            // The same words as a read's TLS error (a BMC offering only TLS 1.0/1.1 named).
+            let text = e
+                .get_ref()
+                .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+                .and_then(crate::pinning::tls_error_text)
+                .unwrap_or_else(|| e.to_string());
+            format!("TLS handshake failed: {text}")
         })?;
         let version = tls.get_ref().1.protocol_version();
         Ok::<_, String>(match version {
