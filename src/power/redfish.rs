@@ -22,7 +22,6 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use reqwest::header::HeaderMap;
 use reqwest::{StatusCode, Url};
 
 use super::{PowerDraw, PowerSource, PowerState, ReadErrorKind, Reply};
@@ -31,6 +30,7 @@ use crate::identity::MachineIdentity;
 use crate::secret::Secret;
 
 mod errors;
+mod http;
 pub use crate::pinning;
 mod reply;
 #[cfg(test)]
@@ -41,7 +41,9 @@ mod tests;
 pub mod tls_version;
 mod witness;
 
-use errors::{classify, error_chain, quote, quote_bytes, status_text};
+use errors::{quote, quote_bytes, status_text};
+use http::{Answer, fetch, url_of};
+pub use http::{EntryShared, client_for};
 pub use reply::parse_reply;
 
 /// Where the systems collection lives on every Redfish service.
@@ -98,7 +100,7 @@ impl RedfishSource {
     /// Fails on settings that cannot work (bad URL, unreadable CA).
     pub fn new(entry: &BmcEntry, node: &str) -> Result<RedfishSource, String> {
         let shared = EntryShared {
-            client: RedfishSource::client_for(entry)?,
+            client: client_for(entry)?,
             logins: Default::default(),
         };
         RedfishSource::with_shared(entry, node, &shared)
@@ -165,40 +167,6 @@ impl RedfishSource {
             timeout: entry.timeout,
             power_draw: entry.corroborate.is_some(),
         })
-    }
-
-    /// The HTTP client of a `[[bmc]]` entry: its TLS settings and timeout.
-    pub fn client_for(entry: &BmcEntry) -> Result<reqwest::Client, String> {
-        let mut builder = reqwest::Client::builder()
-            .timeout(entry.timeout)
-            .connect_timeout(entry.timeout)
-            // A redirect is never followed: a BMC that redirects the system resource is
-            // misconfigured for us, and some put credentials into the Location header.
-            .redirect(reqwest::redirect::Policy::none())
-            // BMC networks are reached directly; credentials must not go through a proxy
-            // picked up from the environment.
-            .no_proxy()
-            .https_only(true)
-            .pool_idle_timeout(Duration::from_secs(30))
-            .user_agent(concat!("oobfence/", env!("CARGO_PKG_VERSION")));
-        match &entry.tls {
-            BmcTls::Insecure => builder = builder.tls_danger_accept_invalid_certs(true),
-            BmcTls::Pinned {
-                ca_certs,
-                fingerprints,
-                validity,
-                ..
-            } => {
-                let entry_name = format!("bmc[{}]", entry.index);
-                let verifier =
-                    pinning::PinningVerifier::new(ca_certs, fingerprints, *validity, &entry_name)?;
-                builder = builder.tls_backend_preconfigured(pinning::client_config(verifier));
-            }
-            BmcTls::System => {}
-        }
-        builder
-            .build()
-            .map_err(|e| format!("cannot build the HTTPS client: {}", error_chain(&e)))
     }
 
     async fn read_within_deadline(&self) -> Reply {
@@ -404,83 +372,6 @@ impl RedfishSource {
                 }
             }
             other => other,
-        }
-    }
-}
-
-/// What the sources of one `[[bmc]]` entry share: its HTTP client and its BMCs' logins.
-pub struct EntryShared {
-    pub client: reqwest::Client,
-    pub logins: session::Slots,
-}
-
-impl EntryShared {
-    pub fn new(entry: &BmcEntry) -> Result<EntryShared, String> {
-        Ok(EntryShared {
-            client: RedfishSource::client_for(entry)?,
-            logins: Default::default(),
-        })
-    }
-}
-
-/// An answer read whole: its status, headers and body.
-pub(super) struct Answer {
-    pub(super) status: StatusCode,
-    pub(super) headers: HeaderMap,
-    pub(super) body: Vec<u8>,
-}
-
-/// `path` (a path on the BMC, `/redfish/v1/...`) below `base` (the address and its prefix,
-/// ending in `/`).
-pub(super) fn url_of(base: &Url, path: &str) -> Result<Url, PowerState> {
-    base.join(path.trim_start_matches('/')).map_err(|e| {
-        PowerState::error(
-            ReadErrorKind::Config,
-            format!("cannot join {} to the BMC address: {e}", quote(path)),
-        )
-    })
-}
-
-/// Sends `request` (`method` of `path`, for messages) and reads the whole answer, at most
-/// [`MAX_BODY`] bytes of it.
-pub(super) async fn fetch(
-    request: reqwest::RequestBuilder,
-    method: &str,
-    path: &str,
-) -> Result<Answer, PowerState> {
-    let named = |state: PowerState| match state {
-        PowerState::Error { kind, detail } if method != "GET" => PowerState::Error {
-            kind,
-            detail: match detail.strip_prefix("GET ") {
-                Some(rest) => format!("{method} {rest}"),
-                None => detail,
-            },
-        },
-        other => other,
-    };
-    let mut response = request.send().await.map_err(|e| named(classify(e, path)))?;
-    let status = response.status();
-    let headers = std::mem::take(response.headers_mut());
-    let mut body = Vec::new();
-    loop {
-        match response.chunk().await {
-            Ok(Some(chunk)) => {
-                if body.len() + chunk.len() > MAX_BODY {
-                    return Err(PowerState::error(
-                        ReadErrorKind::BadReply,
-                        format!("reply to {method} {path} is larger than {MAX_BODY} bytes"),
-                    ));
-                }
-                body.extend_from_slice(&chunk);
-            }
-            Ok(None) => {
-                return Ok(Answer {
-                    status,
-                    headers,
-                    body,
-                });
-            }
-            Err(e) => return Err(named(classify(e, path))),
         }
     }
 }

@@ -317,7 +317,7 @@ async fn sushy_computer_systems_over_https() {
 async fn the_test_bmc_changes_only_the_power_state() {
     let mut bmc = CorpusBmc::start();
     let entry = bmc_at(bmc.dir(), &bmc.base_url(), &pinned_to(&bmc));
-    let client = RedfishSource::client_for(&entry).unwrap();
+    let client = oobfence::power::redfish::client_for(&entry).unwrap();
     let base = bmc.base_url();
     for (dir, path) in [
         ("hpe-ilo4-bl460c-gen9", "/redfish/v1/Systems/1"),
