@@ -278,8 +278,8 @@ async fn probe_reads_one_node_from_the_config_alone() {
 /// off is read through a session, and one that offers only TLS 1.1 is named as such.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn probe_names_the_login_form_and_the_tls_version() {
-    use support::session_bmc::{self, Mode, SessionBmc};
-    let bmc = SessionBmc::start(Mode::BasicRefused);
+    use support::session_bmc::{self, Basic, SessionBmc};
+    let bmc = SessionBmc::start(Basic::Refused);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("dc1.toml");
     let extra = format!("system = \"/redfish/v1/Systems/1\"\n{}", bmc.pinned());

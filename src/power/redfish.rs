@@ -276,7 +276,9 @@ impl RedfishSource {
         }
         .await;
         self.login.read_done().await;
-        self.accept(answer?, path, session::AuthForm::Session)
+        answer
+            .and_then(|answer| self.accept(answer, path, session::AuthForm::Session))
+            .map_err(|state| self.login.session_failed(state))
     }
 
     /// The body of a 2xx answer; an error naming the status otherwise.

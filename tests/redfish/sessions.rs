@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use support::session_bmc::{self, Mode, SessionBmc};
+use support::session_bmc::{self, Basic, SessionBmc};
 
 use super::*;
 
@@ -39,7 +39,7 @@ fn login_detail(reply: &oobfence::power::Reply) -> String {
 /// reads, `why` saying so. `auth = "basic"` is refused with advice that names the way out.
 #[tokio::test]
 async fn a_bmc_with_basic_turned_off_is_read_through_one_session() {
-    let bmc = SessionBmc::start(Mode::BasicRefused);
+    let bmc = SessionBmc::start(Basic::Refused);
     let (_dir, entry) = entry_for(&bmc, session_bmc::PASSWORD, "");
     let src = source(&entry, "n1");
     let first = src.read_reply().await;
@@ -91,7 +91,7 @@ async fn a_bmc_with_basic_turned_off_is_read_through_one_session() {
 #[tokio::test]
 async fn a_wrong_password_is_tried_once_and_never_shown() {
     let wrong = "Wr0ng-S3ssion-Secret";
-    let bmc = SessionBmc::start(Mode::BasicAndSessions);
+    let bmc = SessionBmc::start(Basic::AndSessions);
     let (_dir, entry) = entry_for(&bmc, wrong, "");
     let src = source(&entry, "n1");
     let reply = src.read_reply().await;
@@ -103,7 +103,7 @@ async fn a_wrong_password_is_tried_once_and_never_shown() {
     let stats = bmc.stats().await;
     assert_eq!((stats.logins, stats.login_failures), (0, 0), "{stats:?}");
 
-    let bmc = SessionBmc::start(Mode::BasicRefused);
+    let bmc = SessionBmc::start(Basic::Refused);
     for extra in ["", "auth = \"session\""] {
         let (_dir, entry) = entry_for(&bmc, wrong, extra);
         let src = source(&entry, "n1");
@@ -121,11 +121,42 @@ async fn a_wrong_password_is_tried_once_and_never_shown() {
     assert_eq!(bmc.stats().await.login_failures, 2);
 }
 
+/// Old firmware answers a wrong password 401 without a Basic challenge and has no session
+/// service. `auto` tries a session, finds none, and says both, as a credentials error, without
+/// sticking to sessions: the right password then reads through Basic.
+#[tokio::test]
+async fn a_basic_only_bmc_without_a_challenge_is_not_taken_for_a_session_one() {
+    let wrong = "Wr0ng-Old-Firmware";
+    let bmc = SessionBmc::start(Basic::OnlyNoChallenge);
+    let (_dir, entry) = entry_for(&bmc, wrong, "");
+    let src = source(&entry, "n1");
+    for _ in 0..2 {
+        let reply = src.read_reply().await;
+        let (kind, detail) = error_of(&reply.state);
+        assert_eq!(kind, ReadErrorKind::Auth, "{detail}");
+        assert!(
+            detail.contains("HTTP Basic was refused")
+                && detail.contains("names no Sessions collection")
+                && detail.contains("check the user and password"),
+            "{detail}"
+        );
+        assert!(!detail.contains(wrong), "{detail}");
+        // Back to Basic for the next read.
+        assert_eq!(login_detail(&reply), "HTTP Basic, auth = auto");
+    }
+    let (_dir, entry) = entry_for(&bmc, session_bmc::PASSWORD, "");
+    let reply = source(&entry, "n1").read_reply().await;
+    assert_eq!(reply.state, PowerState::On, "{reply:?}");
+    assert_eq!(login_detail(&reply), "HTTP Basic, auth = auto");
+    let stats = bmc.stats().await;
+    assert_eq!((stats.logins, stats.basic_reads), (0, 1), "{stats:?}");
+}
+
 /// The BMC forgets sessions after its own timeout: the next read is answered 401, logs in
 /// once more and reads, without an error in between.
 #[tokio::test]
 async fn a_session_the_bmc_forgot_is_renewed_by_the_next_read() {
-    let bmc = SessionBmc::start(Mode::BasicRefused);
+    let bmc = SessionBmc::start(Basic::Refused);
     let (_dir, entry) = entry_for(&bmc, session_bmc::PASSWORD, "auth = \"session\"");
     let src = source(&entry, "n1");
     assert_eq!(src.read().await, PowerState::On);
@@ -141,7 +172,7 @@ async fn a_session_the_bmc_forgot_is_renewed_by_the_next_read() {
 /// however many reads wait for it.
 #[tokio::test]
 async fn concurrent_reads_of_one_bmc_share_one_login() {
-    let bmc = SessionBmc::start(Mode::BasicRefused);
+    let bmc = SessionBmc::start(Basic::Refused);
     let dir = tempfile::tempdir().unwrap();
     let config = format!(
         "datacenter = \"dc\"\n[[bmc]]\nnodes = [\"n*\"]\nprotocol = \"redfish\"\n\
@@ -186,7 +217,7 @@ fn rand_suffix() -> u64 {
 /// for each read of a healthy node) leaves the session for the next read.
 #[tokio::test]
 async fn sessions_are_deleted_when_let_go() {
-    let bmc = SessionBmc::start(Mode::BasicRefused);
+    let bmc = SessionBmc::start(Basic::Refused);
     let dir = tempfile::tempdir().unwrap();
     let config = format!(
         "datacenter = \"dc\"\n[[bmc]]\nnodes = [\"n1\"]\nprotocol = \"redfish\"\n\
@@ -245,7 +276,7 @@ async fn sessions_are_deleted_when_let_go() {
 /// message that says so; once one is free, the next read logs in.
 #[tokio::test]
 async fn a_bmc_without_a_free_session_slot_is_named() {
-    let bmc = SessionBmc::start_with(Mode::BasicRefused, "", 1);
+    let bmc = SessionBmc::start_with(Basic::Refused, "", 1);
     let other = bmc.take_a_slot().await.expect("the other client's login");
     let (_dir, entry) = entry_for(&bmc, session_bmc::PASSWORD, "");
     let src = source(&entry, "n1");
@@ -262,7 +293,7 @@ async fn a_bmc_without_a_free_session_slot_is_named() {
 /// the same BMC without the prefix is not there.
 #[tokio::test]
 async fn an_address_path_is_a_prefix_for_every_request() {
-    for mode in [Mode::BasicAndSessions, Mode::BasicRefused] {
+    for mode in [Basic::AndSessions, Basic::Refused] {
         let bmc = SessionBmc::start_with(mode, "/bmc1", 4);
         for address in [bmc.address(), format!("{}/", bmc.address())] {
             let dir = tempfile::tempdir().unwrap();

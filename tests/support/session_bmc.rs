@@ -3,7 +3,7 @@
 //! does them (`POST` of user name and password, `X-Auth-Token` and `Location` in the answer,
 //! `DELETE` of the session to log out, a few session slots).
 //!
-//! In [`Mode::BasicRefused`] it answers HTTP Basic as a BMC whose Basic is turned off does
+//! In [`Basic::Refused`] it answers HTTP Basic as a BMC whose Basic is turned off does
 //! (OpenBMC's bmcweb with `BasicAuth` disabled, hardened iDRAC/iLO): 401, no `Basic`
 //! challenge, a `NoValidSession` message. `/_stats` counts what clients did; `/_expire`
 //! forgets every session, as a BMC does when its session timeout passes; `/_power/On|Off`
@@ -18,11 +18,14 @@ pub const PASSWORD: &str = "Sess10n-Pa55word";
 
 /// How the BMC treats HTTP Basic.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
+pub enum Basic {
     /// Basic and sessions both work; a wrong Basic password gets `WWW-Authenticate: Basic`.
-    BasicAndSessions,
+    AndSessions,
     /// Basic is turned off: every Basic request is refused, whatever its password.
-    BasicRefused,
+    Refused,
+    /// Basic only, as old firmware: no session service in the service root, and a wrong
+    /// password answered 401 without a `WWW-Authenticate` challenge.
+    OnlyNoChallenge,
 }
 
 const SESSION_BMC: &str = r##"
@@ -89,8 +92,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     stats["refused"] -= 1
                     stats["basic_reads"] += 1
                 return "basic"
-        self.reply(401, message(401, "Base.1.8.InsufficientPrivilege", "Unauthorized"),
-                   [("WWW-Authenticate", 'Basic realm="Redfish"')])
+        challenge = [] if MODE == "basic-only-no-challenge" else [("WWW-Authenticate", 'Basic realm="Redfish"')]
+        self.reply(401, message(401, "Base.1.8.InsufficientPrivilege", "Unauthorized"), challenge)
         return None
 
     def do_GET(self):
@@ -109,12 +112,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if path is None:
             return self.reply(404, message(404, "Base.1.8.ResourceMissingAtURI", "not here"))
         if path in ("/redfish/v1", "/redfish/v1/"):
-            return self.reply(200, {
-                "@odata.id": "/redfish/v1/", "@odata.type": "#ServiceRoot.v1_5_0.ServiceRoot",
-                "RedfishVersion": "1.8.0",
-                "SessionService": {"@odata.id": "/redfish/v1/SessionService"},
-                "Systems": {"@odata.id": "/redfish/v1/Systems"},
-                "Links": {"Sessions": {"@odata.id": "/redfish/v1/SessionService/Sessions"}}})
+            root = {"@odata.id": "/redfish/v1/", "@odata.type": "#ServiceRoot.v1_5_0.ServiceRoot",
+                    "RedfishVersion": "1.8.0", "Systems": {"@odata.id": "/redfish/v1/Systems"}}
+            if MODE != "basic-only-no-challenge":
+                root["SessionService"] = {"@odata.id": "/redfish/v1/SessionService"}
+                root["Links"] = {"Sessions": {"@odata.id": "/redfish/v1/SessionService/Sessions"}}
+            return self.reply(200, root)
         if self.who() is None:
             return
         if path == "/redfish/v1/Systems":
@@ -135,7 +138,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         path = self.path_below_prefix()
         length = int(self.headers.get("Content-Length", "0"))
         raw = self.rfile.read(length)
-        if path != "/redfish/v1/SessionService/Sessions":
+        if path != "/redfish/v1/SessionService/Sessions" or MODE == "basic-only-no-challenge":
             return self.reply(405, message(405, "Base.1.8.OperationNotAllowed", "no"))
         try:
             doc = json.loads(raw)
@@ -210,17 +213,18 @@ pub struct SessionBmc {
 
 impl SessionBmc {
     /// A BMC at the address's root, with four session slots.
-    pub fn start(mode: Mode) -> SessionBmc {
+    pub fn start(mode: Basic) -> SessionBmc {
         SessionBmc::start_with(mode, "", 4)
     }
 
     /// `prefix` ("" or "/bmc1") before every Redfish path; at most `slots` sessions at once.
-    pub fn start_with(mode: Mode, prefix: &str, slots: u32) -> SessionBmc {
+    pub fn start_with(mode: Basic, prefix: &str, slots: u32) -> SessionBmc {
         let dir = tempfile::tempdir().unwrap();
         let (cert, key) = super::sushy::self_signed_cert(dir.path(), "session-bmc");
         let mode_arg = match mode {
-            Mode::BasicAndSessions => "basic-and-sessions",
-            Mode::BasicRefused => "basic-refused",
+            Basic::AndSessions => "basic-and-sessions",
+            Basic::Refused => "basic-refused",
+            Basic::OnlyNoChallenge => "basic-only-no-challenge",
         };
         let slots = slots.to_string();
         let (child, port) = super::start_python_server(

@@ -3,13 +3,13 @@
 //! next read logs in anew; `systemctl stop` logs out every session before the process exits,
 //! so that no slot of the BMC's few is left to its session timeout.
 
-use support::session_bmc::{self, Mode, SessionBmc};
+use support::session_bmc::{self, Basic, SessionBmc};
 
 use super::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redfish_sessions_are_logged_out_at_reload_and_at_stop() {
-    let bmc = SessionBmc::start(Mode::BasicRefused);
+    let bmc = SessionBmc::start(Basic::Refused);
     let s = Scenario::without_machines("sessions").await;
     s.set_policy("health_read_interval = \"10s\"\n");
     s.map_redfish(

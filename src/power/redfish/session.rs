@@ -60,6 +60,12 @@ pub struct Slot {
     timeout: Duration,
     /// `auth = "auto"` and the BMC refused Basic: sessions from now on.
     basic_refused: AtomicBool,
+    /// The switch to sessions was logged.
+    switch_logged: AtomicBool,
+    /// A session login has worked on this BMC (with `auto`: sessions are really what it takes).
+    session_worked: AtomicBool,
+    /// The last try found no session service (no `Links.Sessions`, or no service root).
+    no_session_service: AtomicBool,
     /// Logged out for good (reload, shutdown): a read still under way may log in, but its
     /// session is deleted as soon as the read is done.
     retired: AtomicBool,
@@ -130,13 +136,48 @@ impl Slot {
         if self.auth != RedfishAuth::Auto || !refuses_basic(&answer.headers, &answer.body) {
             return false;
         }
-        if !self.basic_refused.swap(true, Ordering::Relaxed) {
+        self.basic_refused.store(true, Ordering::Relaxed);
+        // Once per slot: a wrong password on such a BMC comes back to Basic every read.
+        if !self.switch_logged.swap(true, Ordering::Relaxed) {
             tracing::info!(
                 bmc = %self.base,
                 "the BMC refuses HTTP Basic; oobfence logs in with a Redfish session from now on (auth = \"auto\")"
             );
         }
         true
+    }
+
+    /// With `auto`, a read that went to a session after Basic's 401 and found no session
+    /// service, or had its login refused, before any session login ever worked on this BMC:
+    /// the 401 may as well have been a wrong password from a BMC that sends no challenge, so
+    /// the error says both, as an Auth error, and the next read tries Basic again. Other
+    /// failures (no free session slot, silence) are said as they are.
+    pub(super) fn session_failed(&self, state: PowerState) -> PowerState {
+        let credentials_or_none = matches!(
+            &state,
+            PowerState::Error {
+                kind: ReadErrorKind::Auth,
+                ..
+            }
+        ) || self.no_session_service.load(Ordering::Relaxed);
+        if self.auth != RedfishAuth::Auto
+            || self.session_worked.load(Ordering::Relaxed)
+            || !credentials_or_none
+        {
+            return state;
+        }
+        self.basic_refused.store(false, Ordering::Relaxed);
+        match state {
+            PowerState::Error { detail, .. } => PowerState::error(
+                ReadErrorKind::Auth,
+                format!(
+                    "HTTP Basic was refused (a 401 without a Basic challenge), and a session \
+                     login did not work either: {detail}; check the user and password (auth = \
+                     \"auto\")"
+                ),
+            ),
+            other => other,
+        }
     }
 
     /// A session token for the next read, and the number of its login; logs in when there is
@@ -155,12 +196,16 @@ impl Slot {
         let sessions = match &state.sessions_path {
             Some(path) => path.clone(),
             None => {
-                let path = self.find_sessions().await?;
+                let found = self.find_sessions().await;
+                self.no_session_service
+                    .store(found.is_err(), Ordering::Relaxed);
+                let path = found?;
                 state.sessions_path = Some(path.clone());
                 path
             }
         };
         let login = self.log_in(&sessions).await?;
+        self.session_worked.store(true, Ordering::Relaxed);
         let token = (login.token.clone(), login.number);
         state.login = Some(login);
         if !state.closer_armed {
@@ -347,6 +392,9 @@ impl Slot {
             password: Secret::new(""),
             timeout: self.timeout,
             basic_refused: AtomicBool::new(false),
+            switch_logged: AtomicBool::new(false),
+            session_worked: AtomicBool::new(false),
+            no_session_service: AtomicBool::new(false),
             retired: AtomicBool::new(true),
             state: Default::default(),
         };
@@ -477,6 +525,9 @@ impl Slots {
                     password: entry.password.clone(),
                     timeout: entry.timeout,
                     basic_refused: AtomicBool::new(false),
+                    switch_logged: AtomicBool::new(false),
+                    session_worked: AtomicBool::new(false),
+                    no_session_service: AtomicBool::new(false),
                     retired: AtomicBool::new(false),
                     state: Default::default(),
                 })
@@ -499,71 +550,4 @@ impl Slots {
 }
 
 #[cfg(test)]
-mod tests {
-    use reqwest::header::{HeaderMap, HeaderValue, WWW_AUTHENTICATE};
-
-    use super::*;
-
-    fn challenge(values: &[&str]) -> HeaderMap {
-        let mut h = HeaderMap::new();
-        for v in values {
-            h.append(WWW_AUTHENTICATE, HeaderValue::from_str(v).unwrap());
-        }
-        h
-    }
-
-    /// A 401 that offers Basic is a wrong password; one that offers no Basic, or names
-    /// sessions, is a BMC that refuses Basic itself.
-    #[test]
-    fn a_401_refuses_basic_only_when_it_says_so() {
-        let plain = br#"{"error": {"code": "Base.1.8.GeneralError"}}"#;
-        let sessions =
-            br#"{"error": {"@Message.ExtendedInfo": [{"MessageId": "Base.1.8.NoValidSession"}]}}"#;
-        assert!(!refuses_basic(
-            &challenge(&["Basic realm=\"Redfish\""]),
-            plain
-        ));
-        assert!(!refuses_basic(&challenge(&["basic"]), b""));
-        assert!(!refuses_basic(
-            &challenge(&["Bearer", "Basic realm=\"x\""]),
-            plain
-        ));
-        assert!(!refuses_basic(
-            &challenge(&["Digest realm=\"x\", Basic realm=\"y\""]),
-            plain
-        ));
-        assert!(refuses_basic(&challenge(&[]), plain));
-        assert!(refuses_basic(&challenge(&["X-Auth-Token"]), plain));
-        assert!(refuses_basic(&challenge(&["Basic realm=\"x\""]), sessions));
-        assert!(refuses_basic(
-            &challenge(&[]),
-            b"<html>X-Auth-Token required</html>"
-        ));
-    }
-
-    #[test]
-    fn the_sessions_collection_comes_from_the_service_root_alone() {
-        let root = br#"{"@odata.id": "/redfish/v1/", "Links": {"Sessions": {"@odata.id": "/redfish/v1/SessionService/Sessions"}}}"#;
-        assert_eq!(
-            sessions_link(root).unwrap(),
-            "/redfish/v1/SessionService/Sessions"
-        );
-        // A service root without Links.Sessions is not guessed at.
-        let bare = br#"{"@odata.id": "/redfish/v1/", "SessionService": {"@odata.id": "/redfish/v1/SessionService"}}"#;
-        let PowerState::Error { kind, detail } = sessions_link(bare).unwrap_err() else {
-            panic!()
-        };
-        assert_eq!(kind, ReadErrorKind::Protocol);
-        assert!(detail.contains("set auth = \"basic\""), "{detail}");
-        for bad in [
-            &br#"{"Links": {"Sessions": {"@odata.id": "https://elsewhere/s"}}}"#[..],
-            br#"{"Links": {"Sessions": {"@odata.id": "//elsewhere/s"}}}"#,
-            br#"<html>"#,
-        ] {
-            let PowerState::Error { kind, .. } = sessions_link(bad).unwrap_err() else {
-                panic!()
-            };
-            assert_eq!(kind, ReadErrorKind::BadReply);
-        }
-    }
-}
+mod tests;
