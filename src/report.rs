@@ -358,7 +358,7 @@ impl NodeReport {
         if !id.uuid_shared_with.is_empty() {
             let _ = writeln!(
                 s,
-                "  system UUID:  UNTRUSTED: node(s) {} report it too; it proves no machine",
+                "  system UUID:  UNTRUSTED: node(s) {} report it too (or in another byte order); it proves no machine",
                 id.uuid_shared_with.join(", ")
             );
         }
