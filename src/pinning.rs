@@ -19,10 +19,10 @@
 use std::sync::Arc;
 
 use rustls::client::WebPkiServerVerifier;
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::client::danger::{ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{CertificateError, DigitallySignedStruct, Error, RootCertStore, SignatureScheme};
+use rustls::{CertificateError, Error, RootCertStore};
 use sha2::{Digest, Sha256};
 
 mod validity;
@@ -75,6 +75,48 @@ pub fn certificates_of_pem(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, S
     }
     Ok(certs)
 }
+
+/// The handshake-signature half of a rustls `ServerCertVerifier`, checked with the algorithms
+/// of the `CryptoProvider` in the field `$provider`: every verifier here checks signatures the
+/// same way, whatever it decides about the certificate.
+macro_rules! signatures_checked_by_provider {
+    ($provider:tt) => {
+        fn verify_tls12_signature(
+            &self,
+            message: &[u8],
+            cert: &rustls::pki_types::CertificateDer<'_>,
+            dss: &rustls::DigitallySignedStruct,
+        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+            rustls::crypto::verify_tls12_signature(
+                message,
+                cert,
+                dss,
+                &self.$provider.signature_verification_algorithms,
+            )
+        }
+
+        fn verify_tls13_signature(
+            &self,
+            message: &[u8],
+            cert: &rustls::pki_types::CertificateDer<'_>,
+            dss: &rustls::DigitallySignedStruct,
+        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+            rustls::crypto::verify_tls13_signature(
+                message,
+                cert,
+                dss,
+                &self.$provider.signature_verification_algorithms,
+            )
+        }
+
+        fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+            self.$provider
+                .signature_verification_algorithms
+                .supported_schemes()
+        }
+    };
+}
+pub(crate) use signatures_checked_by_provider;
 
 /// What to trust for one `[[bmc]]` entry.
 #[derive(Debug)]
@@ -249,39 +291,7 @@ impl ServerCertVerifier for PinningVerifier {
         }
     }
 
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider
-            .signature_verification_algorithms
-            .supported_schemes()
-    }
+    signatures_checked_by_provider!(provider);
 }
 
 /// `AB:CD:…`, as openssl prints a fingerprint.

@@ -115,15 +115,8 @@ def control():
         except Exception as e:
             print("error: %s" % e, flush=True)
 
-ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-ctx.load_cert_chain(sys.argv[1], sys.argv[2])
-class Server(http.server.ThreadingHTTPServer):
-    allow_reuse_address = False
-
-server = Server(("127.0.0.1", 0), Handler)
-server.daemon_threads = True
-server.socket = ctx.wrap_socket(server.socket, server_side=True)
-print(server.server_address[1], flush=True)
+ctx = tls_context()
+server = https_server(Handler, ctx)
 threading.Thread(target=server.serve_forever, daemon=True).start()
 control()
 "##;
@@ -147,7 +140,7 @@ impl CorpusBmc {
         let (cert, key) = super::sushy::self_signed_cert(dir.path(), "corpus");
         let mut child = std::process::Command::new(super::venv_bin("python"))
             .arg("-c")
-            .arg(CORPUS_BMC)
+            .arg(format!("{}{CORPUS_BMC}", super::HTTPS_SERVER_PY))
             .arg(&cert)
             .arg(&key)
             .stdin(std::process::Stdio::piped())

@@ -86,8 +86,33 @@ fn non_empty_env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
 }
 
-/// Starts `script` with the test virtualenv's Python and `args`: an HTTPS test server that
-/// prints its port on its first line of output. The child (stop it by PID) and the port; panics
+/// Python shared by the test HTTPS servers, put before each one's script: `tls_context()`, the
+/// server's TLS settings (certificate and key from `argv[1]` and `argv[2]`), and
+/// `https_server(handler, ctx)`, a threading server on 127.0.0.1 at a port the kernel picks,
+/// printed on the first line of output.
+pub const HTTPS_SERVER_PY: &str = r#"
+import http.server as _http_server, ssl as _ssl, sys as _sys
+
+def tls_context():
+    ctx = _ssl.SSLContext(_ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(_sys.argv[1], _sys.argv[2])
+    return ctx
+
+class _Server(_http_server.ThreadingHTTPServer):
+    # With SO_REUSEADDR (http.server's default) the kernel may hand port 0 a port another
+    # socket holds, and listen() then fails with EADDRINUSE; without it, never.
+    allow_reuse_address = False
+
+def https_server(handler, ctx):
+    server = _Server(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    server.socket = ctx.wrap_socket(server.socket, server_side=True)
+    print(server.server_address[1], flush=True)
+    return server
+"#;
+
+/// Starts `script` (after [`HTTPS_SERVER_PY`]) with the test virtualenv's Python and `args`: an
+/// HTTPS test server that prints its port on its first line of output. The child (stop it by PID) and the port; panics
 /// naming `what` when it does not start.
 pub fn start_python_server(
     script: &str,
@@ -98,7 +123,7 @@ pub fn start_python_server(
 
     let mut child = std::process::Command::new(venv_bin("python"))
         .arg("-c")
-        .arg(script)
+        .arg(format!("{HTTPS_SERVER_PY}{script}"))
         .args(args)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())

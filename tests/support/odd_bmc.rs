@@ -127,8 +127,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if status != 204:
             self.wfile.write(body)
 
-ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-ctx.load_cert_chain(sys.argv[1], sys.argv[2])
+ctx = tls_context()
 if sys.argv[3:] == ["tls1.1"]:
     # An old BMC: TLS 1.0 and 1.1 only. OpenSSL 3 offers them at security level 0 alone.
     import warnings
@@ -136,15 +135,7 @@ if sys.argv[3:] == ["tls1.1"]:
     ctx.minimum_version = ssl.TLSVersion.TLSv1
     ctx.maximum_version = ssl.TLSVersion.TLSv1_1
     ctx.set_ciphers("DEFAULT:@SECLEVEL=0")
-class Server(http.server.ThreadingHTTPServer):
-    # With SO_REUSEADDR (http.server's default) the kernel may hand port 0 a port another
-    # socket holds, and listen() then fails with EADDRINUSE; without it, never.
-    allow_reuse_address = False
-
-server = Server(("127.0.0.1", 0), Handler)
-server.daemon_threads = True
-server.socket = ctx.wrap_socket(server.socket, server_side=True)
-print(server.server_address[1], flush=True)
+server = https_server(Handler, ctx)
 server.serve_forever()
 "##;
 

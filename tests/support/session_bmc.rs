@@ -176,15 +176,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             stats["deletes"] += 1
         self.reply(204)
 
-ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-ctx.load_cert_chain(sys.argv[1], sys.argv[2])
-class Server(http.server.ThreadingHTTPServer):
-    allow_reuse_address = False
-
-server = Server(("127.0.0.1", 0), Handler)
-server.daemon_threads = True
-server.socket = ctx.wrap_socket(server.socket, server_side=True)
-print(server.server_address[1], flush=True)
+ctx = tls_context()
+server = https_server(Handler, ctx)
 server.serve_forever()
 "##;
 
