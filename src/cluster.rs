@@ -26,6 +26,7 @@ mod events;
 mod guard_record;
 mod node_facts;
 mod node_view;
+mod pods;
 #[cfg(test)]
 mod tests;
 mod writes;
@@ -41,6 +42,7 @@ pub use node_facts::{
     other_remediator, provider_id, readiness, ready_heartbeat,
 };
 pub use node_view::{NodeView, Pairs, ReadyCondition};
+pub use pods::{BoundPod, PodRelease};
 
 pub const OUT_OF_SERVICE_KEY: &str = "node.kubernetes.io/out-of-service";
 pub const OUT_OF_SERVICE_VALUE: &str = "nodeshutdown";

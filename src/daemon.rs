@@ -30,6 +30,7 @@ mod observe;
 mod outcomes;
 mod pass;
 mod reads;
+mod release;
 mod reload;
 mod reports;
 mod start;

@@ -23,6 +23,15 @@
 //!   (`corroborate = "power-draw"`), each Off drew at most `max_off_watts`
 //!   (`off-uncorroborated`); a sleeping or hibernated machine is never Off
 //!   (`power-suspended`).
+//! - The same [`Step::Fence`] while the Node still shows Ready, with `release_at_attestation`
+//!   (the default): everything above but NotReady, on a stale Lease (`lease_stale_after`
+//!   renewal intervals without a sign of life). The writer then re-checks at the last moment
+//!   that the Lease is unrenewed and the Ready heartbeat unchanged.
+//! - Force-deleting the node's pods (`release_at_attestation`, the guard's `release_pods`):
+//!   only right after this daemon's own fence of the same boot landed, on a fresh Node and
+//!   Lease GET that shows it still in place, the Lease unrenewed, the bootID and uid the same
+//!   and no hold ([`recheck`] as [`GuardPurpose::ReleasePods`]); grace period 0 and a uid
+//!   precondition on each pod.
 //! - [`Step::Fence`] with `on_terminated` (a cloud instance terminated or unknown): the same,
 //!   but the streak is of such answers alone (an unknown one needs at least two), and each
 //!   counts only through the reader — region, endpoint, credentials — that once found the
@@ -530,7 +539,8 @@ pub fn last_sign_of_life(facts: &NodeFacts) -> Option<Timestamp> {
 
 /// Which question the power reads answer.
 enum Phase {
-    /// Ready, but the Lease is stale: read ahead of NotReady, never write.
+    /// Ready, but the Lease is stale: read ahead of NotReady; written only once proven off
+    /// with `release_at_attestation`.
     Ahead(LeaseSilence),
     NotReady {
         not_ready_for: Duration,
@@ -564,9 +574,13 @@ impl Phase {
     }
 }
 
-/// A Ready node is never written: what the reads ahead of NotReady found, as a suspect's
-/// decision.
+/// What the reads ahead of NotReady found, as a suspect's decision: a Ready node is written
+/// only when they prove it off and `release_at_attestation` is on.
 fn ahead_of_not_ready(d: Decision, silence: &LeaseSilence) -> Decision {
+    // Proven off, released at attestation: the one write a Ready node may get.
+    if matches!(d.step, Step::Fence(_) | Step::WouldFence(_)) {
+        return d;
+    }
     // A rule that wants no read (no power source, opted out, another remediator...) leaves
     // the node as healthy as it shows: there is nothing to read ahead.
     let (state, reason) = if d.rule == Rule::PreAttested {
@@ -584,7 +598,7 @@ fn ahead_of_not_ready(d: Decision, silence: &LeaseSilence) -> Decision {
         (
             NodeState::Suspect,
             format!(
-                "Ready, but {}: reading power ahead of NotReady, writing nothing; {}",
+                "Ready, but {}: reading power ahead of NotReady, nothing written yet; {}",
                 silence.describe(),
                 d.reason
             ),
@@ -950,7 +964,8 @@ fn attest(
                 secs(age),
                 last.state
             );
-            if let Phase::Ahead(_) = phase {
+            let ahead = matches!(phase, Phase::Ahead(_));
+            if ahead && !policy.release_at_attestation {
                 // Kept fresh, so that it still counts the moment the node turns NotReady.
                 let refresh = policy.confirm_interval.max(policy.read_max_age / 2);
                 return Decision::new(
@@ -963,19 +978,30 @@ fn attest(
                 )
                 .read_at(plus(last.at, refresh));
             }
+            // Released at attestation: the pods go with the fence, and a Ready node's fence
+            // is not kept for NotReady.
+            let what_now = match (policy.release_at_attestation, ahead) {
+                (false, _) => action.to_string(),
+                (true, false) => format!(
+                    "{action}, then force-delete its pods (release_at_attestation)"
+                ),
+                (true, true) => format!(
+                    "power attested while the Node still shows Ready: {action} now, then force-delete its pods, without waiting for NotReady (release_at_attestation)"
+                ),
+            };
             if policy.dry_run {
                 Decision::new(
                     S::Confirming,
                     Step::WouldFence(action),
                     Rule::DryRun,
-                    format!("{evidence}; dry run: would {action}, writing nothing"),
+                    format!("{evidence}; dry run: would {what_now}, writing nothing"),
                 )
             } else {
                 Decision::new(
                     S::Confirming,
                     Step::Fence(action),
                     rule,
-                    format!("{evidence}: {action}"),
+                    format!("{evidence}: {what_now}"),
                 )
                 .guarded(WriteGuard {
                     purpose: GuardPurpose::Fence,
@@ -984,6 +1010,9 @@ fn attest(
                     lease_renew_time: facts.lease_renew_time,
                     evidence_at: last.at,
                     read_max_age: policy.read_max_age,
+                    while_ready: ahead,
+                    ready_heartbeat: facts.ready_heartbeat.filter(|_| ahead),
+                    release_pods: policy.release_at_attestation,
                 })
             }
         }
@@ -1218,6 +1247,9 @@ fn decide_fenced(
                 lease_renew_time: None,
                 evidence_at: on.at,
                 read_max_age: policy.read_max_age,
+                while_ready: false,
+                ready_heartbeat: None,
+                release_pods: false,
             },
         )
     }

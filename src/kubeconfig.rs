@@ -54,7 +54,8 @@ const fn perm(
 
 /// Everything the daemon does with the API: watch Nodes and fence them (taint through a patch,
 /// or delete with `action = "delete-node"`), watch VolumeAttachments (and delete those of a
-/// Node it deleted), watch node Leases, and report through core/v1 Events in "default".
+/// Node it deleted), list and force-delete a fenced node's pods (`release_at_attestation`),
+/// watch node Leases, and report through core/v1 Events in "default".
 pub const NEEDED: &[Permission] = &[
     perm("get", "", "nodes", None),
     perm("list", "", "nodes", None),
@@ -64,6 +65,9 @@ pub const NEEDED: &[Permission] = &[
     perm("list", "storage.k8s.io", "volumeattachments", None),
     perm("watch", "storage.k8s.io", "volumeattachments", None),
     perm("delete", "storage.k8s.io", "volumeattachments", None),
+    // Release at attestation: a fenced node's pods, listed and force-deleted.
+    perm("list", "", "pods", None),
+    perm("delete", "", "pods", None),
     perm(
         "get",
         "coordination.k8s.io",
@@ -104,8 +108,9 @@ pub const NEEDED: &[Permission] = &[
 pub const NOT_NEEDED: &[Permission] = &[
     perm("list", "", "secrets", None),
     perm("get", "", "secrets", Some("kube-system")),
-    perm("list", "", "pods", None),
+    perm("get", "", "pods", Some("default")),
     perm("create", "", "pods", Some("default")),
+    perm("update", "", "pods", Some("default")),
     perm("create", "", "nodes", None),
     perm("update", "", "nodes", None),
     perm(
@@ -368,12 +373,7 @@ async fn check(path: &Path) -> Result<(Vec<Permission>, Vec<Permission>), MintEr
         .await
         .map_err(|e| fail(e.to_string()))?;
     let client = kube::Client::try_from(config).map_err(|e| fail(e.to_string()))?;
-    let mut missing = Vec::new();
-    for p in NEEDED {
-        if !allowed(&client, p).await.map_err(fail)? {
-            missing.push(*p);
-        }
-    }
+    let missing = lacking(&client, NEEDED).await.map_err(fail)?;
     let mut excess = Vec::new();
     for p in NOT_NEEDED {
         if allowed(&client, p).await.map_err(fail)? {
@@ -381,6 +381,41 @@ async fn check(path: &Path) -> Result<(Vec<Permission>, Vec<Permission>), MintEr
         }
     }
     Ok((missing, excess))
+}
+
+/// What of [`NEEDED`] a daemon run with `cfg` uses: the pod permissions only with
+/// `release_at_attestation`, a ConfigMap's only where the config names it (under its default
+/// name: another name is the operator's own Role).
+pub fn needed_by(cfg: &crate::config::Config) -> Vec<Permission> {
+    let names = |r: &Option<crate::config::ConfigMapRef>| {
+        r.as_ref().map(|r| (r.namespace.clone(), r.name.clone()))
+    };
+    let configmaps = [names(&cfg.pause.configmap), names(&cfg.guard_record)];
+    NEEDED
+        .iter()
+        .filter(|p| p.resource != "pods" || cfg.policy.release_at_attestation)
+        .filter(|p| {
+            p.resource != "configmaps"
+                || configmaps.iter().flatten().any(|(ns, name)| {
+                    Some(ns.as_str()) == p.namespace && Some(name.as_str()) == p.name
+                })
+        })
+        .copied()
+        .collect()
+}
+
+/// Which of `needed` the client's identity lacks, as the API server's authorizer says.
+pub async fn lacking(
+    client: &kube::Client,
+    needed: &[Permission],
+) -> Result<Vec<Permission>, String> {
+    let mut missing = Vec::new();
+    for p in needed {
+        if !allowed(client, p).await? {
+            missing.push(*p);
+        }
+    }
+    Ok(missing)
 }
 
 /// One SelfSubjectAccessReview (every authenticated identity may create them).

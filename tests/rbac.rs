@@ -306,10 +306,11 @@ async fn the_token_may_do_the_daemons_work_and_nothing_more() {
             .get("anything")
             .await,
     );
-    assert_forbidden(
-        "list pods",
+    // Pods: list (a fenced node's, by field selector) and force-delete; nothing else.
+    assert_allowed(
+        "list the pods bound to a node",
         Api::<Pod>::all(sa.clone())
-            .list(&ListParams::default())
+            .list(&ListParams::default().fields(&format!("spec.nodeName={group}-x")))
             .await,
     );
     let pod = Pod {
@@ -317,13 +318,49 @@ async fn the_token_may_do_the_daemons_work_and_nothing_more() {
             name: Some(format!("{group}-pod")),
             ..Default::default()
         },
-        spec: Some(PodSpec::default()),
+        spec: Some(PodSpec {
+            containers: vec![k8s_openapi::api::core::v1::Container {
+                name: "c".into(),
+                image: Some("registry.invalid/none".into()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
         ..Default::default()
     };
     assert_forbidden(
         "create a pod",
         Api::<Pod>::namespaced(sa.clone(), "default")
             .create(&PostParams::default(), &pod)
+            .await,
+    );
+    let pods_as_admin = Api::<Pod>::namespaced(admin.clone(), "default");
+    let created = pods_as_admin
+        .create(&PostParams::default(), &pod)
+        .await
+        .expect("the admin creates a scratch pod");
+    let pods_as_sa = Api::<Pod>::namespaced(sa.clone(), "default");
+    assert_forbidden("get a pod", pods_as_sa.get(&created.name_any()).await);
+    assert_forbidden(
+        "patch a pod",
+        pods_as_sa
+            .patch(
+                &created.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"labels": {"oobfence.test/rbac": "yes"}}})),
+            )
+            .await,
+    );
+    assert_allowed(
+        "force-delete a pod",
+        pods_as_sa
+            .delete(
+                &created.name_any(),
+                &DeleteParams {
+                    grace_period_seconds: Some(0),
+                    ..Default::default()
+                },
+            )
             .await,
     );
     // The pause switch, that ConfigMap only (absent here: allowed to look, 404).

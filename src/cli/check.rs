@@ -50,6 +50,7 @@ pub(super) async fn check_config(path: &Path, probe: bool) -> Result<ExitCode, E
         return Ok(ExitCode::SUCCESS);
     }
     let client = daemon::client_for(&cfg).await.map_err(fail)?;
+    let lacking = permissions(&client, &cfg).await;
     let nodes = Api::<Node>::all(client)
         .list(&match &cfg.kubernetes.node_selector {
             Some(sel) => ListParams::default().labels(sel),
@@ -160,6 +161,9 @@ pub(super) async fn check_config(path: &Path, probe: bool) -> Result<ExitCode, E
         );
     }
     let failed = rows.iter().filter(|r| !r.ok).count();
+    if lacking {
+        return Ok(ExitCode::from(1));
+    }
     if failed > 0 {
         eprintln!(
             "oobfence: {failed} of {} nodes could not be read or not tied to their machine (see STATE and IDENTITY)",
@@ -168,6 +172,43 @@ pub(super) async fn check_config(path: &Path, probe: bool) -> Result<ExitCode, E
         return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `check-config --probe`: whether the kubeconfig's identity may do everything the daemon
+/// does with this config, as the API server's authorizer says (SelfSubjectAccessReview).
+/// Prints the answer; `true` when something is lacking.
+async fn permissions(client: &kube::Client, cfg: &crate::config::Config) -> bool {
+    let needed = crate::kubeconfig::needed_by(cfg);
+    match crate::kubeconfig::lacking(client, &needed).await {
+        Ok(missing) if missing.is_empty() => {
+            println!(
+                "permissions: the kubeconfig may do all {} things the daemon does with this config",
+                needed.len()
+            );
+            false
+        }
+        Ok(missing) => {
+            for p in &missing {
+                let why = match p.resource {
+                    "pods" => {
+                        " (release_at_attestation lists a fenced node's pods and force-deletes them; without it they wait for the pod garbage collector)"
+                    }
+                    _ => "",
+                };
+                eprintln!("permissions: MISSING: {p}{why}");
+            }
+            eprintln!(
+                "oobfence: the kubeconfig lacks {} of the {} permissions the daemon uses: apply the shipped RBAC again (kubectl apply -f /usr/share/doc/oobfence/examples/rbac.yaml, or deploy/rbac.yaml from the source)",
+                missing.len(),
+                needed.len()
+            );
+            true
+        }
+        Err(e) => {
+            eprintln!("permissions: cannot be checked: {e}");
+            false
+        }
+    }
 }
 
 /// `BACKEND` of `check-config --probe`: the backend, how the read logged in and what its

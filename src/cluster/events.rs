@@ -19,6 +19,8 @@ pub mod reasons {
     pub const FENCE_FAILED: &str = "OobfenceFenceFailed";
     pub const RECORD_CLEARED: &str = "OobfenceRecordCleared";
     pub const VOLUMES_RELEASED: &str = "OobfenceVolumesReleased";
+    pub const PODS_RELEASED: &str = "OobfencePodsReleased";
+    pub const PODS_NOT_RELEASED: &str = "OobfencePodsNotReleased";
     pub const VOLUMES_STILL_ATTACHED: &str = "OobfenceVolumesStillAttached";
     pub const IDENTITY_MISMATCH: &str = "OobfenceIdentityMismatch";
     pub const OFF_WHILE_ALIVE: &str = "OobfencePowerSourceOffWhileAlive";

@@ -17,7 +17,9 @@ use serde_json::json;
 
 use super::NodeView;
 use super::events::{EventType, reasons};
-use super::node_facts::{boot_id, fence_record, is_out_of_service, lease_renewed, readiness};
+use super::node_facts::{
+    boot_id, fence_record, is_out_of_service, lease_renewed, readiness, ready_heartbeat,
+};
 use super::{
     ANNOTATION_ACTION, ANNOTATION_FENCED_AT, ANNOTATION_FENCED_BOOT_ID, ANNOTATION_FENCED_BY,
     ANNOTATION_REASON, CONFLICT_ATTEMPTS, Cluster, ClusterError, FenceWrite, NODE_LEASE_NAMESPACE,
@@ -32,6 +34,16 @@ impl Cluster {
     /// ([`crate::leader::Leadership::may_write`]), read last and here whatever the holds say.
     async fn may_still_write(&self, uid: &str) -> Result<(), ClusterError> {
         if let Some(h) = self.holds_at_write(uid).await?.write {
+            return Err(ClusterError::Abandoned(h.reason));
+        }
+        self.may_still_write_now(uid)
+    }
+
+    /// [`Self::may_still_write`] without the pause ConfigMap's fresh read: what the daemon
+    /// holds as it stands now and this instance's `[ha]` deadline. For each of a batch of
+    /// writes whose first was checked in full.
+    pub(super) fn may_still_write_now(&self, uid: &str) -> Result<(), ClusterError> {
+        if let Some(h) = (self.holds_now)(uid).write {
             return Err(ClusterError::Abandoned(h.reason));
         }
         if let Some(l) = &self.leadership {
@@ -77,7 +89,7 @@ impl Cluster {
 
     /// A fresh read of the node, the same object the decision was about: the cache the
     /// decision used may be a moment old.
-    async fn fresh_node(&self, name: &str, uid: &str) -> Result<Node, ClusterError> {
+    pub(super) async fn fresh_node(&self, name: &str, uid: &str) -> Result<Node, ClusterError> {
         let node = bounded(self.nodes().get(name)).await?;
         let found = node.uid().unwrap_or_default();
         if found != uid {
@@ -101,9 +113,15 @@ impl Cluster {
 
     /// Checks `guard` against the node as just read (and its Lease, for a fence), at the last
     /// moment before the write.
-    async fn recheck(&self, node: &Node, guard: &WriteGuard) -> Result<(), ClusterError> {
+    pub(super) async fn recheck(
+        &self,
+        node: &Node,
+        guard: &WriteGuard,
+    ) -> Result<(), ClusterError> {
         let lease_renew_time = match guard.purpose {
-            decision::GuardPurpose::Fence => self.fresh_lease_renew_time(&node.name_any()).await?,
+            decision::GuardPurpose::Fence | decision::GuardPurpose::ReleasePods => {
+                self.fresh_lease_renew_time(&node.name_any()).await?
+            }
             decision::GuardPurpose::Unfence => None,
         };
         let view = NodeView::from(node);
@@ -112,6 +130,7 @@ impl Cluster {
             readiness: readiness(&view),
             boot_id: boot_id(&view),
             lease_renew_time,
+            ready_heartbeat: ready_heartbeat(&view),
             fence: fence_record(&view, &self.actor),
         };
         let holds = self.holds_at_write(&fresh.uid).await?;

@@ -114,6 +114,7 @@ struct RawPolicy {
     flap_window: Duration,
     pre_attest: bool,
     lease_stale_after: f64,
+    release_at_attestation: bool,
 }
 
 impl Default for RawPolicy {
@@ -135,6 +136,7 @@ impl Default for RawPolicy {
             flap_window: p.flap_window,
             pre_attest: p.pre_attest_after.is_some(),
             lease_stale_after: p.pre_attest_after.map_or(2.5, f64::from),
+            release_at_attestation: p.release_at_attestation,
         }
     }
 }
@@ -247,6 +249,7 @@ impl RawConfig {
             flap_limit: p.flap_limit,
             flap_window: p.flap_window,
             pre_attest_after: p.pre_attest.then_some(lease_stale_after),
+            release_at_attestation: p.release_at_attestation,
         };
 
         let listen: SocketAddr = self.server.listen.parse().map_err(|_| {

@@ -8,6 +8,7 @@ use jiff::Timestamp;
 
 use super::action::ActionDone;
 use super::observe::{observe_fence, seconds_between};
+use super::release;
 use super::state::Daemon;
 use crate::cluster::{self, Cluster, EventType, NodeView, reasons};
 use crate::decision::{self, Decision, FenceAction, Step};
@@ -69,6 +70,8 @@ impl Daemon {
                     "the decision carries no write guard; nothing written".into(),
                 )
             };
+            // With release_at_attestation, a Node delete lists the node's pods first.
+            let mut listed_pods = None;
             let (label, result) = match decision.step {
                 Step::Fence(FenceAction::Taint) => (
                     "taint",
@@ -90,7 +93,8 @@ impl Daemon {
                         Some(g) => delete_node_and_attachments(&cluster, &shared, &name, g).await,
                         None => Err(no_guard()),
                     }
-                    .map(|(w, vas)| {
+                    .map(|(w, vas, pods)| {
+                        listed_pods = pods;
                         format!(
                             "Node deleted: {evidence}; bootID at fence {}{}; {vas}; reads (newest first): {}",
                             w.boot_id,
@@ -117,6 +121,15 @@ impl Daemon {
                 ),
                 _ => return,
             };
+            let done_at = Timestamp::now();
+            // The pods go right after the fence, before anything is reported: each moment
+            // they stay keeps the volumes attached.
+            let released = match (&result, &guard, decision.step) {
+                (Ok(_), Some(g), Step::Fence(action)) if g.release_pods => {
+                    Some(release::release(&cluster, &shared, &name, g, action, listed_pods).await)
+                }
+                _ => None,
+            };
             let abandoned = matches!(result, Err(cluster::ClusterError::Abandoned(_)));
             shared.metrics.action_result(
                 label,
@@ -131,7 +144,6 @@ impl Daemon {
                 Step::Unfence => reasons::UNFENCED,
                 _ => reasons::RECORD_CLEARED,
             };
-            let done_at = Timestamp::now();
             let mut record = journal.record(
                 &name,
                 &uid,
@@ -208,6 +220,18 @@ impl Daemon {
             };
             let volume_attachments = record.inputs.volume_attachments.clone();
             journal.submit_wait(&record).await;
+            if let Some(released) = released {
+                release::report(
+                    &cluster,
+                    &journal,
+                    &name,
+                    &uid,
+                    decision.rule,
+                    record.inputs.clone(),
+                    released,
+                )
+                .await;
+            }
             let _ = tx
                 .send(ActionDone {
                     node: name,
@@ -223,16 +247,24 @@ impl Daemon {
     }
 }
 
+/// The pods a Node delete leaves behind, listed right before it (`None`: not asked for).
+type ListedPods = Option<Result<Vec<cluster::BoundPod>, cluster::ClusterError>>;
+
 /// Deletes the Node (after the write-time re-check) and then exactly the VolumeAttachments
 /// that pointed at it just before: recorded by name and uid, so that a node re-registered under
-/// the same name keeps its own. Returns the write and a sentence about the attachments.
+/// the same name keeps its own. Returns the write, a sentence about the attachments and, when
+/// its pods are to be released, the pods bound to it just before.
 async fn delete_node_and_attachments(
     cluster: &Cluster,
     shared: &Shared,
     name: &str,
     guard: &decision::WriteGuard,
-) -> Result<(cluster::FenceWrite, String), cluster::ClusterError> {
+) -> Result<(cluster::FenceWrite, String, ListedPods), cluster::ClusterError> {
     let recorded = cluster.volume_attachments_of(name).await;
+    let pods = match guard.release_pods {
+        true => Some(cluster.pods_on(name).await),
+        false => None,
+    };
     let w = cluster.delete_node(name, guard).await?;
     // The Node is gone: its VolumeAttachments can go now instead of after the attach/detach
     // controller's 6-minute force-detach.
@@ -268,7 +300,7 @@ async fn delete_node_and_attachments(
             }
         },
     };
-    Ok((w, sentence))
+    Ok((w, sentence, pods))
 }
 
 impl Daemon {

@@ -51,6 +51,12 @@ pub struct Policy {
     /// node confirmed Off that way is fenced the moment it turns NotReady, without
     /// `not_ready_grace`. `None`: off.
     pub pre_attest_after: Option<Renewals>,
+    /// Release at attestation: the fence is written the moment the power is proven off, even
+    /// while the Node still shows Ready (its Lease stale, no sign of life since the reads), and
+    /// the node's pods are then force-deleted, so that the attach/detach controller frees its
+    /// volumes at once instead of after the controller-manager's NotReady grace and the pod
+    /// garbage collector's next tick.
+    pub release_at_attestation: bool,
 }
 
 /// A kubelet renews its Lease every quarter of `leaseDurationSeconds` (its
@@ -127,6 +133,10 @@ impl Default for Policy {
             // 40 s controller grace) reads start 25 s after the last renewal seen and two Off
             // reads 5 s apart are done well before the node turns NotReady.
             pre_attest_after: Renewals::new(2.5),
+            // The evidence is the pre-attested fence's (identity-matched Off reads, confirmed,
+            // on a Lease the write re-reads unrenewed); NotReady only adds the controller's
+            // timer over that same Lease. README, "Release at attestation".
+            release_at_attestation: true,
         }
     }
 }

@@ -24,12 +24,37 @@ pub struct WriteGuard {
     /// must still be within `read_max_age` at write time.
     pub evidence_at: Timestamp,
     pub read_max_age: Duration,
+    /// Fence only: decided while the Node still showed Ready (released at attestation), so a
+    /// fresh Ready is no reason to stop; the Ready heartbeat it showed then must not have moved.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub while_ready: bool,
+    /// The Ready condition's `lastHeartbeatTime` the decision saw (`while_ready` only): a new
+    /// one is the kubelet posting its status, alive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_heartbeat: Option<Timestamp>,
+    /// Fence only: once the fence is written, force-delete the node's pods
+    /// (`release_at_attestation`), each step re-checked as [`GuardPurpose::ReleasePods`].
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub release_pods: bool,
+}
+
+impl WriteGuard {
+    /// The guard of the pod deletions that follow this fence: the same evidence, and the
+    /// fence itself, oobfence's own of the same boot, still in place.
+    pub fn for_release(&self) -> WriteGuard {
+        WriteGuard {
+            purpose: GuardPurpose::ReleasePods,
+            ..self.clone()
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum GuardPurpose {
     Fence,
+    /// Force-deleting the pods of a node oobfence just fenced.
+    ReleasePods,
     Unfence,
 }
 
@@ -40,6 +65,8 @@ pub struct FreshNode {
     pub readiness: Readiness,
     pub boot_id: String,
     pub lease_renew_time: Option<Timestamp>,
+    /// The Ready condition's `lastHeartbeatTime`.
+    pub ready_heartbeat: Option<Timestamp>,
     /// The fence record on it, if any.
     pub fence: Option<FenceRecord>,
 }
@@ -56,7 +83,7 @@ pub fn recheck(
     if let Some(h) = &holds.write {
         return Err(h.reason.clone());
     }
-    if guard.purpose == GuardPurpose::Fence
+    if guard.purpose != GuardPurpose::Unfence
         && let Some(h) = &holds.fence
     {
         return Err(h.reason.clone());
@@ -82,8 +109,8 @@ pub fn recheck(
         ));
     }
     match guard.purpose {
-        GuardPurpose::Fence => {
-            if fresh.readiness == Readiness::Ready {
+        GuardPurpose::Fence | GuardPurpose::ReleasePods => {
+            if fresh.readiness == Readiness::Ready && !guard.while_ready {
                 return Err("the Node is Ready again on a fresh read".into());
             }
             if fresh.lease_renew_time != guard.lease_renew_time {
@@ -92,6 +119,32 @@ pub fn recheck(
                     show_time(guard.lease_renew_time),
                     show_time(fresh.lease_renew_time)
                 ));
+            }
+            if guard.while_ready
+                && fresh.readiness == Readiness::Ready
+                && fresh.ready_heartbeat != guard.ready_heartbeat
+            {
+                return Err(format!(
+                    "the kubelet posted a new Ready heartbeat since the decision ({} -> {}): something on the machine is alive",
+                    show_time(guard.ready_heartbeat),
+                    show_time(fresh.ready_heartbeat)
+                ));
+            }
+            if guard.purpose == GuardPurpose::ReleasePods {
+                match &fresh.fence {
+                    Some(r) if r.ours && r.taint_present && r.boot_id == guard.boot_id => {}
+                    Some(r) if r.ours && r.taint_present => {
+                        return Err(format!(
+                            "the fence on the Node was written for bootID {:?}, not the {:?} its pods were to be released for",
+                            r.boot_id, guard.boot_id
+                        ));
+                    }
+                    _ => {
+                        return Err(
+                            "the Node no longer carries this daemon's fence (its out-of-service taint and record): its pods are released only under it".into(),
+                        );
+                    }
+                }
             }
         }
         GuardPurpose::Unfence => {

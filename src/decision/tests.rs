@@ -13,6 +13,7 @@ mod grace_and_leases;
 mod holds_and_guards;
 mod left_alone;
 mod pre_attestation;
+mod release;
 mod trust;
 mod unfence;
 mod wrong_machine;

@@ -22,12 +22,13 @@ fn a_fence_decision_carries_what_the_writer_must_recheck() {
     );
 }
 
-fn fresh_like(g: &WriteGuard) -> FreshNode {
+pub(super) fn fresh_like(g: &WriteGuard) -> FreshNode {
     FreshNode {
         uid: g.uid.clone(),
         readiness: Readiness::NotReady { since: t(0) },
         boot_id: g.boot_id.clone(),
         lease_renew_time: g.lease_renew_time,
+        ready_heartbeat: None,
         fence: None,
     }
 }
@@ -96,6 +97,7 @@ fn recheck_refuses_an_unfence_unless_ready_new_boot_fresh_on_and_ours() {
         readiness: Readiness::Ready,
         boot_id: "boot-b".into(),
         lease_renew_time: None,
+        ready_heartbeat: None,
         fence: Some(record.clone()),
     };
     assert_eq!(recheck(&g, &ok, &Holds::default(), t(160)), Ok(()));
@@ -143,14 +145,14 @@ fn recheck_refuses_an_unfence_unless_ready_new_boot_fresh_on_and_ours() {
     }
 }
 
-fn hold(kind: HoldKind) -> Hold {
+pub(super) fn hold(kind: HoldKind) -> Hold {
     Hold {
         kind,
         reason: format!("held by {}", kind.name()),
     }
 }
 
-const ALL_HOLDS: [HoldKind; 7] = [
+pub(super) const ALL_HOLDS: [HoldKind; 7] = [
     HoldKind::Paused,
     HoldKind::StaleView,
     HoldKind::SelfPartition,

@@ -6,7 +6,7 @@ use super::*;
 
 /// Ready, its kubelet last seen alive at t(0) with a 20 s Lease (renewals every 5 s): stale
 /// after 2.5 renewals, at t(12.5).
-fn going_silent() -> NodeFacts {
+pub(super) fn going_silent() -> NodeFacts {
     NodeFacts {
         readiness: Readiness::Ready,
         lease_renewal_seen: Some(t(0)),
@@ -16,9 +16,17 @@ fn going_silent() -> NodeFacts {
     }
 }
 
+/// Pre-attestation alone: fences at NotReady, never before.
+fn fence_at_not_ready() -> Policy {
+    Policy {
+        release_at_attestation: false,
+        ..policy()
+    }
+}
+
 #[test]
 fn a_ready_node_whose_lease_goes_stale_is_read_ahead_and_never_written() {
-    let p = policy();
+    let p = fence_at_not_ready();
     let d = decide(&going_silent(), &[], &p, t(12));
     assert_eq!((d.state, d.rule), (NodeState::Healthy, Rule::NodeReady));
     assert_eq!(d.next_read_at, None);
@@ -47,7 +55,7 @@ fn a_ready_node_whose_lease_goes_stale_is_read_ahead_and_never_written() {
     // A dry run says nothing more while the node is Ready.
     let dry = Policy {
         dry_run: true,
-        ..policy()
+        ..fence_at_not_ready()
     };
     let d = decide(&going_silent(), &[off(13), off(18)], &dry, t(19));
     assert_eq!((d.step, d.rule), (Step::Idle, Rule::PreAttested));
@@ -269,10 +277,12 @@ fn staleness_is_counted_in_the_leases_own_renewal_intervals() {
     assert_eq!(Renewals::new(2.5).unwrap().to_string(), "2.5");
 }
 
-/// Over Ready and NotReady, every sign of life, holds on or off, and every short sequence of
-/// reads: nothing is ever written to a Ready node; a fence within `not_ready_grace` needs a
+/// Over Ready and NotReady, every sign of life, holds on or off, release at attestation on or
+/// off, and every short sequence of reads: a Ready node is written only with
+/// `release_at_attestation`; a fence within `not_ready_grace` (or of a Ready node) needs a
 /// Lease silent for `stale_after`, reading ahead not held, and every counted read taken after
-/// the last sign of life.
+/// the last sign of life; pods are released only with the fence of the boot the reads were
+/// taken against.
 #[test]
 fn property_pre_attestation_never_writes_early_or_on_old_evidence() {
     let states = [
@@ -280,9 +290,12 @@ fn property_pre_attestation_never_writes_early_or_on_old_evidence() {
         PowerState::Off,
         PowerState::error(ReadErrorKind::Timeout, "t"),
     ];
-    let p = policy();
-    let (mut checked, mut early_fences, mut ahead) = (0, 0, 0);
-    for ready in [true, false] {
+    let (mut checked, mut early_fences, mut ahead, mut released_ready) = (0, 0, 0, 0);
+    for (release, ready) in [(false, true), (false, false), (true, true), (true, false)] {
+        let p = Policy {
+            release_at_attestation: release,
+            ..policy()
+        };
         for alive_at in [None, Some(0), Some(8), Some(16)] {
             for heartbeat_at in [None, Some(10)] {
                 for held in [false, true] {
@@ -302,13 +315,23 @@ fn property_pre_attestation_never_writes_early_or_on_old_evidence() {
                         for now in [20i64, 27, 33, 45] {
                             let d = decide(&facts, &reads, &p, t(now));
                             checked += 1;
-                            if ready {
+                            if ready && !release {
                                 assert_eq!(d.step, Step::Idle, "{d:?}");
                                 assert_eq!(d.guard, None);
                                 ahead += (d.rule == Rule::PreAttested) as usize;
                                 continue;
                             }
-                            let Step::Fence(_) = d.step else { continue };
+                            assert_ne!(d.rule, Rule::PreAttested, "{d:?}");
+                            let Step::Fence(_) = d.step else {
+                                assert_eq!(d.guard, None, "{d:?}");
+                                continue;
+                            };
+                            let g = d.guard.clone().expect("a fence carries its guard");
+                            assert_eq!(g.release_pods, release, "{d:?}");
+                            assert_eq!(g.while_ready, ready, "{d:?}");
+                            assert_eq!(g.boot_id, facts.boot_id);
+                            assert_eq!(g.lease_renew_time, facts.lease_renew_time);
+                            released_ready += ready as usize;
                             // Every fence here is within the 60 s grace.
                             early_fences += 1;
                             let alive = last_sign_of_life(&facts).expect("{d:?}");
@@ -340,7 +363,7 @@ fn property_pre_attestation_never_writes_early_or_on_old_evidence() {
     }
     assert!(checked > 5_000, "{checked}");
     assert!(
-        early_fences > 0 && ahead > 0,
-        "the generator never reached a pre-attested fence ({early_fences}) or attestation ({ahead})"
+        early_fences > 0 && ahead > 0 && released_ready > 0,
+        "the generator never reached a pre-attested fence ({early_fences}), attestation ({ahead}) or a release at attestation ({released_ready})"
     );
 }
