@@ -78,5 +78,8 @@ pub async fn fence_guard_for(client: &Client, node: &Node) -> oobfence::decision
         lease_renew_time: lease.as_ref().and_then(oobfence::cluster::lease_renewed),
         evidence_at: jiff::Timestamp::now(),
         read_max_age: Duration::from_secs(30),
+        while_ready: false,
+        ready_heartbeat: None,
+        release_pods: false,
     }
 }
