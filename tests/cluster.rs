@@ -4,7 +4,8 @@
 //!
 //! This file holds what the tests share; they live by family in `tests/cluster/`: fencing
 //! (the daemon fences, acts and unfences), refusals (it must not), writes (the Node writes
-//! themselves: conflicts, re-checks, VolumeAttachments).
+//! themselves: conflicts, re-checks, VolumeAttachments), release (a node proven off has its
+//! pods force-deleted, `release_at_attestation`).
 
 mod support;
 
@@ -12,6 +13,8 @@ mod support;
 mod fencing;
 #[path = "cluster/refusals.rs"]
 mod refusals;
+#[path = "cluster/release.rs"]
+mod release;
 #[path = "cluster/writes.rs"]
 mod writes;
 

@@ -1,8 +1,13 @@
 //! deploy/rbac.yaml on a real kube-apiserver with RBAC on: the token that
 //! `oobfence make-kubeconfig` mints for its ServiceAccount lets the daemon do its whole job
-//! (watch, fence, report) and nothing else (no Secrets, no Pods, no other namespace).
+//! (watch, fence, report, release a fenced node's pods) and nothing else (no Secrets, no
+//! other namespace, nothing of Pods but list and delete); `check-config --probe` names what a
+//! kubeconfig lacks (`rbac/probe.rs`).
 
 mod support;
+
+#[path = "rbac/probe.rs"]
+mod probe;
 
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
