@@ -382,8 +382,10 @@ async fn fault_matrix() {
     // The Lease scenarios time kubelet silences against the controller-manager's 20 s grace,
     // and the timeline is a measurement: on a machine the first wave leaves less loaded.
     let lease_wave: Vec<ScenarioFuture> = vec![
-        leases::power_cut_timeline_with_the_example_defaults(),
+        leases::power_cut_timeline(true),
+        leases::power_cut_timeline(false),
         leases::a_kubelet_stall_with_a_lying_bmc_is_discarded_by_its_renewal(),
+        leases::a_stall_that_renews_before_the_proof_is_never_released(),
         leases::most_leases_stale_at_once_reads_nothing_ahead(),
     ];
     // The 409 scenario writes to the API server as fast as it can: alone, after the others,

@@ -1,7 +1,10 @@
-//! Scenarios of Leases and pre-attestation: the power-cut timeline with the example defaults,
-//! a kubelet stall with a lying BMC, most Leases stale at once.
+//! Scenarios of Leases and pre-attestation: the power-cut timeline with the example defaults
+//! (release at attestation on and off), a kubelet stall with a lying BMC (discarded by its
+//! renewal before NotReady, or before the proof with the release on), most Leases stale at
+//! once.
 
 use super::*;
+use support::k8s::{NAMESPACE, bound_pod, pods_on, with_claim};
 
 pub(super) fn is_ready(n: &Node) -> bool {
     n.status
@@ -12,15 +15,29 @@ pub(super) fn is_ready(n: &Node) -> bool {
 }
 
 /// The whole chain with the example config's defaults (not_ready_grace 60 s, two Off reads
-/// 5 s apart, the default guards): a machine loses power and its kubelet goes silent; its
-/// Lease goes stale, oobfence reads power ahead of NotReady, the controller-manager marks the
-/// node NotReady, and the taint follows at once. The timeline is printed with each step's
-/// time from the power cut; what is asserted is the logic, not the clock: the fence waived
-/// `not_ready_grace` because the power was attested on a stale Lease.
-pub(super) fn power_cut_timeline_with_the_example_defaults() -> ScenarioFuture {
-    Box::pin(async {
-        let s = Scenario::redfish("fm-timeline", 3).await;
-        s.set_policy("");
+/// 5 s apart, the default guards), with `release_at_attestation` as the example has it (on)
+/// or off: a machine loses power and its kubelet goes silent; its Lease goes stale and
+/// oobfence reads power ahead of NotReady. With the release on, the fence follows the proof
+/// at once and the node's pod goes right after it; with it off, the fence waits for the
+/// controller-manager's NotReady, and the pod for the pod garbage collector (on 1.26 and
+/// later; this 1.20 control plane has none that acts on the taint). The timeline is printed
+/// with each step's time from the power cut; what is asserted is the logic, not the clock.
+pub(super) fn power_cut_timeline(release: bool) -> ScenarioFuture {
+    Box::pin(async move {
+        let s = Scenario::redfish(
+            if release {
+                "fm-timeline"
+            } else {
+                "fm-timeline-off"
+            },
+            3,
+        )
+        .await;
+        s.set_policy(if release {
+            ""
+        } else {
+            "release_at_attestation = false\n"
+        });
         s.set_guards("");
         let mut nodes = Vec::new();
         for i in 0..3 {
@@ -29,6 +46,8 @@ pub(super) fn power_cut_timeline_with_the_example_defaults() -> ScenarioFuture {
         let victim = &nodes[0];
         let others = FakeNode::keep_alive(&[&nodes[1], &nodes[2]], FIRST_BOOT);
         let kubelet = FakeNode::keep_alive(&[victim], FIRST_BOOT);
+        let pod = format!("{}-db", victim.name);
+        bound_pod(&s.client, &victim.name, &pod, with_claim).await;
         let rec = WriteRecorder::start(&s.client, &s.group).await;
         let daemon = s.daemon().await;
         daemon
@@ -41,8 +60,11 @@ pub(super) fn power_cut_timeline_with_the_example_defaults() -> ScenarioFuture {
         drop(kubelet);
         s.redfish_emulator().set_power(0, false).await;
         let since_cut = |t: Instant| t.duration_since(cut).as_secs_f64();
-        let (mut ahead, mut attested) = (None, None);
+        let (mut ahead, mut attested, mut pod_gone) = (None, None, None);
         let deadline = cut + Duration::from_secs(120);
+        let pod_gone_at = async |client: &Client| {
+            (!pods_on(client, &victim.name).await.contains(&pod)).then(Instant::now)
+        };
         while rec.when(&Write::Taint(victim.name.clone())).is_none() {
             assert!(
                 Instant::now() < deadline,
@@ -56,24 +78,35 @@ pub(super) fn power_cut_timeline_with_the_example_defaults() -> ScenarioFuture {
                 if ahead.is_none() && rule != "node-ready" {
                     ahead = Some(now);
                 }
-                if attested.is_none() && rule == "pre-attested" {
+                if attested.is_none() && matches!(rule, "pre-attested" | "confirmed-off") {
                     attested = Some(now);
                 }
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         let tainted = rec.when(&Write::Taint(victim.name.clone())).unwrap();
+        // The pod: gone at once with the release; without it, watched for 10 s more.
+        let watch_until = Instant::now() + Duration::from_secs(if release { 30 } else { 10 });
+        while pod_gone.is_none() && Instant::now() < watch_until {
+            pod_gone = pod_gone_at(&s.client).await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
         let not_ready = rec.not_ready_at(&victim.name);
         let renewed = victim
             .lease_renew_time()
             .await
             .map(|t| t.duration_since(cut_wall).as_secs_f64());
         let fmt = |t: Option<f64>| t.map_or("     -".to_string(), |t| format!("{t:+6.1}"));
+        let setting = if release { "on" } else { "off" };
         let mut lines = vec![
-            "fault matrix: power-cut timeline, example config defaults (node-monitor grace 20 s, Lease 20 s):"
-                .to_string(),
+            format!(
+                "fault matrix: power-cut timeline, example config defaults, release_at_attestation = {setting} (node-monitor grace 20 s, Lease 20 s):"
+            ),
             format!("  {}s  last Lease renewal by the kubelet", fmt(renewed)),
-            format!("  {}s  power cut (Redfish ForceOff), kubelet silent", fmt(Some(0.0))),
+            format!(
+                "  {}s  power cut (Redfish ForceOff), kubelet silent",
+                fmt(Some(0.0))
+            ),
             format!(
                 "  {}s  Lease stale: oobfence reads power ahead of NotReady",
                 fmt(ahead.map(since_cut))
@@ -90,13 +123,27 @@ pub(super) fn power_cut_timeline_with_the_example_defaults() -> ScenarioFuture {
                 "  {}s  out-of-service taint written",
                 fmt(Some(since_cut(tainted)))
             ),
+            format!(
+                "  {}s  the node's pod gone{}",
+                fmt(pod_gone.map(since_cut)),
+                match (release, pod_gone) {
+                    (true, _) => " (force-deleted by oobfence)",
+                    (false, None) =>
+                        " (not within 10 s: left to the pod garbage collector, which on 1.26+ deletes it at its next 20 s tick after NotReady)",
+                    (false, Some(_)) => "",
+                }
+            ),
         ];
         lines.push(format!(
-            "  power cut -> taint {:.1} s; NotReady -> taint {}",
+            "  power cut -> taint {:.1} s; NotReady -> taint {}; taint -> pod gone {}",
             since_cut(tainted),
             not_ready.map_or("-".into(), |n| format!(
-                "{:.1} s",
-                tainted.saturating_duration_since(n).as_secs_f64()
+                "{:+.1} s",
+                since_cut(tainted) - since_cut(n)
+            )),
+            pod_gone.map_or("-".into(), |p| format!(
+                "{:.2} s",
+                p.saturating_duration_since(tainted).as_secs_f64()
             ))
         ));
         report(&lines.join("\n"));
@@ -110,21 +157,58 @@ pub(super) fn power_cut_timeline_with_the_example_defaults() -> ScenarioFuture {
         })
         .await;
         daemon.stop().await;
-        let fence = journal::tail(&s.journal(), &victim.name, 100)
+        let records = journal::tail(&s.journal(), &victim.name, 100)
             .unwrap()
-            .records
-            .into_iter()
+            .records;
+        let fence = records
+            .iter()
             .find(|r| r.action == "taint" && r.result == "success")
             .expect("a fence record");
         assert_eq!(fence.rule, "confirmed-off");
-        assert!(
-            fence.message.contains("pre-attested") && fence.message.contains("not_ready_grace"),
-            "the fence did not come from a pre-attestation: {}",
-            fence.message
-        );
+        let releases: Vec<_> = records
+            .iter()
+            .filter(|r| r.action == "release_pods")
+            .collect();
+        if release {
+            // Proven off while Ready (the usual case), or, on a slow pass, at NotReady: the
+            // pod goes with the fence either way.
+            assert!(
+                fence.message.contains("release_at_attestation"),
+                "{}",
+                fence.message
+            );
+            assert_eq!(releases.len(), 1, "{releases:?}");
+            assert_eq!(releases[0].result, "success", "{:?}", releases[0]);
+            assert!(pod_gone.is_some(), "the pod was not released");
+        } else {
+            assert!(
+                fence.message.contains("pre-attested") && fence.message.contains("not_ready_grace"),
+                "the fence did not come from a pre-attestation: {}",
+                fence.message
+            );
+            assert!(releases.is_empty(), "{releases:?}");
+            assert!(
+                pod_gone.is_none(),
+                "oobfence deleted the pod with the release off"
+            );
+        }
         drop(others);
+        let api = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(s.client.clone(), NAMESPACE);
+        let _ = api
+            .delete(
+                &pod,
+                &kube::api::DeleteParams {
+                    grace_period_seconds: Some(0),
+                    ..Default::default()
+                },
+            )
+            .await;
         Outcome {
-            name: "power cut with the example defaults: attested ahead, fenced at NotReady",
+            name: if release {
+                "power cut, example defaults: proven off, fenced and released at once"
+            } else {
+                "power cut, example defaults, release off: attested ahead, fenced at NotReady"
+            },
             expected: vec![Write::Taint(victim.name.clone())],
             seen: {
                 let seen = rec
@@ -147,7 +231,12 @@ pub(super) fn a_kubelet_stall_with_a_lying_bmc_is_discarded_by_its_renewal() -> 
     Box::pin(async {
         let s = Scenario::redfish("fm-stall", 1).await;
         // Stale after 1.5 renewals of 5 s: 7.5 s, well inside the 20 s node-monitor grace.
-        s.set_policy(&format!("lease_stale_after = 1.5\n{}", s.policy_lines()));
+        // Pre-attestation alone: the fence waits for NotReady (the release's own stall is
+        // the next scenario).
+        s.set_policy(&format!(
+            "lease_stale_after = 1.5\nrelease_at_attestation = false\n{}",
+            s.policy_lines()
+        ));
         let node = s.node("a", 0).await;
         let kubelet = FakeNode::keep_alive(&[&node], FIRST_BOOT);
         let rec = WriteRecorder::start(&s.client, &s.group).await;
@@ -188,6 +277,75 @@ pub(super) fn a_kubelet_stall_with_a_lying_bmc_is_discarded_by_its_renewal() -> 
         stays_unfenced(&node, Duration::from_secs(5)).await;
         conclude(
             "kubelet stall, lying BMC: the renewal discards the reads ahead",
+            vec![],
+            daemon,
+            &rec,
+            &[&node],
+        )
+        .await
+    })
+}
+
+/// The same stall with the release at attestation on: the kubelet stalls while its BMC wrongly
+/// says Off, oobfence reads ahead and counts the first Off read, and the kubelet renews its
+/// Lease before the proof is complete. The renewal discards the reads: nothing is written and
+/// no pod is deleted, though the node was never going to turn NotReady first.
+pub(super) fn a_stall_that_renews_before_the_proof_is_never_released() -> ScenarioFuture {
+    Box::pin(async {
+        let s = Scenario::redfish("fm-stall-release", 1).await;
+        // Stale after 7.5 s; the proof takes three Off reads 3 s apart, 6 s more.
+        s.set_policy(
+            "lease_stale_after = 1.5\nconfirm_reads = 3\nconfirm_interval = \"3s\"\nread_max_age = \"20s\"\nnot_ready_grace = \"2s\"\nrecheck_interval = \"2s\"\n",
+        );
+        let node = s.node("a", 0).await;
+        let pod = format!("{}-db", node.name);
+        bound_pod(&s.client, &node.name, &pod, with_claim).await;
+        let kubelet = FakeNode::keep_alive(&[&node], FIRST_BOOT);
+        let rec = WriteRecorder::start(&s.client, &s.group).await;
+        let daemon = s.daemon().await;
+        daemon
+            .wait_identity(&node.name, "match", Duration::from_secs(60))
+            .await;
+        let emu = s.redfish_emulator();
+        emu.set_power(0, false).await;
+        emu.wait_power(0, "Off", Duration::from_secs(30)).await;
+        drop(kubelet);
+        node.renew_lease().await;
+        // Read ahead, one Off counted: the kubelet comes back before the second.
+        let r = daemon
+            .wait_rule(&node.name, "confirming-off", Duration::from_secs(17))
+            .await;
+        assert_eq!(r["ready"], "Ready", "{r}");
+        node.renew_lease().await;
+        let _alive = FakeNode::keep_alive(&[&node], FIRST_BOOT);
+        daemon
+            .wait_rule(&node.name, "node-ready", Duration::from_secs(10))
+            .await;
+        stays_unfenced(&node, Duration::from_secs(8)).await;
+        assert!(
+            pods_on(&s.client, &node.name).await.contains(&pod),
+            "the pod was deleted"
+        );
+        let records = journal::tail(&s.journal(), &node.name, 100)
+            .unwrap()
+            .records;
+        assert!(
+            records
+                .iter()
+                .all(|r| r.action != "taint" && r.action != "release_pods"),
+            "{records:?}"
+        );
+        let _ = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(s.client.clone(), NAMESPACE)
+            .delete(
+                &pod,
+                &kube::api::DeleteParams {
+                    grace_period_seconds: Some(0),
+                    ..Default::default()
+                },
+            )
+            .await;
+        conclude(
+            "kubelet stall, lying BMC, release on: renewed before the proof, nothing released",
             vec![],
             daemon,
             &rec,

@@ -2,11 +2,13 @@
 //! driven by a stand-in kubelet (a Node object plus a Lease in kube-node-lease).
 //!
 //! This file holds the client and the waits; the stand-in kubelet is in `fake_node`, what
-//! tests read off a Node in `node_view`, a daemon run in this process in `running_daemon`.
+//! tests read off a Node in `node_view`, pods bound to the nodes in `pods`, a daemon run in
+//! this process in `running_daemon`.
 #![allow(dead_code)]
 
 mod fake_node;
 mod node_view;
+mod pods;
 mod running_daemon;
 
 // Named `support::k8s::…` by the tests; each test binary uses only some of them.
@@ -19,6 +21,8 @@ pub use node_view::{
     annotation, events_for, fence_guard_for, ready_condition_of, taints, taints_owner,
     volume_attachment,
 };
+#[allow(unused_imports)]
+pub use pods::{NAMESPACE, bound_pod, pods_on, tolerating, with_claim};
 #[allow(unused_imports)]
 pub use running_daemon::{RunningDaemon, node_report, scrape, wait_node_report, wait_ready};
 
