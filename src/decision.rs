@@ -1173,6 +1173,19 @@ fn decide_fenced(
             ),
         );
     }
+    // Fenced while it still showed Ready (release at attestation): the Ready condition is the
+    // dead kubelet's last word until the controller-manager marks it, not a return.
+    if last_sign_of_life(facts).is_some_and(|alive| alive <= record.at) {
+        return Decision::new(
+            S::Fenced,
+            Step::Idle,
+            Rule::FencedAwaitingRecovery,
+            format!(
+                "fenced at {} while the Node still showed Ready, and no sign of life from its kubelet since; waiting for the node to return",
+                record.at.strftime("%Y-%m-%dT%H:%M:%SZ")
+            ),
+        );
+    }
     if !policy.untaint_on_recovery {
         return Decision::new(
             S::Recovering,

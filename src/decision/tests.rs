@@ -116,10 +116,12 @@ fn unleased() -> NodeFacts {
     }
 }
 
+/// Fenced at t(100); its kubelet last seen alive at t(140), after the fence.
 fn fenced(readiness: Readiness, boot_id: &str) -> NodeFacts {
     NodeFacts {
         readiness,
         boot_id: boot_id.into(),
+        lease_renewal_seen: Some(t(140)),
         fence: Some(FenceRecord {
             at: t(100),
             boot_id: "boot-a".into(),

@@ -355,3 +355,37 @@ fn property_no_pod_deletion_without_an_attested_fence_of_the_same_boot() {
         }
     }
 }
+
+/// A node fenced while it still showed Ready keeps showing Ready until the controller-manager
+/// marks it: that is no return. It waits as a fenced node, reading nothing, until its kubelet
+/// shows life again; then the usual proof lifts the fence.
+#[test]
+fn a_node_fenced_while_ready_is_not_taken_for_back_until_its_kubelet_shows_life() {
+    let (facts, _) = proven_off_while_ready();
+    let fenced = NodeFacts {
+        fence: Some(our_fence("boot-a")),
+        ..facts
+    };
+    let d = decide(&fenced, &[off(13), off(18)], &policy(), t(25));
+    assert_eq!(
+        (d.state, d.step, d.rule),
+        (NodeState::Fenced, Step::Idle, Rule::FencedAwaitingRecovery),
+        "{}",
+        d.reason
+    );
+    assert_eq!(d.next_read_at, None);
+    assert!(d.reason.contains("still showed Ready"), "{}", d.reason);
+    // Back: a renewal seen after the fence, a new boot, a fresh On read.
+    let back = NodeFacts {
+        lease_renewal_seen: Some(t(60)),
+        boot_id: "boot-b".into(),
+        ..fenced
+    };
+    let d = decide(&back, &[read(61, PowerState::On)], &policy(), t(62));
+    assert_eq!(
+        (d.step, d.rule),
+        (Step::Unfence, Rule::RecoveredNewBoot),
+        "{}",
+        d.reason
+    );
+}
