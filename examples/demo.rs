@@ -4,11 +4,13 @@
 //! 20 s Lease) on a real kube-apiserver and kube-controller-manager, three BMCs in the
 //! sushy-tools Redfish emulator, two EC2 instances in moto, and the real `oobfence run` daemon
 //! with the example config's defaults. One machine loses power; the demo shows, as it
-//! happens, its Lease going stale, oobfence reading its BMC ahead of NotReady, the node
-//! turning NotReady and the out-of-service taint following at once, then prints the timeline
-//! with each step's time from the power cut. An operator pauses oobfence, the machine powers
-//! on with a new boot, the untaint waits for `oobfence resume`; then an EC2 instance is
-//! stopped and another terminated.
+//! happens, its Lease going stale, oobfence reading its BMC ahead of NotReady, proving it off
+//! while the node still shows Ready, the out-of-service taint and the node's pod force-deleted
+//! at once (release at attestation), then prints the timeline with each step's time from the
+//! power cut. An operator pauses oobfence, the machine powers on with a new boot, the untaint
+//! waits for `oobfence resume`. A reload turns the release off and a second machine loses
+//! power: the taint waits for NotReady and the pod for the pod garbage collector. Then an EC2
+//! instance is stopped and another terminated.
 //!
 //! Needs OOBFENCE_TEST_KUBECONFIG (scripts/demo starts the cluster) and the emulator venv
 //! (scripts/install-deps).
@@ -35,6 +37,8 @@ const NODES: [&str; 5] = [
 ];
 const BMC_NODES: usize = 3;
 const VICTIM: usize = 1;
+/// Cut with release_at_attestation off.
+const SECOND_VICTIM: usize = 2;
 const EC2_STOPPED: usize = 3;
 const EC2_TERMINATED: usize = 4;
 
@@ -124,8 +128,17 @@ async fn main() {
     )
     .await
     .unwrap();
+    // A StatefulSet's replica on each of rack1-02 and rack1-03, mounting its claim: what
+    // waits for the volume when the machine dies.
+    for i in [VICTIM, SECOND_VICTIM] {
+        let pod = db_pod(i);
+        let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+            kube::Api::namespaced(client.clone(), support::k8s::NAMESPACE);
+        let _ = pods.delete(&pod, &FORCE).await;
+        support::k8s::bound_pod(&client, NODES[i], &pod, support::k8s::with_claim).await;
+    }
     clock.say(
-        "registered Nodes rack1-01..03 and ip-10-0-1-17/18 (EC2 providerIDs), Ready, each with a Lease",
+        "registered Nodes rack1-01..03 and ip-10-0-1-17/18 (EC2 providerIDs), Ready, each with a Lease; pods db-1 on rack1-02 and db-2 on rack1-03, each mounting its claim",
     );
 
     // The stand-in kubelets: renew Leases and post Ready for every node still "alive".
@@ -225,49 +238,22 @@ ca_file = "{}"
     clock.say("oobfence is watching 5 nodes");
 
     let victim = &nodes[VICTIM];
-    clock.say(&format!(
-        "=== {}: power cut (Redfish ForceOff); its kubelet goes silent ===",
-        victim.name
-    ));
-    let cut = Instant::now();
-    let cut_wall = jiff::Timestamp::now();
-    emu.set_power(VICTIM, false).await;
-    alive.lock().await.remove(&VICTIM);
-    let mut timeline = Timeline::default();
-    let fenced = follow(
-        &clock,
-        &http,
-        &listen,
-        &client,
-        &victim.name,
-        "fenced-awaiting-recovery",
-        Duration::from_secs(150),
-        Some((cut, &mut timeline)),
-    )
-    .await
-    .expect("the node was not fenced within 150 s of the power cut: see the oobfence log");
-    let t: Vec<String> = taints(&fenced)
-        .iter()
-        .map(|t| {
-            format!(
-                "{}={}:{}",
-                t.key,
-                t.value.clone().unwrap_or_default(),
-                t.effect
-            )
-        })
-        .collect();
-    clock.say(&format!(
-        "{}: FENCED — taints now: {}",
-        victim.name,
-        t.join(", ")
-    ));
-    let renewed = victim
-        .lease_renew_time()
-        .await
-        .map(|t| t.duration_since(cut_wall).as_secs_f64());
-    timeline.print(&victim.name, renewed);
-    let mut seen = String::from("fenced ");
+    let cut = PowerCut {
+        clock: &clock,
+        http: &http,
+        listen: &listen,
+        client: &client,
+        emu: &emu,
+        alive: &alive,
+    };
+    let released = cut
+        .run(victim, VICTIM, "release_at_attestation = true, the default")
+        .await;
+    let mut seen = String::from(if released {
+        "fenced released "
+    } else {
+        "fenced "
+    });
 
     println!("\n$ oobfence why --config demo.toml {}", victim.name);
     let why = std::process::Command::new(&bin)
@@ -341,6 +327,37 @@ ca_file = "{}"
     ));
     seen.push_str("unfenced");
 
+    // The same power cut with release_at_attestation off, applied by a reload.
+    println!(
+        "\n$ sed -i 's/^\\[policy\\]$/&\\nrelease_at_attestation = false/' demo.toml && systemctl reload oobfence@demo"
+    );
+    std::fs::write(
+        &config_path,
+        config.replace("[policy]\n", "[policy]\nrelease_at_attestation = false\n"),
+    )
+    .unwrap();
+    let reloads = std::fs::read_to_string(&log_path)
+        .unwrap_or_default()
+        .matches(" reloaded ")
+        .count();
+    std::process::Command::new("kill")
+        .args(["-HUP", &daemon.id().expect("the daemon runs").to_string()])
+        .status()
+        .expect("send SIGHUP");
+    support::k8s::wait_for("the reload", Duration::from_secs(30), || async {
+        let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+        (log.matches(" reloaded ").count() > reloads).then_some(())
+    })
+    .await;
+    clock.say("config reloaded: release_at_attestation = false");
+    let second = &nodes[SECOND_VICTIM];
+    let released_off = cut
+        .run(second, SECOND_VICTIM, "release_at_attestation = false")
+        .await;
+    if !released_off {
+        seen.push_str(" fenced-at-not-ready");
+    }
+
     clock.say(&format!(
         "=== EC2: {} stopped (instance {}), {} terminated (instance {}) ===",
         NODES[EC2_STOPPED], instances[0], NODES[EC2_TERMINATED], instances[1]
@@ -412,17 +429,112 @@ ca_file = "{}"
     for n in &nodes {
         n.delete().await;
     }
-    if still_oos || seen != "fenced unfenced ec2" {
+    if still_oos || seen != "fenced released unfenced fenced-at-not-ready ec2" {
         eprintln!("demo did not complete: {seen}");
         std::process::exit(1);
     }
     println!(
-        "\ndemo complete: a bare-metal node fenced on proven power-off and unfenced after a new boot; \
+        "\ndemo complete: a bare-metal node fenced on proven power-off, its pod released at once, and unfenced after a new boot; \
+         with release_at_attestation off, another fenced at NotReady; \
          a stopped EC2 instance's node fenced; a terminated one's Node and VolumeAttachment deleted"
     );
 }
 
-/// The steps from a power cut to the fence, each when `follow` first saw it.
+/// The pod of machine `i`'s node.
+fn db_pod(i: usize) -> String {
+    format!("db-{i}")
+}
+
+/// A delete that does not wait for a kubelet (there is none).
+const FORCE: kube::api::DeleteParams = kube::api::DeleteParams {
+    dry_run: false,
+    grace_period_seconds: Some(0),
+    propagation_policy: None,
+    preconditions: None,
+};
+
+/// One power cut, followed from the cut to the pod gone and printed as a timeline.
+struct PowerCut<'a> {
+    clock: &'a Clock,
+    http: &'a reqwest::Client,
+    listen: &'a str,
+    client: &'a kube::Client,
+    emu: &'a SushyEmulator,
+    alive: &'a Mutex<HashSet<usize>>,
+}
+
+impl PowerCut<'_> {
+    /// Cuts machine `i`'s power and silences its kubelet; follows the node until it is fenced,
+    /// then until it is NotReady and its pod gone (or 40 s more). Whether oobfence released
+    /// the pod.
+    async fn run(&self, node: &FakeNode, i: usize, setting: &str) -> bool {
+        self.clock.say(&format!(
+            "=== {}: power cut (Redfish ForceOff); its kubelet goes silent ===",
+            node.name
+        ));
+        let cut = Instant::now();
+        let cut_wall = jiff::Timestamp::now();
+        self.emu.set_power(i, false).await;
+        self.alive.lock().await.remove(&i);
+        let mut timeline = Timeline::default();
+        let fenced = follow(
+            self.clock,
+            self.http,
+            self.listen,
+            self.client,
+            &node.name,
+            "fenced-awaiting-recovery",
+            Duration::from_secs(150),
+            Some((cut, &mut timeline)),
+        )
+        .await
+        .expect("the node was not fenced within 150 s of the power cut: see the oobfence log");
+        let t: Vec<String> = taints(&fenced)
+            .iter()
+            .map(|t| {
+                format!(
+                    "{}={}:{}",
+                    t.key,
+                    t.value.clone().unwrap_or_default(),
+                    t.effect
+                )
+            })
+            .collect();
+        self.clock.say(&format!(
+            "{}: FENCED — taints now: {}",
+            node.name,
+            t.join(", ")
+        ));
+        // On to NotReady and the pod gone, whichever comes last.
+        let pod = db_pod(i);
+        let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+            kube::Api::namespaced(self.client.clone(), support::k8s::NAMESPACE);
+        let until = Instant::now() + Duration::from_secs(40);
+        while Instant::now() < until
+            && (timeline.at(NOT_READY).is_none() || timeline.at(POD_GONE).is_none())
+        {
+            let at = cut.elapsed().as_secs_f64();
+            if let Some(n) = node.try_get().await
+                && support::k8s::ready_condition_of(&n).is_some_and(|c| c.status != "True")
+            {
+                timeline.note(at, NOT_READY);
+            }
+            if pods.get_opt(&pod).await.ok().flatten().is_none() {
+                timeline.note(at, POD_GONE);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let renewed = node
+            .lease_renew_time()
+            .await
+            .map(|t| t.duration_since(cut_wall).as_secs_f64());
+        timeline.print(&node.name, setting, renewed);
+        let _ = pods.delete(&pod, &FORCE).await;
+        timeline.at(POD_GONE).is_some()
+    }
+}
+
+/// The steps from a power cut to the pod gone, each when first seen.
 #[derive(Default)]
 struct Timeline {
     steps: Vec<(f64, &'static str)>,
@@ -439,34 +551,48 @@ impl Timeline {
         self.steps.iter().find(|(_, s)| *s == step).map(|(t, _)| *t)
     }
 
-    fn print(&self, node: &str, last_renewal: Option<f64>) {
+    fn print(&self, node: &str, setting: &str, last_renewal: Option<f64>) {
         println!(
-            "\ntimeline of {node}, seconds from the power cut (example config defaults; this control plane's node-monitor grace is 20 s, its kubelets' Leases 20 s):"
+            "\ntimeline of {node}, seconds from the power cut (example config defaults, {setting}; this control plane's node-monitor grace is 20 s, its kubelets' Leases 20 s):"
         );
+        let mut steps = self.steps.clone();
         if let Some(r) = last_renewal {
-            println!("  {r:+6.1}s  last Lease renewal by the kubelet");
+            steps.push((r, "last Lease renewal by the kubelet"));
         }
-        println!("  {:+6.1}s  power cut", 0.0);
-        for (t, step) in &self.steps {
+        steps.push((0.0, "power cut"));
+        steps.sort_by(|a, b| a.0.total_cmp(&b.0));
+        for (t, step) in &steps {
             println!("  {t:+6.1}s  {step}");
         }
-        if let Some(taint) = self.at(TAINTED) {
-            let after_not_ready = self.at(NOT_READY).map(|n| taint - n);
-            println!(
-                "power cut -> taint {taint:.1} s{}",
-                after_not_ready
-                    .map(|d| format!(" (NotReady -> taint {d:.1} s)"))
-                    .unwrap_or_default()
-            );
-            if self.at(ATTESTED).is_some() || after_not_ready.is_some_and(|d| d < 60.0) {
-                println!(
-                    "not_ready_grace (60 s) was not waited: the power was attested while the Lease went stale"
-                );
-            }
-        }
+        let Some(taint) = self.at(TAINTED) else {
+            return;
+        };
+        let after_not_ready = self.at(NOT_READY).map(|n| taint - n);
         println!(
-            "(a control plane >= 1.26 now force-deletes the node's pods and detaches its volumes, about 15 s more; this demo's 1.20 only carries the taint)\n"
+            "power cut -> taint {taint:.1} s{}",
+            after_not_ready
+                .map(|d| format!(" (NotReady -> taint {d:+.1} s)"))
+                .unwrap_or_default()
         );
+        if after_not_ready.is_some_and(|d| d < 0.0) {
+            println!(
+                "the fence came before NotReady: the power was proven off while the node still showed Ready"
+            );
+        } else if self.at(ATTESTED).is_some() || after_not_ready.is_some_and(|d| d < 60.0) {
+            println!(
+                "not_ready_grace (60 s) was not waited: the power was attested while the Lease went stale"
+            );
+        }
+        match self.at(POD_GONE) {
+            Some(gone) => println!(
+                "taint -> pod gone {:.1} s (force-deleted by oobfence): on a control plane >= 1.26 the attach/detach controller detaches its volume about a tenth of a second later",
+                gone - taint
+            ),
+            None => println!(
+                "pod not gone: this demo's 1.20 control plane deletes nothing for an out-of-service node; >= 1.26 force-deletes it at the pod garbage collector's next 20 s tick after NotReady, then detaches the volume"
+            ),
+        }
+        println!();
     }
 }
 
@@ -474,6 +600,7 @@ const AHEAD: &str = "Lease stale: oobfence reads power ahead of NotReady";
 const ATTESTED: &str = "power attested Off, node still Ready";
 const NOT_READY: &str = "NotReady (kube-controller-manager)";
 const TAINTED: &str = "out-of-service taint written";
+const POD_GONE: &str = "the node's pod gone";
 
 /// Prints each change in oobfence's view of `name` (rule, or a new power read) until its
 /// rule is `until`; returns the Node as it is then. With a timeline, notes each step of the
@@ -506,18 +633,24 @@ async fn follow(
             let rule = v["rule"].as_str().unwrap_or("?");
             if let Some((cut, t)) = &mut timeline {
                 let at = cut.elapsed().as_secs_f64();
-                match (v["ready"].as_str(), rule) {
+                let ready = v["ready"].as_str();
+                if ready == Some("NotReady") {
+                    t.note(at, NOT_READY);
+                }
+                match (ready, rule) {
                     (Some("Ready"), "node-ready") => {}
-                    (Some("Ready"), "pre-attested") => {
+                    (Some("Ready"), "pre-attested" | "confirmed-off") => {
                         t.note(at, AHEAD);
                         t.note(at, ATTESTED);
                     }
-                    (Some("Ready"), _) => t.note(at, AHEAD),
-                    (Some("NotReady"), "fenced-awaiting-recovery") => {
-                        t.note(at, NOT_READY);
+                    (_, "fenced-awaiting-recovery") => {
+                        // Released at attestation: proven off at the latest when fenced.
+                        if ready == Some("Ready") {
+                            t.note(at, ATTESTED);
+                        }
                         t.note(at, TAINTED);
                     }
-                    (Some("NotReady"), _) => t.note(at, NOT_READY),
+                    (Some("Ready"), _) => t.note(at, AHEAD),
                     _ => {}
                 }
             }
