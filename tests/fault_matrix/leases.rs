@@ -91,7 +91,25 @@ pub(super) fn power_cut_timeline(release: bool) -> ScenarioFuture {
             pod_gone = pod_gone_at(&s.client).await;
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+        // NotReady may come after the fence now: wait for it, for the timeline.
+        let until = Instant::now() + Duration::from_secs(30);
+        while rec.not_ready_at(&victim.name).is_none() && Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
         let not_ready = rec.not_ready_at(&victim.name);
+        // Released at attestation, the proof and the write are one step: the fence decision
+        // (the journal's decided_at) is when the power was proven off.
+        if attested.is_none()
+            && let Some(decided) = journal::tail(&s.journal(), &victim.name, 100)
+                .unwrap()
+                .records
+                .iter()
+                .find(|r| r.action == "taint")
+                .and_then(|r| r.inputs.decided_at)
+        {
+            let after = decided.duration_since(cut_wall).as_secs_f64();
+            attested = Some(cut + Duration::from_secs_f64(after.max(0.0)));
+        }
         let renewed = victim
             .lease_renew_time()
             .await
@@ -99,9 +117,6 @@ pub(super) fn power_cut_timeline(release: bool) -> ScenarioFuture {
         let fmt = |t: Option<f64>| t.map_or("     -".to_string(), |t| format!("{t:+6.1}"));
         let setting = if release { "on" } else { "off" };
         let mut lines = vec![
-            format!(
-                "fault matrix: power-cut timeline, example config defaults, release_at_attestation = {setting} (node-monitor grace 20 s, Lease 20 s):"
-            ),
             format!("  {}s  last Lease renewal by the kubelet", fmt(renewed)),
             format!(
                 "  {}s  power cut (Redfish ForceOff), kubelet silent",
@@ -112,8 +127,12 @@ pub(super) fn power_cut_timeline(release: bool) -> ScenarioFuture {
                 fmt(ahead.map(since_cut))
             ),
             format!(
-                "  {}s  power attested Off, node still Ready",
-                fmt(attested.map(since_cut))
+                "  {}s  power attested Off{}",
+                fmt(attested.map(since_cut)),
+                match (attested, not_ready) {
+                    (Some(a), Some(n)) if a < n => ", node still Ready",
+                    _ => "",
+                }
             ),
             format!(
                 "  {}s  NotReady (kube-controller-manager)",
@@ -134,6 +153,23 @@ pub(super) fn power_cut_timeline(release: bool) -> ScenarioFuture {
                 }
             ),
         ];
+        // In time order, the steps never reached last.
+        lines.sort_by(|a, b| {
+            let at = |l: &str| {
+                l.split('s')
+                    .next()
+                    .and_then(|t| t.trim().parse::<f64>().ok())
+            };
+            at(a)
+                .unwrap_or(f64::MAX)
+                .total_cmp(&at(b).unwrap_or(f64::MAX))
+        });
+        lines.insert(
+            0,
+            format!(
+                "fault matrix: power-cut timeline, example config defaults, release_at_attestation = {setting} (node-monitor grace 20 s, Lease 20 s):"
+            ),
+        );
         lines.push(format!(
             "  power cut -> taint {:.1} s; NotReady -> taint {}; taint -> pod gone {}",
             since_cut(tainted),
