@@ -259,6 +259,23 @@ pub(super) fn power_cut_timeline(release: bool) -> ScenarioFuture {
     })
 }
 
+/// Machine 0 runs `node`, whose kubelet is alive until its BMC wrongly says Off; then it renews
+/// once more and stalls. The write recorder and the daemon, from the moment of the stall.
+async fn a_stall_with_a_lying_bmc(s: &Scenario, node: &FakeNode) -> (WriteRecorder, RunningDaemon) {
+    let kubelet = FakeNode::keep_alive(&[node], FIRST_BOOT);
+    let rec = WriteRecorder::start(&s.client, &s.group).await;
+    let daemon = s.daemon().await;
+    daemon
+        .wait_identity(&node.name, "match", Duration::from_secs(60))
+        .await;
+    let emu = s.redfish_emulator();
+    emu.set_power(0, false).await;
+    emu.wait_power(0, "Off", Duration::from_secs(30)).await;
+    drop(kubelet);
+    node.renew_lease().await;
+    (rec, daemon)
+}
+
 /// A kubelet stalls for a while (a long GC pause, a saturated link to the API server) while
 /// its BMC wrongly says Off: oobfence reads ahead and attests Off, then the kubelet renews its
 /// Lease before the controller-manager's grace runs out. The renewal discards the reads:
@@ -274,18 +291,7 @@ pub(super) fn a_kubelet_stall_with_a_lying_bmc_is_discarded_by_its_renewal() -> 
             s.policy_lines()
         ));
         let node = s.node("a", 0).await;
-        let kubelet = FakeNode::keep_alive(&[&node], FIRST_BOOT);
-        let rec = WriteRecorder::start(&s.client, &s.group).await;
-        let daemon = s.daemon().await;
-        daemon
-            .wait_identity(&node.name, "match", Duration::from_secs(60))
-            .await;
-        let emu = s.redfish_emulator();
-        emu.set_power(0, false).await;
-        emu.wait_power(0, "Off", Duration::from_secs(30)).await;
-        // The kubelet renews once more, then stalls.
-        drop(kubelet);
-        node.renew_lease().await;
+        let (rec, daemon) = a_stall_with_a_lying_bmc(&s, &node).await;
         let stalled = Instant::now();
         let r = daemon
             .wait_rule(&node.name, "pre-attested", Duration::from_secs(17))
@@ -336,17 +342,7 @@ pub(super) fn a_stall_that_renews_before_the_proof_is_never_released() -> Scenar
         let node = s.node("a", 0).await;
         let pod = format!("{}-db", node.name);
         bound_pod(&s.client, &node.name, &pod, with_claim).await;
-        let kubelet = FakeNode::keep_alive(&[&node], FIRST_BOOT);
-        let rec = WriteRecorder::start(&s.client, &s.group).await;
-        let daemon = s.daemon().await;
-        daemon
-            .wait_identity(&node.name, "match", Duration::from_secs(60))
-            .await;
-        let emu = s.redfish_emulator();
-        emu.set_power(0, false).await;
-        emu.wait_power(0, "Off", Duration::from_secs(30)).await;
-        drop(kubelet);
-        node.renew_lease().await;
+        let (rec, daemon) = a_stall_with_a_lying_bmc(&s, &node).await;
         // Read ahead, one Off counted: the kubelet comes back before the second.
         let r = daemon
             .wait_rule(&node.name, "confirming-off", Duration::from_secs(17))
