@@ -386,6 +386,7 @@ async fn fault_matrix() {
         leases::power_cut_timeline(false),
         leases::a_kubelet_stall_with_a_lying_bmc_is_discarded_by_its_renewal(),
         leases::a_stall_that_renews_before_the_proof_is_never_released(),
+        guards::a_rack_gone_silent_while_ready_is_a_storm_with_the_release(),
         leases::most_leases_stale_at_once_reads_nothing_ahead(),
     ];
     // The 409 scenario writes to the API server as fast as it can: alone, after the others,

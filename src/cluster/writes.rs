@@ -36,7 +36,7 @@ impl Cluster {
         if let Some(h) = self.holds_at_write(uid).await?.write {
             return Err(ClusterError::Abandoned(h.reason));
         }
-        self.may_still_write_now(uid)
+        self.still_leading()
     }
 
     /// [`Self::may_still_write`] without the pause ConfigMap's fresh read: what the daemon
@@ -46,6 +46,11 @@ impl Cluster {
         if let Some(h) = (self.holds_now)(uid).write {
             return Err(ClusterError::Abandoned(h.reason));
         }
+        self.still_leading()
+    }
+
+    /// With `[ha]`, whether this instance may still write by its own deadline.
+    fn still_leading(&self) -> Result<(), ClusterError> {
         if let Some(l) = &self.leadership {
             let why = match l.read() {
                 Ok(l) => l.standby_reason(),

@@ -55,7 +55,11 @@ impl Daemon {
                         .as_deref()
                         .and_then(|label| n.labels.get(label))
                         .map(|d| d.as_str().into()),
-                    unhealthy: matches!(cluster::readiness(n), Readiness::NotReady { .. }),
+                    unhealthy: CensusNode::counts_unhealthy(
+                        matches!(cluster::readiness(n), Readiness::NotReady { .. }),
+                        lease,
+                        self.cfg.policy.release_at_attestation,
+                    ),
                     source_failing: failing,
                 }
             })

@@ -490,7 +490,7 @@ impl Calm {
                 return Some(Hold {
                     kind: HoldKind::Storm,
                     reason: format!(
-                        "{} of {} nodes in {scope} are NotReady, more than {} = {} allows (since {}): a storm is not fenced node by node; no new fence there until it drops, then a {} cooldown",
+                        "{} of {} nodes in {scope} are NotReady (or, with release_at_attestation, silent with a stale Lease), more than {} = {} allows (since {}): a storm is not fenced node by node; no new fence there until it drops, then a {} cooldown",
                         st.count.unhealthy,
                         st.count.nodes,
                         limit.0,

@@ -97,6 +97,65 @@ pub(super) fn storm_in_one_domain_while_another_fences() -> ScenarioFuture {
     })
 }
 
+/// With the release at attestation on, a rack that loses power while its nodes still show
+/// Ready is a storm too (domain_max_unhealthy 50%): its Leases went stale together, and a stale
+/// Lease counts toward the storm where a Ready node may be fenced on its proof alone. Nothing
+/// of the rack is written, before or after NotReady; the other rack is left alone.
+pub(super) fn a_rack_gone_silent_while_ready_is_a_storm_with_the_release() -> ScenarioFuture {
+    Box::pin(async {
+        let s = Scenario::redfish("fm-silent-rack", 4).await;
+        s.set_policy(&format!("lease_stale_after = 1.5\n{}", s.policy_lines()));
+        s.set_guards(&format!(
+            "max_unhealthy = \"100%\"\nfailure_domain_label = \"{RACK}\"\ndomain_max_unhealthy = \"50%\"\n"
+        ));
+        let mut nodes = Vec::new();
+        for (i, (suffix, rack)) in [
+            ("r1-a", "r1"),
+            ("r1-b", "r1"),
+            ("r2-a", "r2"),
+            ("r2-b", "r2"),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let n = s.node(suffix, i).await;
+            label(&n, RACK, rack).await;
+            nodes.push(n);
+        }
+        let rack1 = FakeNode::keep_alive(&[&nodes[0], &nodes[1]], FIRST_BOOT);
+        let _rack2 = FakeNode::keep_alive(&[&nodes[2], &nodes[3]], FIRST_BOOT);
+        let rec = WriteRecorder::start(&s.client, &s.group).await;
+        let daemon = s.daemon().await;
+        for n in &nodes {
+            daemon
+                .wait_identity(&n.name, "match", Duration::from_secs(60))
+                .await;
+        }
+        // Rack r1's PDU trips: both machines off, both kubelets silent; nobody marks them.
+        let emu = s.redfish_emulator();
+        for i in 0..2 {
+            emu.set_power(i, false).await;
+        }
+        drop(rack1);
+        for n in &nodes[..2] {
+            let r = daemon
+                .wait_rule(&n.name, "storm", Duration::from_secs(60))
+                .await;
+            let reason = r["reason"].as_str().unwrap_or_default();
+            assert!(reason.contains("failure domain r1"), "{reason}");
+        }
+        stays_unfenced(&nodes[0], Duration::from_secs(3)).await;
+        conclude(
+            "a rack gone silent while Ready, release on: a storm, nothing written",
+            vec![],
+            daemon,
+            &rec,
+            &nodes_of(&nodes),
+        )
+        .await
+    })
+}
+
 /// 3 of 5 power sources (60 %) cannot be reached: oobfence is the one cut off, so it fences
 /// nothing, not even a node whose own BMC answers Off. When they answer again it thaws by
 /// itself and fences on reads taken after the thaw.

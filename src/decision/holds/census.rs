@@ -16,13 +16,28 @@ pub struct CensusNode<'a> {
     pub uid: Cow<'a, str>,
     /// The failure domain label's value (None: no label; counted as the domain "").
     pub domain: Option<Cow<'a, str>>,
-    /// NotReady (Ready=False or Unknown), fenced or not.
+    /// NotReady (Ready=False or Unknown), fenced or not; with `release_at_attestation`, also
+    /// silent with its Lease stale ([`CensusNode::counts_unhealthy`]).
     pub unhealthy: bool,
     /// Whether its power source's last read (within the failing window) failed; `None`: not
     /// read recently, or no power source.
     pub source_failing: Option<bool>,
     /// Where its Lease stands ([`super::lease_state`]); `None`: no Lease.
     pub lease: Option<LeaseState>,
+}
+
+impl CensusNode<'_> {
+    /// Whether a node counts toward a storm: NotReady; or, where a node still showing Ready
+    /// may be fenced on its proof alone (`release_at_attestation`), silent long enough that
+    /// its power is read ahead (its Lease stale). A rack that loses power is then a storm
+    /// before any of it is written, as it would be once NotReady.
+    pub fn counts_unhealthy(
+        not_ready: bool,
+        lease: Option<LeaseState>,
+        release_at_attestation: bool,
+    ) -> bool {
+        not_ready || (release_at_attestation && lease == Some(LeaseState::Stale))
+    }
 }
 
 /// One pass's count of a scope.

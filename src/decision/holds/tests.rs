@@ -59,6 +59,43 @@ fn limits_are_counts_or_shares_rounded_down() {
     assert_eq!(Limit::Count(4).of(1000), 4);
 }
 
+/// With release at attestation a node may be fenced while it still shows Ready: a rack whose
+/// Leases all went stale together is a storm then, before any of it is written, as it would be
+/// once NotReady; without it, only NotReady counts.
+#[test]
+fn with_release_at_attestation_a_rack_gone_silent_is_a_storm_before_not_ready() {
+    use LeaseState as L;
+    assert!(CensusNode::counts_unhealthy(true, None, false));
+    assert!(CensusNode::counts_unhealthy(false, Some(L::Stale), true));
+    assert!(!CensusNode::counts_unhealthy(false, Some(L::Stale), false));
+    assert!(!CensusNode::counts_unhealthy(false, Some(L::Late), true));
+    assert!(!CensusNode::counts_unhealthy(false, None, true));
+    let p = GuardPolicy {
+        domain_max_unhealthy: Limit::Percent(50),
+        ..policy()
+    };
+    for release in [true, false] {
+        let mut calm = Calm::default();
+        // Rack a's four machines lose power; all still show Ready, their Leases stale.
+        let mut nodes: Vec<CensusNode<'static>> = (0..4)
+            .map(|_| CensusNode {
+                unhealthy: CensusNode::counts_unhealthy(false, Some(L::Stale), release),
+                lease: Some(L::Stale),
+                ..node("a", false, None)
+            })
+            .collect();
+        nodes.extend(rack("b", 4, 0));
+        pass(&mut calm, &nodes, &p, 0);
+        let held = fence_kind(&calm, "a", &p, 0);
+        assert_eq!(
+            held,
+            release.then_some(HoldKind::Storm),
+            "release {release}"
+        );
+        assert_eq!(fence_kind(&calm, "b", &p, 0), None);
+    }
+}
+
 /// The defaults let one rack of a datacenter of several go dark entirely, and hold a
 /// datacenter-wide event.
 #[test]
