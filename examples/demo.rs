@@ -357,6 +357,25 @@ ca_file = "{}"
     if !released_off {
         seen.push_str(" fenced-at-not-ready");
     }
+    // Back with a new boot, so that the EC2 part counts one silent Lease less.
+    emu.set_power(SECOND_VICTIM, true).await;
+    emu.wait_power(SECOND_VICTIM, "On", Duration::from_secs(30))
+        .await;
+    boots.lock().await[SECOND_VICTIM] = "boot-2".into();
+    alive.lock().await.insert(SECOND_VICTIM);
+    follow(
+        &clock,
+        &http,
+        &listen,
+        &client,
+        &second.name,
+        "node-ready",
+        Duration::from_secs(60),
+        None,
+    )
+    .await
+    .expect("rack1-03's fence was not lifted within a minute: see the oobfence log");
+    clock.say(&format!("{}: UNFENCED", second.name));
 
     clock.say(&format!(
         "=== EC2: {} stopped (instance {}), {} terminated (instance {}) ===",
