@@ -37,7 +37,7 @@ impl Metrics {
         let actions = Family::<ActionLabels, Counter>::default();
         registry.register(
             "actions",
-            "Writes oobfence made to the cluster, by action (taint = fenced with the out-of-service taint, delete_node = fenced by deleting the Node, untaint = fence lifted after recovery, clear_record = dropped its record after someone else removed the taint) and result (success, failure); a failure means a fence or unfence did not happen and is retried",
+            "Writes oobfence made to the cluster, by action (taint = fenced with the out-of-service taint, delete_node = fenced by deleting the Node, untaint = fence lifted after recovery, clear_record = dropped its record after someone else removed the taint, delete_volumeattachment = one of a deleted Node's, release_pods = a fenced node's pods force-deleted with release_at_attestation, delete_pod = each of those pods) and result (success, failure, abandoned); a failed fence or unfence did not happen and is retried, a failed release leaves the pods to the pod garbage collector",
             Listed(actions.clone()),
         );
         let would_act = Family::<WouldActLabels, Counter>::default();
