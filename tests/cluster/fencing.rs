@@ -1,6 +1,6 @@
 //! The daemon fences a dead node whose BMC reads Off (also once the controller marks it
-//! Unknown), acts as configured (taint, delete, dry run), fences again when its taint is
-//! dropped, and unfences only a node that came back with a new boot.
+//! Unknown), acts as configured (taint, delete and the deleted Node's pods, dry run), fences
+//! again when its taint is dropped, and unfences only a node that came back with a new boot.
 
 use super::*;
 
@@ -110,6 +110,9 @@ async fn delete_node_action_deletes_the_node_and_keeps_a_backup() {
     let (client, emu) = (s.client.clone(), s.redfish_emulator());
     let node = s.node("a", 0).await;
     let name = node.name.clone();
+    // Released at attestation (the default): the deleted Node's pod goes too.
+    let pod = format!("{name}-db");
+    support::k8s::bound_pod(&client, &name, &pod, support::k8s::with_claim).await;
     let daemon = s.daemon_with_policy("action = \"delete-node\"").await;
     emu.set_power(0, false).await;
     emu.wait_power(0, "Off", POWER_CHANGE).await;
@@ -118,6 +121,21 @@ async fn delete_node_action_deletes_the_node_and_keeps_a_backup() {
         node.try_get().await.is_none().then_some(())
     })
     .await;
+    wait_for("the deleted Node's pod gone", DECISION, || async {
+        support::k8s::pods_on(&client, &name)
+            .await
+            .is_empty()
+            .then_some(())
+    })
+    .await;
+    let released = oobfence::journal::tail(&s.journal(), &name, 100)
+        .unwrap()
+        .records
+        .into_iter()
+        .find(|r| r.action == "release_pods")
+        .expect("a release record");
+    assert_eq!(released.result, "success", "{released:?}");
+    assert!(released.message.contains(&pod), "{}", released.message);
     let events = events_for(&client, &name).await;
     let backup = events
         .iter()
