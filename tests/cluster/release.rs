@@ -13,7 +13,7 @@ use oobfence::decision::holds::{Hold, HoldKind};
 use oobfence::decision::{Holds, Readiness};
 
 use super::*;
-use support::k8s::{NAMESPACE, bound_pod, pods_on, tolerating, with_claim};
+use support::k8s::{NAMESPACE, bound_pod, force_delete_pod, pods_on, tolerating, with_claim};
 
 /// Three pods on `node`: one mounting a claim, one tolerating the taint, one already
 /// Terminating (deleted gracefully: with no kubelet to finish it, it stays).
@@ -31,17 +31,8 @@ async fn three_pods(client: &Client, node: &str) -> Vec<String> {
 }
 
 async fn delete_pods_of(client: &Client, node: &str) {
-    let api = Api::<Pod>::namespaced(client.clone(), NAMESPACE);
     for name in pods_on(client, node).await {
-        let _ = api
-            .delete(
-                &name,
-                &DeleteParams {
-                    grace_period_seconds: Some(0),
-                    ..Default::default()
-                },
-            )
-            .await;
+        force_delete_pod(client, &name).await;
     }
 }
 

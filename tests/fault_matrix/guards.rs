@@ -5,28 +5,35 @@ use super::*;
 
 pub(super) const RACK: &str = "oobfence.test/rack";
 
+/// Racks r1 and r2 of two nodes each (machines 0 to 3), with a storm past half of a rack
+/// (domain_max_unhealthy 50%) and none datacenter-wide.
+async fn two_racks(s: &Scenario) -> Vec<FakeNode> {
+    s.set_guards(&format!(
+        "max_unhealthy = \"100%\"\nfailure_domain_label = \"{RACK}\"\ndomain_max_unhealthy = \"50%\"\n"
+    ));
+    let mut nodes = Vec::new();
+    for (i, (suffix, rack)) in [
+        ("r1-a", "r1"),
+        ("r1-b", "r1"),
+        ("r2-a", "r2"),
+        ("r2-b", "r2"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let n = s.node(suffix, i).await;
+        label(&n, RACK, rack).await;
+        nodes.push(n);
+    }
+    nodes
+}
+
 /// A storm in one failure domain (both nodes of rack r1 dead, domain_max_unhealthy 50%)
 /// holds r1; a node of rack r2 that dies at the same time is fenced as usual.
 pub(super) fn storm_in_one_domain_while_another_fences() -> ScenarioFuture {
     Box::pin(async {
         let s = Scenario::redfish("fm-storm", 4).await;
-        s.set_guards(&format!(
-            "max_unhealthy = \"100%\"\nfailure_domain_label = \"{RACK}\"\ndomain_max_unhealthy = \"50%\"\n"
-        ));
-        let mut nodes = Vec::new();
-        for (i, (suffix, rack)) in [
-            ("r1-a", "r1"),
-            ("r1-b", "r1"),
-            ("r2-a", "r2"),
-            ("r2-b", "r2"),
-        ]
-        .into_iter()
-        .enumerate()
-        {
-            let n = s.node(suffix, i).await;
-            label(&n, RACK, rack).await;
-            nodes.push(n);
-        }
+        let nodes = two_racks(&s).await;
         let _alive = FakeNode::keep_alive(&[&nodes[3]], FIRST_BOOT);
         let rec = WriteRecorder::start(&s.client, &s.group).await;
         let daemon = s.daemon().await;
@@ -105,23 +112,7 @@ pub(super) fn a_rack_gone_silent_while_ready_is_a_storm_with_the_release() -> Sc
     Box::pin(async {
         let s = Scenario::redfish("fm-silent-rack", 4).await;
         s.set_policy(&format!("lease_stale_after = 1.5\n{}", s.policy_lines()));
-        s.set_guards(&format!(
-            "max_unhealthy = \"100%\"\nfailure_domain_label = \"{RACK}\"\ndomain_max_unhealthy = \"50%\"\n"
-        ));
-        let mut nodes = Vec::new();
-        for (i, (suffix, rack)) in [
-            ("r1-a", "r1"),
-            ("r1-b", "r1"),
-            ("r2-a", "r2"),
-            ("r2-b", "r2"),
-        ]
-        .into_iter()
-        .enumerate()
-        {
-            let n = s.node(suffix, i).await;
-            label(&n, RACK, rack).await;
-            nodes.push(n);
-        }
+        let nodes = two_racks(&s).await;
         let rack1 = FakeNode::keep_alive(&[&nodes[0], &nodes[1]], FIRST_BOOT);
         let _rack2 = FakeNode::keep_alive(&[&nodes[2], &nodes[3]], FIRST_BOOT);
         let rec = WriteRecorder::start(&s.client, &s.group).await;

@@ -4,7 +4,7 @@
 //! once.
 
 use super::*;
-use support::k8s::{NAMESPACE, bound_pod, pods_on, with_claim};
+use support::k8s::{bound_pod, force_delete_pod, pods_on, with_claim};
 
 pub(super) fn is_ready(n: &Node) -> bool {
     n.status
@@ -229,16 +229,7 @@ pub(super) fn power_cut_timeline(release: bool) -> ScenarioFuture {
             );
         }
         drop(others);
-        let api = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(s.client.clone(), NAMESPACE);
-        let _ = api
-            .delete(
-                &pod,
-                &kube::api::DeleteParams {
-                    grace_period_seconds: Some(0),
-                    ..Default::default()
-                },
-            )
-            .await;
+        force_delete_pod(&s.client, &pod).await;
         Outcome {
             name: if release {
                 "power cut, example defaults: proven off, fenced and released at once"
@@ -367,15 +358,7 @@ pub(super) fn a_stall_that_renews_before_the_proof_is_never_released() -> Scenar
                 .all(|r| r.action != "taint" && r.action != "release_pods"),
             "{records:?}"
         );
-        let _ = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(s.client.clone(), NAMESPACE)
-            .delete(
-                &pod,
-                &kube::api::DeleteParams {
-                    grace_period_seconds: Some(0),
-                    ..Default::default()
-                },
-            )
-            .await;
+        force_delete_pod(&s.client, &pod).await;
         conclude(
             "kubelet stall, lying BMC, release on: renewed before the proof, nothing released",
             vec![],

@@ -22,7 +22,7 @@ pub use node_view::{
     volume_attachment,
 };
 #[allow(unused_imports)]
-pub use pods::{NAMESPACE, bound_pod, pods_on, tolerating, with_claim};
+pub use pods::{NAMESPACE, bound_pod, force_delete_pod, pods_on, tolerating, with_claim};
 #[allow(unused_imports)]
 pub use running_daemon::{RunningDaemon, node_report, scrape, wait_node_report, wait_ready};
 

@@ -3,7 +3,7 @@
 use k8s_openapi::api::core::v1::{
     Container, PersistentVolumeClaimVolumeSource, Pod, PodSpec, Toleration, Volume,
 };
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::{Client, ResourceExt};
 
 use super::TEST_LABEL;
@@ -77,4 +77,18 @@ pub async fn pods_on(client: &Client, node: &str) -> Vec<String> {
         .collect();
     names.sort();
     names
+}
+
+/// Deletes a test pod at once (grace period 0: there is no kubelet to finish it); gone
+/// already is fine.
+pub async fn force_delete_pod(client: &Client, name: &str) {
+    let _ = Api::<Pod>::namespaced(client.clone(), NAMESPACE)
+        .delete(
+            name,
+            &DeleteParams {
+                grace_period_seconds: Some(0),
+                ..Default::default()
+            },
+        )
+        .await;
 }
