@@ -25,7 +25,7 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use power_cut::{FORCE, PowerCut, db_pod, follow};
+use power_cut::{PowerCut, db_pod, follow};
 use support::k8s::{FakeNode, KubeletIdentity, free_port};
 use support::sushy::SushyEmulator;
 use tokio::sync::Mutex;
@@ -135,9 +135,7 @@ async fn main() {
     // waits for the volume when the machine dies.
     for i in [VICTIM, SECOND_VICTIM] {
         let pod = db_pod(i);
-        let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
-            kube::Api::namespaced(client.clone(), support::k8s::NAMESPACE);
-        let _ = pods.delete(&pod, &FORCE).await;
+        support::k8s::force_delete_pod(&client, &pod).await;
         support::k8s::bound_pod(&client, NODES[i], &pod, support::k8s::with_claim).await;
     }
     clock.say(

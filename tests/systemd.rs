@@ -40,6 +40,18 @@ const WATCHDOG_USEC: &str = "30000000";
 /// systemd's watchdog needs.
 const MAX_HEALTHY_GAP: Duration = Duration::from_millis(7500);
 
+/// The scenario's daemon run as `oobfence run` under a notify socket, with the test cluster's
+/// kubeconfig, once it said READY=1: the socket, the daemon, its config file and its listen
+/// address.
+async fn ready_daemon(s: &Scenario) -> (NotifySocket, Daemon, PathBuf, String) {
+    let mut notify = NotifySocket::bind(s.dir());
+    let listen = format!("127.0.0.1:{}", free_port());
+    let cfg = s.write_config(&kubeconfig_path(), &listen);
+    let daemon = Daemon::spawn(&cfg, &notify.path, &listen, s.dir());
+    notify.wait_ready(&daemon).await;
+    (notify, daemon, cfg, listen)
+}
+
 /// The service manager's end of NOTIFY_SOCKET: every assignment received, with its arrival.
 struct NotifySocket {
     socket: tokio::net::UnixDatagram,
@@ -92,6 +104,17 @@ impl NotifySocket {
             .until(Duration::from_secs(60), |l| l == "READY=1")
             .await;
         assert!(ready.is_some(), "no READY=1; log:\n{}", daemon.log_text());
+    }
+
+    /// Sends SIGHUP to `daemon` and waits (15 s at most) for its READY=1 after the reload; its
+    /// log on failure. Returns where the reload's assignments start in `seen`.
+    async fn reloaded(&mut self, daemon: &Daemon) -> usize {
+        let from = self.seen.len();
+        daemon.hangup();
+        self.until(Duration::from_secs(15), |l| l == "READY=1")
+            .await
+            .unwrap_or_else(|| panic!("no READY=1 after the reload; log:\n{}", daemon.log_text()));
+        from
     }
 
     /// Receives everything for `span`.

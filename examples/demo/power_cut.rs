@@ -16,14 +16,6 @@ pub(super) fn db_pod(i: usize) -> String {
     format!("db-{i}")
 }
 
-/// A delete that does not wait for a kubelet (there is none).
-pub(super) const FORCE: kube::api::DeleteParams = kube::api::DeleteParams {
-    dry_run: false,
-    grace_period_seconds: Some(0),
-    propagation_policy: None,
-    preconditions: None,
-};
-
 /// One power cut, followed from the cut to the pod gone and printed as a timeline.
 pub(super) struct PowerCut<'a> {
     pub(super) clock: &'a Clock,
@@ -100,7 +92,7 @@ impl PowerCut<'_> {
             .await
             .map(|t| t.duration_since(cut_wall).as_secs_f64());
         timeline.print(&node.name, setting, renewed);
-        let _ = pods.delete(&pod, &FORCE).await;
+        support::k8s::force_delete_pod(self.client, &pod).await;
         timeline.at(POD_GONE).is_some()
     }
 }

@@ -35,7 +35,9 @@ subjectAltName = IP:127.0.0.1
 authorityKeyIdentifier = keyid
 ";
 
-fn openssl(dir: &Path, args: &[&str]) {
+/// Runs `openssl` with `args` in `dir`; its standard output. Panics, with openssl's own
+/// words, when it fails.
+pub fn openssl(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("openssl")
         .args(args)
         .current_dir(dir)
@@ -47,6 +49,7 @@ fn openssl(dir: &Path, args: &[&str]) {
         "openssl {args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// A certificate for `stem` valid from `not_before` to `not_after` (`YYYYMMDDHHMMSSZ`), with

@@ -312,19 +312,7 @@ pub fn self_signed_cert(dir: &Path, stem: &str) -> (PathBuf, PathBuf) {
 pub fn bmc_style_cert(dir: &Path, stem: &str, days: i32) -> (PathBuf, PathBuf) {
     let cert = dir.join(format!("{stem}-cert.pem"));
     let key = dir.join(format!("{stem}-key.pem"));
-    let run = |args: &[&str]| {
-        let out = Command::new("openssl")
-            .args(args)
-            .stdin(Stdio::null())
-            .output_aside()
-            .unwrap_or_else(|e| panic!("cannot run openssl: {e}"));
-        assert!(
-            out.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
+    let run = |args: &[&str]| super::certs::openssl(dir, args);
     let (c, k) = (cert.to_str().unwrap(), key.to_str().unwrap());
     let subj = format!("/CN={stem}.bmc.example");
     run(&[

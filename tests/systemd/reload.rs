@@ -13,12 +13,8 @@ async fn reload_applies_a_whole_config_and_refuses_a_broken_one() {
     s.set_policy("health_read_interval = \"10s\"\n");
     let node = s.node("a", 0).await;
     let _kubelet = support::k8s::FakeNode::keep_alive(&[&node], support::scenario::FIRST_BOOT);
-    let mut notify = NotifySocket::bind(s.dir());
-    let listen = format!("127.0.0.1:{}", free_port());
-    let cfg = s.write_config(&kubeconfig_path(), &listen);
+    let (mut notify, mut daemon, cfg, listen) = ready_daemon(&s).await;
     let original = std::fs::read_to_string(&cfg).unwrap();
-    let mut daemon = Daemon::spawn(&cfg, &notify.path, &listen, s.dir());
-    notify.wait_ready(&daemon).await;
     let report_path = format!("/nodes/{}", node.name);
     let report =
         |text: String| serde_json::from_str::<serde_json::Value>(&text).unwrap_or_default();
@@ -44,12 +40,7 @@ async fn reload_applies_a_whole_config_and_refuses_a_broken_one() {
     // 1. A whole new config: applied, the binding kept (same machine), READY=1 again.
     let dry = original.replace("[policy]\n", "[policy]\ndry_run = true\n");
     std::fs::write(&cfg, &dry).unwrap();
-    let from = notify.seen.len();
-    daemon.hangup();
-    notify
-        .until(Duration::from_secs(15), |l| l == "READY=1")
-        .await
-        .unwrap_or_else(|| panic!("no READY=1 after the reload; log:\n{}", daemon.log_text()));
+    let from = notify.reloaded(&daemon).await;
     let after: Vec<&str> = notify.seen[from..]
         .iter()
         .map(|(_, l)| l.as_str())

@@ -26,11 +26,7 @@ async fn redfish_sessions_are_logged_out_at_reload_and_at_stop() {
         )
         .await;
     let _kubelet = support::k8s::FakeNode::keep_alive(&[&node], support::scenario::FIRST_BOOT);
-    let mut notify = NotifySocket::bind(s.dir());
-    let listen = format!("127.0.0.1:{}", free_port());
-    let cfg = s.write_config(&kubeconfig_path(), &listen);
-    let mut daemon = Daemon::spawn(&cfg, &notify.path, &listen, s.dir());
-    notify.wait_ready(&daemon).await;
+    let (mut notify, mut daemon, _, _) = ready_daemon(&s).await;
 
     let stats = stats_until(&bmc, &mut notify, |s| s.token_reads >= 1).await;
     assert_eq!(
@@ -49,12 +45,7 @@ async fn redfish_sessions_are_logged_out_at_reload_and_at_stop() {
     );
 
     // Reload: the session is logged out; the next read logs in again.
-    let from = notify.seen.len();
-    daemon.hangup();
-    notify
-        .until(Duration::from_secs(15), |l| l == "READY=1")
-        .await
-        .unwrap_or_else(|| panic!("no READY=1 after the reload; log:\n{}", daemon.log_text()));
+    let from = notify.reloaded(&daemon).await;
     assert!(notify.seen.len() > from);
     let stats = stats_until(&bmc, &mut notify, |s| s.token_reads >= 2).await;
     assert_eq!(

@@ -133,11 +133,7 @@ async fn a_refused_bmc_certificate_is_one_line_of_ours_not_the_tls_librarys() {
         .node_reporting("a", support::scenario::FIRST_BOOT, s.identity(0).await)
         .await;
     let _kubelet = support::k8s::FakeNode::keep_alive(&[&node], support::scenario::FIRST_BOOT);
-    let mut notify = NotifySocket::bind(s.dir());
-    let listen = format!("127.0.0.1:{}", free_port());
-    let cfg = s.write_config(&kubeconfig_path(), &listen);
-    let mut daemon = Daemon::spawn(&cfg, &notify.path, &listen, s.dir());
-    notify.wait_ready(&daemon).await;
+    let (notify, mut daemon, _, _) = ready_daemon(&s).await;
     drop(notify);
     let report_path = format!("/nodes/{}", node.name);
     support::k8s::wait_for("the refused read", Duration::from_secs(30), || async {
