@@ -76,10 +76,9 @@ async fn fences_a_dead_node_whose_bmc_reads_off_and_unfences_it_on_return() {
     // A live kubelet from now on: the unfence must not race the controller marking the node
     // NotReady again for want of renewals.
     let _back_kubelet = FakeNode::keep_alive(&[&dead], "boot-2");
-    let back = wait_for("taint removed", DECISION, || {
-        node_has(&client, &dead_name, |n| !FakeNode::has_oos_taint(n))
-    })
-    .await;
+    daemon.wait_unfenced(&dead_name, DECISION).await;
+    let back = dead.get().await;
+    assert!(!FakeNode::has_oos_taint(&back));
     assert!(taints(&back).contains(&keep_taint()));
     assert_eq!(annotation(&back, cluster::ANNOTATION_FENCED_AT), None);
     assert_eq!(annotation(&back, cluster::ANNOTATION_FENCED_BOOT_ID), None);

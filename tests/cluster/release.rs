@@ -155,10 +155,8 @@ async fn a_node_proven_off_while_ready_is_fenced_and_its_pods_released_before_no
     emu.wait_power(0, "On", POWER_CHANGE).await;
     victim.come_back("boot-2").await;
     let _back = FakeNode::keep_alive(&[&victim], "boot-2");
-    wait_for("taint removed", DECISION, || {
-        node_has(&client, &victim.name, |n| !FakeNode::has_oos_taint(n))
-    })
-    .await;
+    daemon.wait_unfenced(&victim.name, DECISION).await;
+    assert!(!FakeNode::has_oos_taint(&victim.get().await));
     daemon.stop().await;
     delete_pods_of(&client, &victim.name).await;
     delete_pods_of(&client, &bystander.name).await;

@@ -339,16 +339,8 @@ async fn the_daemon_fences_an_ipmi_node_that_reads_off_never_one_that_reads_on()
     // A live kubelet from now on: the unfence must not race the controller marking the node
     // NotReady again for want of renewals.
     let _back_kubelet = FakeNode::keep_alive(&[&dead_node], "boot-2");
-    wait_for("taint removed", DECISION, || {
-        let client = client.clone();
-        let name = dead.clone();
-        async move {
-            let api: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client);
-            let n = api.get(&name).await.ok()?;
-            (!FakeNode::has_oos_taint(&n)).then_some(())
-        }
-    })
-    .await;
+    daemon.wait_unfenced(&dead, DECISION).await;
+    assert!(!FakeNode::has_oos_taint(&dead_node.get().await));
     assert!(!FakeNode::has_oos_taint(&alive_node.get().await));
     let metrics = daemon.metrics().await;
     assert!(

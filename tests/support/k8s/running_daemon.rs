@@ -131,6 +131,13 @@ impl RunningDaemon {
             .await
     }
 
+    /// Waits until the daemon's report for `node` shows no fence any more (lifted, or its
+    /// record cleared); on a timeout the panic shows the last report, which says why not.
+    pub async fn wait_unfenced(&self, node: &str, limit: Duration) -> serde_json::Value {
+        self.wait_report(node, "no fence", limit, |r| r["fence"].is_null())
+            .await
+    }
+
     /// Waits until the daemon's report for `node` has the identity verdict `verdict`
     /// (`match`, `mismatch`, ...).
     pub async fn wait_identity(
