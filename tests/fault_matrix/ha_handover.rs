@@ -63,9 +63,11 @@ impl HaInstance {
                 .expect("start oobfence run"),
         );
         let url = format!("http://{}/readyz", self.listen);
+        // Liveness only: ready once its first lists are in, which a loaded test API server
+        // (the whole matrix at once) can take tens of seconds to answer.
         wait_for(
             &format!("{} ready", self.identity),
-            Duration::from_secs(30),
+            Duration::from_secs(90),
             || async {
                 reqwest::get(&url)
                     .await
