@@ -1,0 +1,99 @@
+//! Power actions against ipmi_sim's Chassis Control: power down and up with an Operator
+//! account, after the caller's check on the chassis and System GUID read in the same session;
+//! a User account is refused before anything is sent, and a refused check sends nothing.
+
+use oobfence::power::{ActionOutcome, PowerAction, Reply};
+
+use super::*;
+
+fn source_as(sim: &IpmiSim, user: &str, password: &str, privilege: &str) -> IpmiSource {
+    let extra = match privilege {
+        "" => String::new(),
+        p => format!("privilege = \"{p}\""),
+    };
+    let e = bmc(sim.dir(), &sim.address(), user, password, &extra);
+    IpmiSource::new(&e, "n1").unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chassis_control_powers_down_and_up_as_operator_after_the_check() {
+    let sim = IpmiSim::start();
+    let src = source_as(
+        &sim,
+        ipmi_sim::OPERATOR,
+        ipmi_sim::OPERATOR_PASSWORD,
+        "operator",
+    );
+    let support = src.action_support().await;
+    assert!(
+        support
+            .off
+            .as_ref()
+            .is_ok_and(|s| s.contains("0x00 as operator")),
+        "{support:?}"
+    );
+
+    let forms = sim.uuid_forms();
+    let on_and_ours = |r: &Reply| match &r.identity {
+        MachineIdentity::SystemUuid { forms: f, .. }
+            if *f == forms && r.state == PowerState::On =>
+        {
+            Ok(())
+        }
+        _ => Err(format!(
+            "not this machine, or not On: {} {}",
+            r.state, r.identity
+        )),
+    };
+    let outcome = src.act(PowerAction::Off, &on_and_ours).await;
+    assert!(
+        matches!(&outcome, ActionOutcome::Sent { .. }),
+        "{outcome:?}"
+    );
+    assert_eq!(sim.ipmitool_power(), "off", "ipmitool sees the chassis off");
+    assert_eq!(src.read().await, PowerState::Off);
+
+    // Off now: the check refuses, nothing is sent, the chassis stays off.
+    let outcome = src.act(PowerAction::Off, &on_and_ours).await;
+    assert!(
+        matches!(&outcome, ActionOutcome::Refused { why } if why.contains("not On")),
+        "{outcome:?}"
+    );
+    let outcome = src.act(PowerAction::On, &|_: &Reply| Ok(())).await;
+    assert!(
+        matches!(&outcome, ActionOutcome::Sent { .. }),
+        "{outcome:?}"
+    );
+    assert_eq!(sim.ipmitool_power(), "on");
+    assert_eq!(src.read().await, PowerState::On);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_account_is_refused_before_anything_is_sent() {
+    let sim = IpmiSim::start();
+    let src = source_as(&sim, ipmi_sim::READER, ipmi_sim::READER_PASSWORD, "");
+    let support = src.action_support().await;
+    assert!(
+        support
+            .off
+            .as_ref()
+            .is_err_and(|e| e.contains("Operator privilege")),
+        "{support:?}"
+    );
+    let checked = std::sync::atomic::AtomicBool::new(false);
+    let outcome = src
+        .act(PowerAction::Off, &|_: &Reply| {
+            checked.store(true, std::sync::atomic::Ordering::SeqCst);
+            Ok(())
+        })
+        .await;
+    assert!(
+        matches!(&outcome, ActionOutcome::Refused { why } if why.contains("privilege = \"operator\"")),
+        "{outcome:?}"
+    );
+    assert!(
+        !checked.load(std::sync::atomic::Ordering::SeqCst),
+        "nothing was even read"
+    );
+    assert_eq!(sim.ipmitool_power(), "on");
+}
