@@ -167,6 +167,7 @@ pub fn node_facts(node: &NodeView, lease: Option<LeaseTimes>, me: &str) -> NodeF
         off_witness: None,
         identity_binding: None,
         holds: Default::default(),
+        actuation: Default::default(),
     }
 }
 

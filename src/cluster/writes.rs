@@ -124,10 +124,12 @@ impl Cluster {
         guard: &WriteGuard,
     ) -> Result<(), ClusterError> {
         let lease_renew_time = match guard.purpose {
-            decision::GuardPurpose::Fence | decision::GuardPurpose::ReleasePods => {
+            decision::GuardPurpose::Fence
+            | decision::GuardPurpose::ReleasePods
+            | decision::GuardPurpose::PowerOff => {
                 self.fresh_lease_renew_time(&node.name_any()).await?
             }
-            decision::GuardPurpose::Unfence => None,
+            decision::GuardPurpose::Unfence | decision::GuardPurpose::PowerOn => None,
         };
         let view = NodeView::from(node);
         let fresh = FreshNode {

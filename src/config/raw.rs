@@ -250,6 +250,7 @@ impl RawConfig {
             flap_window: p.flap_window,
             pre_attest_after: p.pre_attest.then_some(lease_stale_after),
             release_at_attestation: p.release_at_attestation,
+            actuation: None,
         };
 
         let listen: SocketAddr = self.server.listen.parse().map_err(|_| {

@@ -164,6 +164,8 @@ pub enum HoldKind {
     StormCooldown,
     /// `fence_budget` fences already made in the window.
     FenceBudget,
+    /// The power actions' own budget is spent, or one is in flight in the failure domain.
+    PowerBudget,
     /// `[ha]`: another instance holds the Lease (or this one could not renew it in time).
     Standby,
 }
@@ -179,6 +181,7 @@ impl HoldKind {
             HoldKind::StormCooldown => "storm-cooldown",
             HoldKind::FenceBudget => "fence-budget",
             HoldKind::Standby => "standby",
+            HoldKind::PowerBudget => "power-budget",
         }
     }
 }
@@ -205,6 +208,9 @@ pub struct Holds {
     /// The last count of the datacenter's Leases did not see this node's Lease stale: it is
     /// read ahead only once a count has (so that a storm is counted before it is read).
     pub lease_not_yet_counted: bool,
+    /// Holds a power action (opt-in actuation): its own budget, one in flight per failure
+    /// domain. A power-off is held by the fence holds too.
+    pub power: Option<Hold>,
 }
 
 /// What a scope's state is across passes.
@@ -431,6 +437,7 @@ impl Calm {
             evidence_not_before,
             pre_attest,
             lease_not_yet_counted: !self.stale_uids.contains(uid),
+            power: None,
         }
     }
 

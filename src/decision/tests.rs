@@ -102,6 +102,7 @@ fn dead() -> NodeFacts {
         off_witness: None,
         identity_binding: None,
         holds: Holds::default(),
+        actuation: Default::default(),
     }
 }
 
