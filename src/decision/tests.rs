@@ -7,6 +7,7 @@ use super::reading::ReadErrorKind;
 use super::*;
 use crate::identity::{MachineIdentity, NodeIdentity};
 
+mod actuation;
 mod confirmation;
 mod contradicted_off;
 mod grace_and_leases;
