@@ -17,6 +17,7 @@ use std::time::Duration;
 use crate::decision::Policy;
 use crate::decision::holds::GuardPolicy;
 
+pub mod actuation;
 mod aws;
 mod bmc;
 pub mod checks;
@@ -101,6 +102,8 @@ pub struct Config {
     pub pause: PauseConfig,
     /// `[ha]`: two management hosts, one actor.
     pub ha: Option<HaConfig>,
+    /// `[actuation]`, when enabled: opt-in power actions.
+    pub actuation: Option<actuation::ActuationConfig>,
     /// SHA-256 of the config file text, recorded in every journal record.
     pub digest: String,
 }
