@@ -170,6 +170,15 @@ impl Mapping<'_> {
         }
     }
 
+    /// Why this mapping's machines may not be powered off or on (`None`: `actuate = true`).
+    pub fn actuation_refused(&self) -> Option<String> {
+        let (actuate, what) = match self {
+            Mapping::Bmc(b) => (b.actuate, format!("its [[bmc]] entry (bmc[{}])", b.index)),
+            Mapping::Aws(a) => (a.actuate, "[aws]".to_string()),
+        };
+        (!actuate).then(|| format!("{what} does not say actuate = true"))
+    }
+
     /// The second witness an Off read of this mapping needs (`corroborate`), if any.
     pub fn off_witness(&self) -> Option<crate::decision::OffWitness> {
         match self {

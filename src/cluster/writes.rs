@@ -145,7 +145,7 @@ impl Cluster {
     }
 
     /// Retries `op` on 409 Conflict, a few times with jittered backoff; other errors return.
-    async fn on_conflict_retry<T, F, Fut>(&self, op: F) -> Result<T, ClusterError>
+    pub(super) async fn on_conflict_retry<T, F, Fut>(&self, op: F) -> Result<T, ClusterError>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, ClusterError>>,
@@ -277,6 +277,7 @@ impl Cluster {
                     }
                 }
             }
+            // The power record goes with the fence record: the next boot starts afresh.
             let annotations: serde_json::Map<String, serde_json::Value> = [
                 ANNOTATION_FENCED_AT,
                 ANNOTATION_FENCED_BOOT_ID,
@@ -285,6 +286,7 @@ impl Cluster {
                 ANNOTATION_REASON,
             ]
             .iter()
+            .chain(super::POWER_ANNOTATIONS.iter())
             .map(|k| (k.to_string(), serde_json::Value::Null))
             .collect();
             let mut patch = json!({

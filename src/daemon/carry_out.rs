@@ -149,6 +149,17 @@ impl Daemon {
             && tracker.retry_after.is_none_or(|t| Instant::now() >= t)
             && (tracker.acted_on.is_none() || tracker.acted_on != rv);
         if may_act
+            && matches!(decision.step, Step::PowerOff | Step::PowerOn)
+            && let Some(src) = source
+        {
+            tracker.action_in_flight = true;
+            tracker.acted_on = rv;
+            let mut inputs = self.journal_inputs(name, facts, source, false);
+            inputs.decided_at = Some(Timestamp::now());
+            self.spawn_power_action(node.clone(), facts, src.clone(), decision.clone(), inputs);
+            return;
+        }
+        if may_act
             && matches!(
                 decision.step,
                 Step::Fence(_) | Step::Unfence | Step::ClearRecord
