@@ -154,6 +154,17 @@ impl Daemon {
         {
             tracker.action_in_flight = true;
             tracker.acted_on = rv;
+            // Counted now, so that the next node of this very pass sees the power budget and
+            // its failure domain busy.
+            self.calm.record_power_action(&uid, now);
+            if decision.step == Step::PowerOff {
+                let domain = super::guards::failure_domain(
+                    node,
+                    self.cfg.guards.failure_domain_label.as_deref(),
+                )
+                .unwrap_or_default();
+                self.calm.powering_off.insert(domain, uid.to_string());
+            }
             let mut inputs = self.journal_inputs(name, facts, source, false);
             inputs.decided_at = Some(Timestamp::now());
             self.spawn_power_action(node.clone(), facts, src.clone(), decision.clone(), inputs);

@@ -70,6 +70,11 @@ impl Daemon {
             &self.cfg.guards,
             now,
         );
+        if let Some(a) = &self.cfg.actuation {
+            let domain = failure_domain(node, self.cfg.guards.failure_domain_label.as_deref())
+                .unwrap_or_default();
+            facts.holds.power = self.calm.power_hold(&uid, &domain, a.max_per_hour, now);
+        }
         if let Ok(mut h) = self.shared.holds.write() {
             h.insert(uid.clone(), facts.holds.clone());
         }

@@ -87,6 +87,26 @@ impl Daemon {
                 self.calm.record_fence(&n.uid.clone(), f.at);
             }
         }
+        // Opt-in actuation: the power actions recorded on the Nodes count against their
+        // budget (after a restart or a takeover too), and a node powered off but not fenced yet
+        // keeps its failure domain busy.
+        if self.cfg.actuation.is_some() {
+            self.calm.powering_off.clear();
+            for n in nodes {
+                let Some(r) = cluster::power_record(n, self.cluster.actor()).filter(|r| r.ours)
+                else {
+                    continue;
+                };
+                self.calm.record_power_action(&n.uid.clone(), r.off_at);
+                let fenced = cluster::fence_record(n, self.cluster.actor()).is_some();
+                if !fenced && r.boot_id == cluster::boot_id(n) {
+                    let domain =
+                        failure_domain(n, g.failure_domain_label.as_deref()).unwrap_or_default();
+                    self.calm.powering_off.insert(domain, n.uid.to_string());
+                }
+            }
+            self.calm.expire_power_actions(now);
+        }
         let leadership = self
             .leadership
             .as_ref()

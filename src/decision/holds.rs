@@ -278,6 +278,11 @@ pub struct Calm {
     /// The guards' record of the instance before this one is being read (after a takeover):
     /// its fences are not counted yet ([`record`]).
     pub record_pending: bool,
+    /// Power actions of the last hour (opt-in actuation), by node uid, oldest first.
+    pub power_actions: Vec<(Timestamp, String)>,
+    /// The node of each failure domain ("" without the label) whose machine oobfence powered
+    /// off and has not fenced yet: one at a time per domain.
+    pub powering_off: BTreeMap<String, String>,
 }
 
 impl Calm {
@@ -559,6 +564,7 @@ impl Calm {
     }
 }
 
+pub mod power;
 pub mod record;
 
 #[cfg(test)]
