@@ -65,6 +65,7 @@ pub struct Metrics {
     pub node_state: Family<NodeStateLabels, Gauge>,
     pub nodes: Family<StateLabels, Gauge>,
     pub actions: Family<ActionLabels, Counter>,
+    pub power_actions: Family<PowerActionLabels, Counter>,
     pub would_act: Family<WouldActLabels, Counter>,
     pub power_reads: Family<ReadLabels, Counter>,
     pub power_reads_in_flight: Gauge,

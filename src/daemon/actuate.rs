@@ -63,20 +63,32 @@ impl Daemon {
         };
         let cluster = self.cluster.clone();
         let journal = self.journal.clone();
+        let shared = self.shared.clone();
         let tx = self.actions_tx.clone();
         let identity = facts.identity.clone();
         tokio::spawn(async move {
             let name = node.name.clone();
             let uid = node.uid.clone();
             let backend = source.source.backend();
-            let result: Result<String, (String, bool)> = async {
+            // Err: what happened, and the result label (abandoned, refused, failure).
+            let result: Result<String, (String, &'static str)> = async {
                 let Some(guard) = &decision.guard else {
-                    return Err(("the decision carries no write guard; nothing sent".into(), false));
+                    return Err((
+                        "the decision carries no write guard; nothing sent".into(),
+                        "failure",
+                    ));
                 };
                 let recorded = cluster.record_power_action(&name, guard, action).await;
                 if let Err(e) = recorded {
-                    let abandoned = matches!(e, ClusterError::Abandoned(_));
-                    return Err((format!("{action} not recorded on the Node, so not sent: {e}"), abandoned));
+                    let label = match e {
+                        ClusterError::Abandoned(_) => "abandoned",
+                        ClusterError::Precondition(_) => "refused",
+                        _ => "failure",
+                    };
+                    return Err((
+                        format!("{action} not recorded on the Node, so not sent: {e}"),
+                        label,
+                    ));
                 }
                 let check = machine_check(&identity, action);
                 let outcome = source.source.act(action, &check).await;
@@ -88,7 +100,7 @@ impl Daemon {
                         if let Err(e) = cluster.forget_power_action(&name, &uid, action).await {
                             tracing::error!(node = %name, error = %e, "could not take back the record of a power action that was not sent");
                         }
-                        Err((format!("{action} {other}"), false))
+                        Err((format!("{action} {other}"), other.result_label()))
                     }
                 }
             }
@@ -122,7 +134,8 @@ impl Daemon {
                     record.message = message;
                     Ok(())
                 }
-                Err((message, abandoned)) => {
+                Err((message, label)) => {
+                    let abandoned = *label == "abandoned";
                     tracing::error!(node = %name, action = action.label(), backend, "{message}");
                     if !abandoned {
                         cluster
@@ -130,14 +143,26 @@ impl Daemon {
                             .await;
                         record.event = POWER_ACTION_FAILED.into();
                     }
-                    record.result = if *abandoned { "abandoned" } else { "failure" }.into();
+                    record.result = (*label).into();
                     record.error = Some(message.clone());
                     record.message = message.clone();
                     Err(message.clone())
                 }
             };
             journal.submit_wait(&record).await;
-            let abandoned = matches!(&result, Err((_, true)));
+            let abandoned = matches!(&result, Err((_, "abandoned")));
+            shared
+                .metrics
+                .power_actions
+                .get_or_create(&crate::metrics::PowerActionLabels {
+                    action: action.label(),
+                    result: match &result {
+                        Ok(_) => "sent",
+                        Err((_, label)) => label,
+                    },
+                    backend,
+                })
+                .inc();
             let _ = tx
                 .send(ActionDone {
                     node: name,

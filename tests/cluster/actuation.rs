@@ -96,6 +96,19 @@ async fn a_hung_node_is_powered_off_fenced_powered_on_and_untainted() {
         1,
         "{actions:?}"
     );
+    let metrics = daemon.metrics().await;
+    for action in ["power_off", "power_on"] {
+        assert_eq!(
+            sample(
+                &metrics,
+                &format!(
+                    "oobfence_power_actions_total{{action=\"{action}\",result=\"sent\",backend=\"redfish\"}}"
+                )
+            ),
+            Some(1.0),
+            "{metrics}"
+        );
+    }
     daemon.stop().await;
     node.delete().await;
 }
