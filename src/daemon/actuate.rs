@@ -8,16 +8,12 @@ use std::sync::Arc;
 
 use super::action::ActionDone;
 use super::state::Daemon;
+use crate::cluster::reasons::{POWER_ACTION_FAILED, POWERED_OFF, POWERED_ON};
 use crate::cluster::{ClusterError, EventType, NodeView};
 use crate::decision::{Decision, NodeFacts, PowerState, Step};
 use crate::identity::{self, NodeIdentity};
 use crate::journal::{self, RecordKind};
 use crate::power::{ActionOutcome, MappedSource, PowerAction, Reply};
-
-/// Event reasons of power actions.
-pub(super) const POWERED_OFF: &str = "OobfencePoweredOff";
-pub(super) const POWERED_ON: &str = "OobfencePoweredOn";
-pub(super) const POWER_ACTION_FAILED: &str = "OobfencePowerActionFailed";
 
 /// The check a source runs on its own read right before the command: the node's machine, in
 /// the state the action expects (On before a power-off, Off before a power-on).

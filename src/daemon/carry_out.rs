@@ -125,6 +125,19 @@ impl Daemon {
                         .inc();
                     self.spawn_event(node, EventType::Normal, reasons::WOULD_UNFENCE, decision);
                 }
+                Step::WouldPowerOff | Step::WouldPowerOn => {
+                    let (action, reason) = if decision.step == Step::WouldPowerOff {
+                        ("power_off", reasons::WOULD_POWER_OFF)
+                    } else {
+                        ("power_on", reasons::WOULD_POWER_ON)
+                    };
+                    self.shared
+                        .metrics
+                        .would_act
+                        .get_or_create(&WouldActLabels { action })
+                        .inc();
+                    self.spawn_event(node, EventType::Normal, reason, decision);
+                }
                 _ => {}
             }
         }
