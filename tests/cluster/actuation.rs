@@ -21,9 +21,26 @@ async fn a_hung_node_is_powered_off_fenced_powered_on_and_untainted() {
     let node = s.node_reporting("a", FIRST_BOOT, s.identity(0).await).await;
     let name = node.name.clone();
     let kubelet = FakeNode::keep_alive(&[&node], FIRST_BOOT);
-    let daemon = s
-        .daemon_with_policy("\n[actuation]\nenabled = true\nafter = \"2m\"\n")
-        .await;
+    s.set_policy(&format!(
+        "{}\n[actuation]\nenabled = true\nafter = \"2m\"\n",
+        s.policy_lines()
+    ));
+    // check-config --probe says what the source can do.
+    let config = s.write_config(&support::k8s::kubeconfig_path(), "127.0.0.1:0");
+    let probe = std::process::Command::new(env!("CARGO_BIN_EXE_oobfence"))
+        .args(["check-config", "--probe", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&probe.stdout);
+    assert!(
+        out.contains(&format!(
+            "actuation: {name}: power off: yes (ResetType ForceOff at "
+        )) && out.contains("power on: yes (ResetType On at "),
+        "{out}{}",
+        String::from_utf8_lossy(&probe.stderr)
+    );
+    let daemon = s.daemon().await;
     daemon.wait_identity(&name, "match", DECISION).await;
 
     // Hung: the kubelet stops, the machine runs on.
