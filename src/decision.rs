@@ -960,10 +960,6 @@ fn attest(
     }
 }
 
-/// How long a machine oobfence powered off may go on reading On before it counts as having
-/// ignored the command.
-const POWER_OFF_TAKES: Duration = Duration::from_secs(120);
-
 /// The machine reads On: never fenced. With opt-in actuation ([`actuation`]), a NotReady node
 /// whose kubelet has been silent for `[actuation] after` is powered off, on this very read's
 /// proof that the machine is the node's; a machine oobfence already powered off is waited for.
@@ -986,7 +982,7 @@ fn on_reading(
     let at = |t: Timestamp| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
     if let Some(r) = facts.actuation.powered_off(&facts.boot_id) {
         let since = elapsed(r.off_at, now);
-        if since <= POWER_OFF_TAKES {
+        if since <= actuation::POWER_OFF_TAKES {
             return Decision::new(
                 S::Confirming,
                 Step::Idle,

@@ -62,6 +62,10 @@ impl Daemon {
         let shared = self.shared.clone();
         let tx = self.actions_tx.clone();
         let identity = facts.identity.clone();
+        let not_ready_since = match facts.readiness {
+            crate::decision::Readiness::NotReady { since } => Some(since),
+            _ => None,
+        };
         tokio::spawn(async move {
             let name = node.name.clone();
             let uid = node.uid.clone();
@@ -125,6 +129,13 @@ impl Daemon {
                     cluster
                         .event(&name, EventType::Normal, reason, &message)
                         .await;
+                    if let (PowerAction::Off, Some(since)) = (action, not_ready_since) {
+                        let waited = jiff::Timestamp::now().duration_since(since);
+                        shared
+                            .metrics
+                            .notready_to_power_off
+                            .observe(waited.as_secs_f64().max(0.0));
+                    }
                     record.event = reason.into();
                     record.result = "sent".into();
                     record.message = message;

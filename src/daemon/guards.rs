@@ -11,6 +11,7 @@ use jiff::Timestamp;
 use super::state::{Daemon, FAILING_WINDOW};
 use crate::cluster;
 use crate::cluster::NodeView;
+use crate::decision::actuation::POWER_OFF_TAKES;
 use crate::decision::holds::{Calm, Census, CensusNode, GuardPolicy, View};
 use crate::decision::{self, Readiness};
 
@@ -99,7 +100,11 @@ impl Daemon {
                 };
                 self.calm.record_power_action(&n.uid.clone(), r.off_at);
                 let fenced = cluster::fence_record(n, self.cluster.actor()).is_some();
-                if !fenced && r.boot_id == cluster::boot_id(n) {
+                // Until it is fenced, or until it has ignored the command: a machine that does
+                // not turn off is the operator's, and must not hold its domain's next hung
+                // machine for ever.
+                let on_its_way = decision_elapsed(r.off_at, now) <= POWER_OFF_TAKES;
+                if !fenced && on_its_way && r.boot_id == cluster::boot_id(n) {
                     let domain =
                         failure_domain(n, g.failure_domain_label.as_deref()).unwrap_or_default();
                     self.calm.powering_off.insert(domain, n.uid.to_string());

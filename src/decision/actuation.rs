@@ -14,6 +14,10 @@ use serde::Serialize;
 
 use super::{elapsed, plus, secs};
 
+/// How long a machine oobfence powered off may go on reading On before it counts as having
+/// ignored the command (`power-off-ignored`); until then its failure domain is busy.
+pub const POWER_OFF_TAKES: Duration = Duration::from_secs(120);
+
 /// `[actuation]`, when enabled.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct ActuationPolicy {

@@ -142,6 +142,14 @@ impl Metrics {
             "Time from oobfence fencing a node to oobfence lifting the fence after the node came back (Ready, powered on, new bootID)",
             Listed(fence_to_recovery.clone()),
         );
+        let notready_to_power_off = Histogram::new([
+            120.0, 180.0, 240.0, 300.0, 450.0, 600.0, 900.0, 1800.0, 3600.0,
+        ]);
+        registry.register(
+            "notready_to_power_off_seconds",
+            "Opt-in actuation: time from a node's Ready condition turning False/Unknown to oobfence sending the power-off to its machine ([actuation] after, the On read and the record before the command). The fence follows on the Off reads",
+            Listed(notready_to_power_off.clone()),
+        );
         let fenced_since = Family::<NodeActionLabels, FloatGauge>::default();
         registry.register(
             "fenced_since_timestamp_seconds",
@@ -393,6 +401,7 @@ impl Metrics {
             fence_to_volumes_released,
             fence_to_ebs_detached,
             fence_to_recovery,
+            notready_to_power_off,
             fenced_since,
             taint_age,
             power_source_last_success,

@@ -334,6 +334,11 @@ impl Scenario {
     /// A `[[bmc]]` entry that reads node `suffix`'s power from machine `i` (Redfish system `i`
     /// with the emulator's pinned certificate, or IPMI simulator `i`).
     pub fn map(&self, suffix: &str, machine: usize) {
+        self.map_with(suffix, machine, "");
+    }
+
+    /// As [`map`](Self::map), with `extra` lines in the entry (`actuate = true`, ...).
+    pub fn map_with(&self, suffix: &str, machine: usize, extra: &str) {
         let node = self.name(suffix);
         let entry = match &self.machines {
             Machines::Redfish(emu) => bmc_entry(
@@ -343,7 +348,7 @@ impl Scenario {
                 sushy::USERNAME,
                 &self.password_file(&node, sushy::PASSWORD),
                 &format!(
-                    "system = \"{}\"\nca_file = \"{}\"\ntimeout = \"5s\"",
+                    "system = \"{}\"\nca_file = \"{}\"\ntimeout = \"5s\"\n{extra}",
                     emu.system_path(machine),
                     emu.cert_pem_path().display()
                 ),
@@ -354,7 +359,9 @@ impl Scenario {
                 &sims[machine].address(),
                 ipmi_sim::USERNAME,
                 &self.password_file(&node, ipmi_sim::PASSWORD),
-                "cipher_suite = 3\nprivilege = \"administrator\"\ntimeout = \"3s\"",
+                &format!(
+                    "cipher_suite = 3\nprivilege = \"administrator\"\ntimeout = \"3s\"\n{extra}"
+                ),
             ),
             Machines::Ec2 { .. } => panic!(
                 "an EC2 node is mapped by its providerID: Scenario::node or FakeNode::set_provider_id"
