@@ -129,3 +129,72 @@ async fn a_hung_node_is_powered_off_fenced_powered_on_and_untainted() {
     daemon.stop().await;
     node.delete().await;
 }
+
+/// The same on EC2 (moto): a hung instance's node is stopped with Force after
+/// `[actuation] after`, fenced once DescribeInstances says `stopped`, started again, and
+/// untainted on its new boot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_ec2_instance_is_stopped_fenced_started_and_untainted() {
+    support::moto::require_test_aws_env();
+    let s = Scenario::ec2("actuate-ec2", 1).await;
+    let client = s.client.clone();
+    s.set_aws_extra("actuate = true\n");
+    s.set_policy(&format!(
+        "{}\n[actuation]\nenabled = true\nafter = \"2m\"\n",
+        s.policy_lines()
+    ));
+    let node = s.node("a", 0).await;
+    let name = node.name.clone();
+    let instance = s.instance(0).to_string();
+    let ec2 = s.moto().client();
+    let state = async || {
+        support::moto::describe_instance(&ec2, &instance)
+            .await
+            .state
+            .and_then(|s| s.name)
+            .map(|n| n.as_str().to_string())
+            .unwrap_or_default()
+    };
+    let kubelet = FakeNode::keep_alive(&[&node], FIRST_BOOT);
+    let daemon = s.daemon().await;
+    daemon.wait_identity(&name, "match", DECISION).await;
+    kubelet.stop().await;
+    node.die(FIRST_BOOT).await;
+    daemon
+        .wait_rule(&name, "waiting-to-actuate", DECISION)
+        .await;
+    assert_eq!(state().await, "running");
+    wait_for("the instance stopped", Duration::from_secs(180), || async {
+        (state().await == "stopped").then_some(())
+    })
+    .await;
+    let fenced = wait_for("out-of-service taint", DECISION, || {
+        node_has(&client, &name, FakeNode::has_oos_taint)
+    })
+    .await;
+    assert!(annotation(&fenced, cluster::ANNOTATION_POWERED_OFF_AT).is_some());
+    wait_for(
+        "the instance started again",
+        Duration::from_secs(90),
+        || async { matches!(state().await.as_str(), "pending" | "running").then_some(()) },
+    )
+    .await;
+    node.come_back("boot-2").await;
+    let _alive = FakeNode::keep_alive(&[&node], "boot-2");
+    daemon.wait_unfenced(&name, DECISION).await;
+    let metrics = daemon.metrics().await;
+    for action in ["power_off", "power_on"] {
+        assert_eq!(
+            sample(
+                &metrics,
+                &format!(
+                    "oobfence_power_actions_total{{action=\"{action}\",result=\"sent\",backend=\"ec2\"}}"
+                )
+            ),
+            Some(1.0),
+            "{metrics}"
+        );
+    }
+    daemon.stop().await;
+    node.delete().await;
+}

@@ -84,6 +84,8 @@ pub struct Scenario {
     pause_configmap: Mutex<String>,
     /// `[aws] endpoint_url` for a scenario without machines (a fake EC2).
     aws_endpoint: Mutex<Option<String>>,
+    /// Lines added to the `[aws]` section (`actuate = true`, ...).
+    aws_extra: Mutex<String>,
     /// The `[policy]` section's lines before any per-daemon extra ([`FAST_POLICY`] unless set).
     policy: Mutex<String>,
 }
@@ -142,6 +144,7 @@ impl Scenario {
             guards: Mutex::new(OPEN_GUARDS.into()),
             pause_configmap: Mutex::new("oobfence/oobfence-pause".into()),
             aws_endpoint: Mutex::new(None),
+            aws_extra: Mutex::new(String::new()),
             policy: Mutex::new(FAST_POLICY.into()),
         }
     }
@@ -150,6 +153,11 @@ impl Scenario {
     /// [`super::fake_ec2::FakeEc2`]), for a scenario without machines.
     pub fn set_aws_endpoint(&self, endpoint: &str) {
         *self.aws_endpoint.lock().unwrap() = Some(endpoint.to_string());
+    }
+
+    /// Adds lines to the `[aws]` section (`actuate = true\n`, ...).
+    pub fn set_aws_extra(&self, lines: &str) {
+        *self.aws_extra.lock().unwrap() = lines.to_string();
     }
 
     /// Replaces the `[policy]` section's fast lines ("" for the built-in defaults, which are the
@@ -438,9 +446,10 @@ configmap = "{}"
         };
         if let Some(endpoint) = aws_endpoint {
             text.push_str(&format!(
-                "[aws]\nregion = \"{}\"\nnodes = [\"{}-*\"]\nendpoint_url = \"{endpoint}\"\n",
+                "[aws]\nregion = \"{}\"\nnodes = [\"{}-*\"]\nendpoint_url = \"{endpoint}\"\n{}",
                 moto::REGION,
                 self.group,
+                self.aws_extra.lock().unwrap(),
             ));
         }
         for entry in self.bmc_entries.lock().unwrap().iter() {
