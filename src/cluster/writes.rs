@@ -49,6 +49,13 @@ impl Cluster {
         self.still_leading()
     }
 
+    /// Whether a power command for `uid` may still be sent now: no hold on writes, and with
+    /// `[ha]` this instance still leading by its own deadline. Checked after the source's own
+    /// read, right before the command.
+    pub fn may_send_now(&self, uid: &str) -> Result<(), ClusterError> {
+        self.may_still_write_now(uid)
+    }
+
     /// With `[ha]`, whether this instance may still write by its own deadline.
     fn still_leading(&self) -> Result<(), ClusterError> {
         if let Some(l) = &self.leadership {

@@ -90,7 +90,15 @@ impl Daemon {
                         label,
                     ));
                 }
-                let check = machine_check(&identity, action);
+                // Right before the command, after the source's own read: the machine, then the
+                // holds and (with [ha]) this instance's leadership deadline, once more.
+                let machine = machine_check(&identity, action);
+                let check = |reply: &Reply| {
+                    machine(reply)?;
+                    cluster
+                        .may_send_now(&uid)
+                        .map_err(|e| format!("not sent: {e}"))
+                };
                 let outcome = source.source.act(action, &check).await;
                 match outcome {
                     ActionOutcome::Sent { answer } => Ok(answer),
@@ -100,7 +108,12 @@ impl Daemon {
                         if let Err(e) = cluster.forget_power_action(&name, &uid, action).await {
                             tracing::error!(node = %name, error = %e, "could not take back the record of a power action that was not sent");
                         }
-                        Err((format!("{action} {other}"), other.result_label()))
+                        // A hold or the end of leadership is no failure of the source.
+                        let label = match cluster.may_send_now(&uid) {
+                            Err(_) => "abandoned",
+                            Ok(()) => other.result_label(),
+                        };
+                        Err((format!("{action} {other}"), label))
                     }
                 }
             }

@@ -116,6 +116,33 @@ fn without_both_opt_ins_or_on_another_machines_word_nothing_is_powered_off() {
 }
 
 #[test]
+fn an_opted_out_node_or_one_another_remediator_owns_is_never_powered_off() {
+    let reads = [on(295)];
+    let opted_out = NodeFacts {
+        opted_out: Some("label oobfence.io/exclude=true".into()),
+        ..hung()
+    };
+    let d = decide(&opted_out, &reads, &actuating(), t(296));
+    assert_eq!(
+        (d.step, d.rule),
+        (Step::Idle, Rule::OptedOut),
+        "{}",
+        d.reason
+    );
+    let remediated = NodeFacts {
+        other_remediator: Some("taint medik8s.io/remediation".into()),
+        ..hung()
+    };
+    let d = decide(&remediated, &reads, &actuating(), t(296));
+    assert_eq!(
+        (d.step, d.rule),
+        (Step::Idle, Rule::OtherRemediator),
+        "{}",
+        d.reason
+    );
+}
+
+#[test]
 fn every_hold_stops_a_power_off_and_only_write_and_power_holds_a_power_on() {
     let reads = [on(295)];
     for kind in ALL_HOLDS {
