@@ -97,3 +97,59 @@ async fn a_user_account_is_refused_before_anything_is_sent() {
     );
     assert_eq!(sim.ipmitool_power(), "on");
 }
+
+/// The daemon, an IPMI node that hangs (its kubelet silent, the chassis on): powered down
+/// through Chassis Control after `[actuation] after`, fenced on its Off reads, powered up,
+/// and untainted on its new boot; ipmitool sees each step at the simulator.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_daemon_powers_a_hung_ipmi_node_down_fences_it_and_powers_it_up() {
+    use support::k8s::{FakeNode, sample, wait_for};
+    use support::scenario::FIRST_BOOT;
+
+    let s = Scenario::ipmi("ipmi-actuate", 1).await;
+    s.set_policy(&format!(
+        "{}\n[actuation]\nenabled = true\nafter = \"2m\"\n",
+        s.policy_lines()
+    ));
+    s.map_with("a", 0, "actuate = true");
+    let node = s.node_reporting("a", FIRST_BOOT, s.identity(0).await).await;
+    let name = node.name.clone();
+    let sim = s.ipmi_sim(0);
+    let kubelet = FakeNode::keep_alive(&[&node], FIRST_BOOT);
+    let daemon = s.daemon().await;
+    let limit = Duration::from_secs(90);
+    daemon.wait_identity(&name, "match", limit).await;
+    kubelet.stop().await;
+    node.die(FIRST_BOOT).await;
+    daemon.wait_rule(&name, "waiting-to-actuate", limit).await;
+    assert_eq!(sim.ipmitool_power(), "on");
+    wait_for("the chassis powered down", Duration::from_secs(180), || async {
+        (sim.ipmitool_power() == "off").then_some(())
+    })
+    .await;
+    daemon.wait_fenced(&name, limit).await;
+    wait_for("the chassis powered up again", limit, || async {
+        (sim.ipmitool_power() == "on").then_some(())
+    })
+    .await;
+    node.come_back("boot-2").await;
+    let _alive = FakeNode::keep_alive(&[&node], "boot-2");
+    daemon.wait_unfenced(&name, limit).await;
+    assert!(!FakeNode::has_oos_taint(&node.get().await));
+    let metrics = daemon.metrics().await;
+    for action in ["power_off", "power_on"] {
+        assert_eq!(
+            sample(
+                &metrics,
+                &format!(
+                    "oobfence_power_actions_total{{action=\"{action}\",result=\"sent\",backend=\"ipmi\"}}"
+                )
+            ),
+            Some(1.0),
+            "{metrics}"
+        );
+    }
+    daemon.stop().await;
+    node.delete().await;
+    assert_eq!(sim.other_sessions(), 0);
+}
