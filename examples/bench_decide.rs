@@ -66,6 +66,7 @@ fn main() {
             off_witness: None,
             identity_binding: None,
             holds: Default::default(),
+            actuation: Default::default(),
         };
         let state = match i % 4 {
             0 => PowerState::Off,

@@ -9,12 +9,17 @@
 //! at once (release at attestation), then prints the timeline with each step's time from the
 //! power cut. An operator pauses oobfence, the machine powers on with a new boot, the untaint
 //! waits for `oobfence resume`. A reload turns the release off and a second machine loses
-//! power: the taint waits for NotReady and the pod for the pod garbage collector. Then an EC2
-//! instance is stopped and another terminated.
+//! power: the taint waits for NotReady and the pod for the pod garbage collector. A reload
+//! turns opt-in actuation on for a third machine, and its kernel hangs: its kubelet goes
+//! silent while the machine stays On; oobfence powers it off after `[actuation] after`, fences
+//! it, powers it on and lifts the fence on its new boot. Then an EC2 instance is stopped and
+//! another terminated.
 //!
 //! Needs OOBFENCE_TEST_KUBECONFIG (scripts/demo starts the cluster) and the emulator venv
 //! (scripts/install-deps).
 
+#[path = "demo/hung.rs"]
+mod hung;
 #[path = "demo/power_cut.rs"]
 mod power_cut;
 #[path = "../tests/support/mod.rs"]
@@ -42,6 +47,8 @@ const BMC_NODES: usize = 3;
 const VICTIM: usize = 1;
 /// Cut with release_at_attestation off.
 const SECOND_VICTIM: usize = 2;
+/// Hangs (kubelet silent, machine On) once opt-in actuation is turned on by a reload.
+const HUNG: usize = 0;
 const EC2_STOPPED: usize = 3;
 const EC2_TERMINATED: usize = 4;
 
@@ -378,6 +385,45 @@ ca_file = "{}"
     .expect("rack1-03's fence was not lifted within a minute: see the oobfence log");
     clock.say(&format!("{}: UNFENCED", second.name));
 
+    // Opt-in actuation, turned on by a reload for rack1-01's BMC: a hung node.
+    println!(
+        "\n$ cat >> demo.toml  # [actuation] enabled = true, after = \"2m\"; actuate = true on rack1-01's entry; systemctl reload oobfence@demo"
+    );
+    let after = Duration::from_secs(120);
+    let actuated = format!(
+        "{}\n[actuation]\nenabled = true\nafter = \"2m\"\n",
+        config.replace(
+            &format!("nodes = [\"{}\"]\n", NODES[HUNG]),
+            &format!("nodes = [\"{}\"]\nactuate = true\n", NODES[HUNG]),
+        )
+    );
+    std::fs::write(&config_path, &actuated).unwrap();
+    let reloads = std::fs::read_to_string(&log_path)
+        .unwrap_or_default()
+        .matches(" reloaded ")
+        .count();
+    std::process::Command::new("kill")
+        .args(["-HUP", &daemon.id().expect("the daemon runs").to_string()])
+        .status()
+        .expect("send SIGHUP");
+    support::k8s::wait_for("the reload", Duration::from_secs(30), || async {
+        let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+        (log.matches(" reloaded ").count() > reloads).then_some(())
+    })
+    .await;
+    clock.say("config reloaded: opt-in actuation on for rack1-01 (release_at_attestation back to its default)");
+    let hang = hung::Hang {
+        clock: &clock,
+        http: &http,
+        listen: &listen,
+        emu: &emu,
+        alive: &alive,
+        boots: &boots,
+    };
+    if hang.run(&nodes[HUNG], HUNG, after).await {
+        seen.push_str(" hung");
+    }
+
     clock.say(&format!(
         "=== EC2: {} stopped (instance {}), {} terminated (instance {}) ===",
         NODES[EC2_STOPPED], instances[0], NODES[EC2_TERMINATED], instances[1]
@@ -436,6 +482,8 @@ ca_file = "{}"
             || l.starts_with("oobfence_notready_to_fence_seconds_count")
             || l.starts_with("oobfence_power_cut_to_fence_seconds_count")
             || l.starts_with("oobfence_fence_to_recovery_seconds_count")
+            || l.starts_with("oobfence_power_actions_total")
+            || l.starts_with("oobfence_notready_to_power_off_seconds_sum")
             || l.starts_with("oobfence_out_of_service_taint_age_seconds{")
             || l.starts_with("oobfence_ec2_describe_instances_calls_total")
             || l.starts_with("oobfence_identity_nodes{") && !l.ends_with(" 0")
@@ -449,13 +497,14 @@ ca_file = "{}"
     for n in &nodes {
         n.delete().await;
     }
-    if still_oos || seen != "fenced released unfenced fenced-at-not-ready ec2" {
+    if still_oos || seen != "fenced released unfenced fenced-at-not-ready hung ec2" {
         eprintln!("demo did not complete: {seen}");
         std::process::exit(1);
     }
     println!(
         "\ndemo complete: a bare-metal node fenced on proven power-off, its pod released at once, and unfenced after a new boot; \
          with release_at_attestation off, another fenced at NotReady; \
+         a hung node powered off, fenced, powered on and unfenced (opt-in actuation); \
          a stopped EC2 instance's node fenced; a terminated one's Node and VolumeAttachment deleted"
     );
 }

@@ -27,6 +27,7 @@ mod guard_record;
 mod node_facts;
 mod node_view;
 mod pods;
+mod power;
 #[cfg(test)]
 mod tests;
 mod writes;
@@ -39,7 +40,7 @@ pub use node_facts::{
     ANNOTATION_CAPI_MACHINE, ANNOTATION_EXCLUDE, LABEL_MEDIK8S_EXCLUDE, LeaseTimes, actor_name,
     boot_id, fence_record, foreign_out_of_service, ha_actor_name, is_out_of_service,
     lease_duration, lease_renewed, leases_by_node, node_facts, node_identity, opted_out,
-    other_remediator, provider_id, readiness, ready_heartbeat,
+    other_remediator, power_record, provider_id, readiness, ready_heartbeat,
 };
 pub use node_view::{NodeView, Pairs, ReadyCondition};
 pub use pods::{BoundPod, PodRelease};
@@ -58,6 +59,22 @@ pub const ANNOTATION_ACTION: &str = "oobfence.io/action";
 pub const ANNOTATION_FENCED_BY: &str = "oobfence.io/fenced-by";
 /// The rule and evidence summary behind the fence.
 pub const ANNOTATION_REASON: &str = "oobfence.io/reason";
+/// Opt-in actuation: when oobfence powered the machine off (RFC 3339), written on the Node
+/// before the command is sent, so that no restart or other `[ha]` instance sends it twice.
+pub const ANNOTATION_POWERED_OFF_AT: &str = "oobfence.io/powered-off-at";
+/// The bootID the machine ran when oobfence powered it off.
+pub const ANNOTATION_POWERED_OFF_BOOT_ID: &str = "oobfence.io/powered-off-boot-id";
+/// Which oobfence powered it off (as [`ANNOTATION_FENCED_BY`]).
+pub const ANNOTATION_POWERED_OFF_BY: &str = "oobfence.io/powered-off-by";
+/// When oobfence powered it on again.
+pub const ANNOTATION_POWERED_ON_AT: &str = "oobfence.io/powered-on-at";
+/// Every annotation of a power record: removed with the fence record.
+pub const POWER_ANNOTATIONS: [&str; 4] = [
+    ANNOTATION_POWERED_OFF_AT,
+    ANNOTATION_POWERED_OFF_BOOT_ID,
+    ANNOTATION_POWERED_OFF_BY,
+    ANNOTATION_POWERED_ON_AT,
+];
 
 pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
 

@@ -17,6 +17,7 @@ use std::time::Duration;
 use crate::decision::Policy;
 use crate::decision::holds::GuardPolicy;
 
+pub mod actuation;
 mod aws;
 mod bmc;
 pub mod checks;
@@ -101,6 +102,8 @@ pub struct Config {
     pub pause: PauseConfig,
     /// `[ha]`: two management hosts, one actor.
     pub ha: Option<HaConfig>,
+    /// `[actuation]`, when enabled: opt-in power actions.
+    pub actuation: Option<actuation::ActuationConfig>,
     /// SHA-256 of the config file text, recorded in every journal record.
     pub digest: String,
 }
@@ -165,6 +168,15 @@ impl Mapping<'_> {
             Mapping::Bmc(b) => b.identity,
             Mapping::Aws(a) => a.identity,
         }
+    }
+
+    /// Why this mapping's machines may not be powered off or on (`None`: `actuate = true`).
+    pub fn actuation_refused(&self) -> Option<String> {
+        let (actuate, what) = match self {
+            Mapping::Bmc(b) => (b.actuate, format!("its [[bmc]] entry (bmc[{}])", b.index)),
+            Mapping::Aws(a) => (a.actuate, "[aws]".to_string()),
+        };
+        (!actuate).then(|| format!("{what} does not say actuate = true"))
     }
 
     /// The second witness an Off read of this mapping needs (`corroborate`), if any.

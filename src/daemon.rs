@@ -17,6 +17,7 @@
 //! - [`tracker`]: what is remembered per node; [`reload`]: a new config, on SIGHUP.
 
 mod action;
+mod actuate;
 mod cache;
 mod carry_out;
 mod evaluate;

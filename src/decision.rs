@@ -56,6 +56,7 @@
 //! file holds every rule of [`decide`] in order, so that "why was node X fenced" is read top to
 //! bottom in one place; that is why it runs past 600 lines.
 
+pub mod actuation;
 pub mod facts;
 pub mod guard;
 pub mod holds;
@@ -130,6 +131,15 @@ pub enum Step {
     /// oobfence's annotations are on the node but its taint is gone (removed by someone else):
     /// drop the stale record.
     ClearRecord,
+    /// Opt-in actuation: power off a hung node's machine (it reads On, its kubelet silent for
+    /// `[actuation] after`); the fence follows on the Off reads, by the rules above.
+    PowerOff,
+    /// Dry run: everything says power off, nothing is sent.
+    WouldPowerOff,
+    /// Opt-in actuation: power on again the machine oobfence powered off, once fenced.
+    PowerOn,
+    /// Dry run: everything says power on, nothing is sent.
+    WouldPowerOn,
 }
 
 /// The rule that produced a decision. Its name is stable: it shows in `why`, logs, Events and
@@ -181,6 +191,12 @@ pub enum Rule {
     StormCooldown,
     FenceBudget,
     Standby,
+    WaitingToActuate,
+    PoweringOff,
+    PoweredOffConfirming,
+    PowerOffIgnored,
+    PoweringOn,
+    PowerBudget,
 }
 
 impl Rule {
@@ -230,6 +246,12 @@ impl Rule {
             Rule::StormCooldown => "storm-cooldown",
             Rule::FenceBudget => "fence-budget",
             Rule::Standby => "standby",
+            Rule::WaitingToActuate => "waiting-to-actuate",
+            Rule::PoweringOff => "powering-off",
+            Rule::PoweredOffConfirming => "powered-off-confirming",
+            Rule::PowerOffIgnored => "power-off-ignored",
+            Rule::PoweringOn => "powering-on",
+            Rule::PowerBudget => "power-budget",
         }
     }
 }
@@ -348,6 +370,7 @@ fn hold_rule(kind: HoldKind) -> Rule {
         HoldKind::StormCooldown => Rule::StormCooldown,
         HoldKind::FenceBudget => Rule::FenceBudget,
         HoldKind::Standby => Rule::Standby,
+        HoldKind::PowerBudget => Rule::PowerBudget,
     }
 }
 
@@ -355,15 +378,24 @@ fn hold_rule(kind: HoldKind) -> Rule {
 /// holds a new fence. A held fence keeps its node read now and then, so that evidence is fresh
 /// when the hold lifts (and the reads must confirm again if it is not).
 fn apply_holds(d: Decision, holds: &Holds, reads: &[PowerReading], policy: &Policy) -> Decision {
-    let fencing = matches!(d.step, Step::Fence(_) | Step::WouldFence(_));
+    // A power-off leads to a fence: every fence hold holds it, and the power actions' own.
+    let powering_off = matches!(d.step, Step::PowerOff | Step::WouldPowerOff);
+    let fencing = matches!(d.step, Step::Fence(_) | Step::WouldFence(_)) || powering_off;
     let writing = fencing
         || matches!(
             d.step,
-            Step::Unfence | Step::WouldUnfence | Step::ClearRecord
+            Step::Unfence
+                | Step::WouldUnfence
+                | Step::ClearRecord
+                | Step::PowerOn
+                | Step::WouldPowerOn
         );
-    let hold = match (&holds.write, &holds.fence) {
-        (Some(h), _) if writing => h,
-        (_, Some(h)) if fencing => h,
+    let hold = match (&holds.write, &holds.fence, &holds.power) {
+        (Some(h), _, _) if writing => h,
+        (_, Some(h), _) if fencing => h,
+        (_, _, Some(h)) if powering_off || matches!(d.step, Step::PowerOn | Step::WouldPowerOn) => {
+            h
+        }
         _ => return d,
     };
     let state = if fencing { NodeState::Blocked } else { d.state };
@@ -767,13 +799,7 @@ fn attest(
     }
 
     match &last.state {
-        PowerState::On => Decision::new(
-            S::Blocked,
-            Step::Idle,
-            Rule::PowerOn,
-            "the power source says On: likely a partition or a hung OS, not a dead machine; never fenced",
-        )
-        .read_at(plus(last.at, policy.recheck_interval)),
+        PowerState::On => on_reading(facts, last, phase, policy, now),
         PowerState::Transitional { detail } => Decision::new(
             S::Confirming,
             Step::Idle,
@@ -934,6 +960,174 @@ fn attest(
     }
 }
 
+/// The machine reads On: never fenced. With opt-in actuation ([`actuation`]), a NotReady node
+/// whose kubelet has been silent for `[actuation] after` is powered off, on this very read's
+/// proof that the machine is the node's; a machine oobfence already powered off is waited for.
+fn on_reading(
+    facts: &NodeFacts,
+    last: &PowerReading,
+    phase: &Phase,
+    policy: &Policy,
+    now: Timestamp,
+) -> Decision {
+    use NodeState as S;
+    const NEVER: &str = "the power source says On: likely a partition or a hung OS, not a dead machine; never fenced";
+    let blocked = |reason: String| {
+        Decision::new(S::Blocked, Step::Idle, Rule::PowerOn, reason)
+            .read_at(plus(last.at, policy.recheck_interval))
+    };
+    let Some(actuation) = policy.actuation.as_ref() else {
+        return blocked(NEVER.into());
+    };
+    let at = |t: Timestamp| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+    if let Some(r) = facts.actuation.powered_off(&facts.boot_id) {
+        let since = elapsed(r.off_at, now);
+        if since <= actuation::POWER_OFF_TAKES {
+            return Decision::new(
+                S::Confirming,
+                Step::Idle,
+                Rule::PoweredOffConfirming,
+                format!(
+                    "oobfence powered the machine off at {} ({} ago); it still reads On: reading again",
+                    at(r.off_at),
+                    secs(since)
+                ),
+            )
+            .read_at(plus(last.at, policy.confirm_interval));
+        }
+        return Decision::new(
+            S::Blocked,
+            Step::Idle,
+            Rule::PowerOffIgnored,
+            format!(
+                "oobfence powered the machine off at {}, {} ago, and it still reads On: the BMC took the command but the machine did not turn off; never powered off twice for one boot, a person must look",
+                at(r.off_at),
+                secs(since)
+            ),
+        )
+        .read_at(plus(last.at, policy.recheck_interval));
+    }
+    if !matches!(phase, Phase::NotReady { .. }) {
+        return blocked(NEVER.into());
+    }
+    let Verdict::Match(machine) = identity_of(facts, last) else {
+        return blocked(format!(
+            "{NEVER}; not powered off: this On read does not prove it comes from the node's machine"
+        ));
+    };
+    match actuation::off_verdict(
+        Some(actuation),
+        &facts.actuation,
+        &facts.boot_id,
+        last_sign_of_life(facts),
+        now,
+    ) {
+        actuation::OffVerdict::PowerOff => {
+            let reason = format!(
+                "{}, the power source says On from the node's machine ({machine}) and oobfence has seen no sign of life from its kubelet for at least {} ([actuation] after): a hung node",
+                phase.describe(),
+                secs(actuation.after)
+            );
+            if policy.dry_run {
+                Decision::new(
+                    S::Confirming,
+                    Step::WouldPowerOff,
+                    Rule::DryRun,
+                    format!("{reason}; dry run: would power it off, sending nothing"),
+                )
+            } else {
+                Decision::new(
+                    S::Confirming,
+                    Step::PowerOff,
+                    Rule::PoweringOff,
+                    format!("{reason}: power it off, then fence it on its Off reads"),
+                )
+                .guarded(WriteGuard {
+                    purpose: GuardPurpose::PowerOff,
+                    uid: facts.uid.clone(),
+                    boot_id: facts.boot_id.clone(),
+                    lease_renew_time: facts.lease_renew_time,
+                    evidence_at: last.at,
+                    read_max_age: policy.read_max_age,
+                    while_ready: false,
+                    ready_heartbeat: None,
+                    release_pods: false,
+                })
+            }
+        }
+        actuation::OffVerdict::Wait { at: when, why } => Decision::new(
+            S::Blocked,
+            Step::Idle,
+            Rule::WaitingToActuate,
+            format!(
+                "the power source says On: a partition or a hung OS; {why}: powered off at {} unless its kubelet shows life",
+                at(when)
+            ),
+        )
+        .read_at(plus(last.at, policy.recheck_interval))
+        .again_at(when),
+        actuation::OffVerdict::No(why) => blocked(format!("{NEVER}; not powered off: {why}")),
+    }
+}
+
+/// A fenced machine oobfence powered off, to be powered on again: on a fresh Off read from the
+/// node's own machine, taken after the fence.
+fn power_on(
+    facts: &NodeFacts,
+    record: &FenceRecord,
+    reads: &[PowerReading],
+    policy: &Policy,
+    now: Timestamp,
+) -> Decision {
+    use NodeState as S;
+    let fresh = reads
+        .last()
+        .filter(|r| r.at >= record.at && elapsed(r.at, now) <= policy.read_max_age);
+    let Some(off) =
+        fresh.filter(|r| r.state == PowerState::Off && identity_of(facts, r).is_match())
+    else {
+        let next = match fresh {
+            Some(r) => plus(r.at, policy.confirm_interval),
+            None => now,
+        };
+        return Decision::new(
+            S::Fenced,
+            Step::Idle,
+            Rule::PoweringOn,
+            format!(
+                "fenced at {}; powering the machine on needs a fresh Off read from the node's machine ({})",
+                record.at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                reads.last().map_or("no read yet".to_string(), |r| format!("last read: {}", r.state))
+            ),
+        )
+        .read_at(next);
+    };
+    let reason = format!(
+        "fenced at {} after oobfence powered the machine off; it reads Off ({}): power it on again, so that it boots and the fence comes off on its new bootID",
+        record.at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        identity_summary(facts, off)
+    );
+    if policy.dry_run {
+        return Decision::new(
+            S::Fenced,
+            Step::WouldPowerOn,
+            Rule::DryRun,
+            format!("{reason}; dry run: would power it on, sending nothing"),
+        );
+    }
+    Decision::new(S::Fenced, Step::PowerOn, Rule::PoweringOn, reason).guarded(WriteGuard {
+        purpose: GuardPurpose::PowerOn,
+        uid: facts.uid.clone(),
+        boot_id: record.boot_id.clone(),
+        lease_renew_time: facts.lease_renew_time,
+        evidence_at: off.at,
+        read_max_age: policy.read_max_age,
+        while_ready: false,
+        ready_heartbeat: None,
+        release_pods: false,
+    })
+}
+
 /// How a read's machine compares with the node's.
 fn identity_of(facts: &NodeFacts, r: &PowerReading) -> Verdict {
     identity::verify(&facts.identity, &r.identity)
@@ -1078,6 +1272,9 @@ fn decide_fenced(
         );
     }
     if facts.readiness != Readiness::Ready {
+        if actuation::on_due(policy.actuation.as_ref(), &facts.actuation, &record.boot_id) {
+            return power_on(facts, record, reads, policy, now);
+        }
         return Decision::new(
             S::Fenced,
             Step::Idle,

@@ -65,6 +65,7 @@ pub struct Metrics {
     pub node_state: Family<NodeStateLabels, Gauge>,
     pub nodes: Family<StateLabels, Gauge>,
     pub actions: Family<ActionLabels, Counter>,
+    pub power_actions: Family<PowerActionLabels, Counter>,
     pub would_act: Family<WouldActLabels, Counter>,
     pub power_reads: Family<ReadLabels, Counter>,
     pub power_reads_in_flight: Gauge,
@@ -79,6 +80,7 @@ pub struct Metrics {
     /// EC2 only: from a fence to the instance's EBS data volumes being detached from it.
     pub fence_to_ebs_detached: Histogram,
     pub fence_to_recovery: Histogram,
+    pub notready_to_power_off: Histogram,
     pub fenced_since: Family<NodeActionLabels, FloatGauge>,
     pub taint_age: Family<NodeLabels, FloatGauge>,
     pub power_source_last_success: Family<NodeBackendLabels, FloatGauge>,

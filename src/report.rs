@@ -47,6 +47,9 @@ pub struct NodeReport {
     pub next_read_at: Option<Timestamp>,
     /// The last action's outcome, if it failed.
     pub last_action_error: Option<String>,
+    /// When a failed action is tried again, if it is waiting.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action_retry_at: Option<Timestamp>,
     /// Holds from outside the node in force now (pause, stale view, storm, freeze, budget),
     /// as `rule: reason`, whether or not the node is at the point of a write.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -150,6 +153,7 @@ pub struct ReportInputs<'a> {
     pub dry_run: bool,
     pub read_in_flight: bool,
     pub last_action_error: Option<String>,
+    pub action_retry_at: Option<Timestamp>,
     /// `lease_stale_after` renewal intervals of the node's Lease (none: pre-attestation off).
     pub lease_stale_after: Option<std::time::Duration>,
 }
@@ -223,6 +227,7 @@ impl NodeReport {
             read_in_flight: i.read_in_flight,
             next_read_at: i.decision.next_read_at,
             last_action_error: i.last_action_error,
+            action_retry_at: i.action_retry_at,
             holds: describe_holds(&i.facts.holds),
         }
     }
@@ -381,6 +386,9 @@ impl NodeReport {
         }
         if let Some(e) = &self.last_action_error {
             let _ = writeln!(s, "  last action:  FAILED: {e}");
+            if let Some(at) = self.action_retry_at {
+                let _ = writeln!(s, "  next attempt: {}", at.strftime("%Y-%m-%dT%H:%M:%SZ"));
+            }
         }
         if self.reads.is_empty() {
             let _ = writeln!(s, "  power reads:  none");
@@ -422,6 +430,9 @@ fn describe_holds(h: &crate::decision::Holds) -> Vec<String> {
     }
     if let Some(f) = &h.fence {
         out.push(format!("{} (new fences): {}", f.kind.name(), f.reason));
+    }
+    if let Some(p) = &h.power {
+        out.push(format!("{} (power actions): {}", p.kind.name(), p.reason));
     }
     if let Some(t) = h.evidence_not_before {
         out.push(format!(

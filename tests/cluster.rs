@@ -9,6 +9,8 @@
 
 mod support;
 
+#[path = "cluster/actuation.rs"]
+mod actuation;
 #[path = "cluster/fencing.rs"]
 mod fencing;
 #[path = "cluster/refusals.rs"]

@@ -9,6 +9,8 @@
 
 mod support;
 
+#[path = "ec2/actions.rs"]
+mod actions;
 #[path = "ec2/batching.rs"]
 mod batching;
 #[path = "ec2/end_to_end.rs"]

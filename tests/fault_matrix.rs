@@ -15,7 +15,8 @@
 //!
 //! This file is the rig (the write recorder, the outcome, the helpers every scenario uses) and
 //! the one test that runs them all; the scenarios live by family in `tests/fault_matrix/`:
-//! guards, daemon_life, bmc_faults, ec2, ha_handover and ha, leases, trust.
+//! guards, daemon_life, bmc_faults, ec2, ha_handover and ha, leases, trust, hung (opt-in
+//! actuation: hung nodes, their power commands counted too).
 
 mod support;
 
@@ -31,6 +32,8 @@ mod guards;
 mod ha;
 #[path = "fault_matrix/ha_handover.rs"]
 mod ha_handover;
+#[path = "fault_matrix/hung.rs"]
+mod hung;
 #[path = "fault_matrix/leases.rs"]
 mod leases;
 #[path = "fault_matrix/trust.rs"]
@@ -378,6 +381,11 @@ async fn fault_matrix() {
         trust::a_cloned_system_uuid_proves_no_machine(),
         ha::two_hosts_one_identity(),
         ha::a_standby_with_slow_lease_gets(),
+        hung::hung_nodes_whose_bmcs_refuse_or_ignore_the_power_off(),
+        hung::a_kubelet_back_before_the_power_off_restarts_the_silence(),
+        hung::hung_nodes_beyond_the_power_budget_wait(),
+        hung::a_rack_of_hung_nodes_is_a_storm_not_a_power_off(),
+        hung::two_hosts_one_power_off(),
     ];
     // The Lease scenarios time kubelet silences against the controller-manager's 20 s grace,
     // and the timeline is a measurement: on a machine the first wave leaves less loaded.

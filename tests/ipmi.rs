@@ -9,6 +9,8 @@
 
 mod support;
 
+#[path = "ipmi/actions.rs"]
+mod actions;
 #[path = "ipmi/against_ipmitool.rs"]
 mod against_ipmitool;
 #[path = "ipmi/binary.rs"]

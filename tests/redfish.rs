@@ -11,6 +11,8 @@
 
 mod support;
 
+#[path = "redfish/actions.rs"]
+mod actions;
 #[path = "redfish/auth_and_tls.rs"]
 mod auth_and_tls;
 #[path = "redfish/certificate_validity.rs"]

@@ -94,6 +94,7 @@ pub(super) async fn check_config(path: &Path, probe: bool) -> Result<ExitCode, E
                     state: "not mapped".into(),
                     identity: "-".into(),
                     ok: true,
+                    actions: None,
                 },
                 Some(MappedSource { source, deadline }) => {
                     let r = daemon::read_once(&source, deadline).await;
@@ -122,6 +123,27 @@ pub(super) async fn check_config(path: &Path, probe: bool) -> Result<ExitCode, E
                     // How the read logged in, where the backend says (IPMI: suite and role;
                     // Redfish: Basic or a session), and the TLS version the BMC picks.
                     let backend = backend_column(source.as_ref(), &r.details).await;
+                    // Opt-in actuation: what the source says it can do, where both opt-ins
+                    // are given (it costs a read of its own).
+                    let acts = cfg.actuation.is_some()
+                        && cfg
+                            .mapping_for(&name)
+                            .is_some_and(|m| m.actuation_refused().is_none());
+                    let actions = match acts {
+                        true => {
+                            let a = source.action_support().await;
+                            let say = |r: &Result<String, String>| match r {
+                                Ok(how) => format!("yes ({how})"),
+                                Err(why) => format!("NO: {why}"),
+                            };
+                            Some(format!(
+                                "power off: {}; power on: {}",
+                                say(&a.off),
+                                say(&a.on)
+                            ))
+                        }
+                        false => None,
+                    };
                     Row {
                         node: name,
                         backend,
@@ -134,6 +156,7 @@ pub(super) async fn check_config(path: &Path, probe: bool) -> Result<ExitCode, E
                         identity,
                         ok: !matches!(r.state, crate::power::PowerState::Error { .. })
                             && identity_ok,
+                        actions,
                     }
                 }
             }
@@ -158,6 +181,13 @@ pub(super) async fn check_config(path: &Path, probe: bool) -> Result<ExitCode, E
         println!(
             "{:w0$}  {:w1$}  {:w2$}  {:w3$}  {}",
             r.node, r.backend, r.address, r.state, r.identity
+        );
+    }
+    for r in rows.iter().filter(|r| r.actions.is_some()) {
+        println!(
+            "actuation: {}: {}",
+            r.node,
+            r.actions.as_deref().unwrap_or_default()
         );
     }
     let failed = rows.iter().filter(|r| !r.ok).count();
@@ -238,6 +268,8 @@ struct Row {
     state: String,
     identity: String,
     ok: bool,
+    /// With opt-in actuation, whether its source says it can power the machine off and on.
+    actions: Option<String>,
 }
 
 pub(super) async fn probe(path: &Path, node: &str) -> Result<ExitCode, ExitCode> {

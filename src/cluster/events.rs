@@ -16,6 +16,11 @@ pub mod reasons {
     pub const BLOCKED: &str = "OobfenceBlocked";
     pub const WOULD_FENCE: &str = "OobfenceWouldFence";
     pub const WOULD_UNFENCE: &str = "OobfenceWouldUnfence";
+    pub const WOULD_POWER_OFF: &str = "OobfenceWouldPowerOff";
+    pub const WOULD_POWER_ON: &str = "OobfenceWouldPowerOn";
+    pub const POWERED_OFF: &str = "OobfencePoweredOff";
+    pub const POWERED_ON: &str = "OobfencePoweredOn";
+    pub const POWER_ACTION_FAILED: &str = "OobfencePowerActionFailed";
     pub const FENCE_FAILED: &str = "OobfenceFenceFailed";
     pub const RECORD_CLEARED: &str = "OobfenceRecordCleared";
     pub const VOLUMES_RELEASED: &str = "OobfenceVolumesReleased";

@@ -11,8 +11,11 @@ use kube::ResourceExt;
 
 use super::NodeView;
 use super::{
-    ANNOTATION_FENCED_AT, ANNOTATION_FENCED_BOOT_ID, ANNOTATION_FENCED_BY, OUT_OF_SERVICE_KEY,
+    ANNOTATION_FENCED_AT, ANNOTATION_FENCED_BOOT_ID, ANNOTATION_FENCED_BY,
+    ANNOTATION_POWERED_OFF_AT, ANNOTATION_POWERED_OFF_BOOT_ID, ANNOTATION_POWERED_OFF_BY,
+    ANNOTATION_POWERED_ON_AT, OUT_OF_SERVICE_KEY,
 };
+use crate::decision::actuation::PowerRecord;
 use crate::decision::{FenceRecord, NodeFacts, Readiness};
 use crate::identity::{IdentityCheck, NodeIdentity};
 
@@ -58,6 +61,25 @@ pub fn fence_record(node: &NodeView, me: &str) -> Option<FenceRecord> {
         boot_id,
         taint_present,
         ours,
+    })
+}
+
+/// oobfence's record of its power actions on the node (opt-in actuation), if any.
+pub fn power_record(node: &NodeView, me: &str) -> Option<PowerRecord> {
+    let ann = &node.annotations;
+    let off_at: Timestamp = ann.get(ANNOTATION_POWERED_OFF_AT)?.parse().ok()?;
+    Some(PowerRecord {
+        off_at,
+        boot_id: ann
+            .get(ANNOTATION_POWERED_OFF_BOOT_ID)
+            .cloned()
+            .unwrap_or_default(),
+        on_at: ann
+            .get(ANNOTATION_POWERED_ON_AT)
+            .and_then(|t| t.parse().ok()),
+        ours: ann
+            .get(ANNOTATION_POWERED_OFF_BY)
+            .is_some_and(|by| by == me || by.starts_with(&format!("{me}/"))),
     })
 }
 
@@ -167,6 +189,10 @@ pub fn node_facts(node: &NodeView, lease: Option<LeaseTimes>, me: &str) -> NodeF
         off_witness: None,
         identity_binding: None,
         holds: Default::default(),
+        actuation: crate::decision::actuation::ActuationFacts {
+            source_refuses: None,
+            record: power_record(node, me),
+        },
     }
 }
 

@@ -49,6 +49,13 @@ impl Cluster {
         self.still_leading()
     }
 
+    /// Whether a power command for `uid` may still be sent now: no hold on writes, and with
+    /// `[ha]` this instance still leading by its own deadline. Checked after the source's own
+    /// read, right before the command.
+    pub fn may_send_now(&self, uid: &str) -> Result<(), ClusterError> {
+        self.may_still_write_now(uid)
+    }
+
     /// With `[ha]`, whether this instance may still write by its own deadline.
     fn still_leading(&self) -> Result<(), ClusterError> {
         if let Some(l) = &self.leadership {
@@ -124,10 +131,12 @@ impl Cluster {
         guard: &WriteGuard,
     ) -> Result<(), ClusterError> {
         let lease_renew_time = match guard.purpose {
-            decision::GuardPurpose::Fence | decision::GuardPurpose::ReleasePods => {
+            decision::GuardPurpose::Fence
+            | decision::GuardPurpose::ReleasePods
+            | decision::GuardPurpose::PowerOff => {
                 self.fresh_lease_renew_time(&node.name_any()).await?
             }
-            decision::GuardPurpose::Unfence => None,
+            decision::GuardPurpose::Unfence | decision::GuardPurpose::PowerOn => None,
         };
         let view = NodeView::from(node);
         let fresh = FreshNode {
@@ -143,7 +152,7 @@ impl Cluster {
     }
 
     /// Retries `op` on 409 Conflict, a few times with jittered backoff; other errors return.
-    async fn on_conflict_retry<T, F, Fut>(&self, op: F) -> Result<T, ClusterError>
+    pub(super) async fn on_conflict_retry<T, F, Fut>(&self, op: F) -> Result<T, ClusterError>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, ClusterError>>,
@@ -275,6 +284,7 @@ impl Cluster {
                     }
                 }
             }
+            // The power record goes with the fence record: the next boot starts afresh.
             let annotations: serde_json::Map<String, serde_json::Value> = [
                 ANNOTATION_FENCED_AT,
                 ANNOTATION_FENCED_BOOT_ID,
@@ -283,6 +293,7 @@ impl Cluster {
                 ANNOTATION_REASON,
             ]
             .iter()
+            .chain(super::POWER_ANNOTATIONS.iter())
             .map(|k| (k.to_string(), serde_json::Value::Null))
             .collect();
             let mut patch = json!({

@@ -22,6 +22,9 @@ pub struct AwsConfig {
     pub volume_release_warning: Duration,
     /// Whether an instance must prove it is the node's (private IP or DNS name).
     pub identity: IdentityCheck,
+    /// Its instances may be stopped and started (`actuate = true`), where `[actuation]` is
+    /// enabled too.
+    pub actuate: bool,
 }
 
 impl AwsConfig {
@@ -43,6 +46,9 @@ pub(super) struct RawAws {
     volume_release_warning: Duration,
     #[serde(default)]
     identity: IdentityCheck,
+    /// Opt-in actuation, this section's half: `[actuation] enabled` is the other.
+    #[serde(default)]
+    actuate: bool,
 }
 
 fn default_aws_timeout() -> Duration {
@@ -104,6 +110,7 @@ impl RawAws {
             timeout: self.timeout,
             volume_release_warning: self.volume_release_warning,
             identity: self.identity,
+            actuate: self.actuate,
         })
     }
 }

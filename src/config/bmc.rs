@@ -100,6 +100,9 @@ pub struct BmcEntry {
     /// `corroborate`: the second witness an Off read needs to count (the system's power draw
     /// at most `max_off_watts`), if any.
     pub corroborate: Option<crate::decision::OffWitness>,
+    /// This entry's machines may be powered off and on (`actuate = true`), where
+    /// `[actuation]` is enabled too.
+    pub actuate: bool,
 }
 
 impl BmcEntry {
@@ -181,6 +184,9 @@ pub(super) struct RawBmc {
     identity: IdentityCheck,
     corroborate: Option<String>,
     max_off_watts: Option<f64>,
+    /// Opt-in actuation, this entry's half: `[actuation] enabled` is the other.
+    #[serde(default)]
+    actuate: bool,
 }
 
 /// `max_off_watts` unless set: a powered-off server's BMC reports its standby draw (often
@@ -483,6 +489,7 @@ impl RawBmc {
             ipmi: ipmi_options,
             redfish: redfish_options,
             identity: self.identity,
+            actuate: self.actuate,
             corroborate,
         })
     }

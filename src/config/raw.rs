@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::actuation::RawActuation;
 use super::aws::RawAws;
 use super::bmc::RawBmc;
 use super::guards::{DEFAULT_GUARD_RECORD, RawGuards};
@@ -74,6 +75,8 @@ pub(super) struct RawConfig {
     #[serde(default)]
     pause: RawPause,
     ha: Option<RawHa>,
+    #[serde(default)]
+    actuation: RawActuation,
 }
 
 #[derive(Deserialize, Default)]
@@ -250,6 +253,7 @@ impl RawConfig {
             flap_window: p.flap_window,
             pre_attest_after: p.pre_attest.then_some(lease_stale_after),
             release_at_attestation: p.release_at_attestation,
+            actuation: None,
         };
 
         let listen: SocketAddr = self.server.listen.parse().map_err(|_| {
@@ -344,6 +348,11 @@ impl RawConfig {
             None => None,
         };
         let pause = self.pause.validate(path, dc, ha.is_some())?;
+        let actuation = self.actuation.validate(path, policy.not_ready_grace)?;
+        let policy = Policy {
+            actuation: actuation.as_ref().map(|a| a.policy),
+            ..policy
+        };
 
         Ok(Config {
             source: path.to_owned(),
@@ -364,6 +373,7 @@ impl RawConfig {
             guard_record,
             pause,
             ha,
+            actuation,
             digest: String::new(),
         })
     }

@@ -8,6 +8,7 @@ use crate::config::redfish::RedfishAuth;
 use crate::decision::FenceAction;
 use crate::decision::holds::Limit;
 
+mod actuation;
 mod bmc_entries;
 mod ha;
 mod parsing;

@@ -125,6 +125,19 @@ impl Daemon {
                         .inc();
                     self.spawn_event(node, EventType::Normal, reasons::WOULD_UNFENCE, decision);
                 }
+                Step::WouldPowerOff | Step::WouldPowerOn => {
+                    let (action, reason) = if decision.step == Step::WouldPowerOff {
+                        ("power_off", reasons::WOULD_POWER_OFF)
+                    } else {
+                        ("power_on", reasons::WOULD_POWER_ON)
+                    };
+                    self.shared
+                        .metrics
+                        .would_act
+                        .get_or_create(&WouldActLabels { action })
+                        .inc();
+                    self.spawn_event(node, EventType::Normal, reason, decision);
+                }
                 _ => {}
             }
         }
@@ -148,6 +161,28 @@ impl Daemon {
         let may_act = !tracker.action_in_flight
             && tracker.retry_after.is_none_or(|t| Instant::now() >= t)
             && (tracker.acted_on.is_none() || tracker.acted_on != rv);
+        if may_act
+            && matches!(decision.step, Step::PowerOff | Step::PowerOn)
+            && let Some(src) = source
+        {
+            tracker.action_in_flight = true;
+            tracker.acted_on = rv;
+            // Counted now, so that the next node of this very pass sees the power budget and
+            // its failure domain busy.
+            self.calm.record_power_action(&uid, now);
+            if decision.step == Step::PowerOff {
+                let domain = super::guards::failure_domain(
+                    node,
+                    self.cfg.guards.failure_domain_label.as_deref(),
+                )
+                .unwrap_or_default();
+                self.calm.powering_off.insert(domain, uid.to_string());
+            }
+            let mut inputs = self.journal_inputs(name, facts, source, false);
+            inputs.decided_at = Some(Timestamp::now());
+            self.spawn_power_action(node.clone(), facts, src.clone(), decision.clone(), inputs);
+            return;
+        }
         if may_act
             && matches!(
                 decision.step,

@@ -57,12 +57,24 @@ impl Daemon {
                 .get_or_insert_with(|| self.cfg.mapping_for(&name).and_then(|m| m.off_witness()))
         });
         facts.mapping_conflict = self.conflicts.get(&name).cloned();
+        // Opt-in actuation: only a down node's mapping is asked whether it may act.
+        if self.cfg.actuation.is_some() && facts.readiness != crate::decision::Readiness::Ready {
+            facts.actuation.source_refuses = match self.cfg.mapping_for(&name) {
+                Some(m) => m.actuation_refused(),
+                None => Some("no power source maps this node".into()),
+            };
+        }
         facts.holds = self.calm.holds(
             failure_domain(node, self.cfg.guards.failure_domain_label.as_deref()).as_deref(),
             &uid,
             &self.cfg.guards,
             now,
         );
+        if let Some(a) = &self.cfg.actuation {
+            let domain = failure_domain(node, self.cfg.guards.failure_domain_label.as_deref())
+                .unwrap_or_default();
+            facts.holds.power = self.calm.power_hold(&uid, &domain, a.max_per_hour, now);
+        }
         if let Ok(mut h) = self.shared.holds.write() {
             h.insert(uid.clone(), facts.holds.clone());
         }

@@ -11,6 +11,7 @@ use jiff::Timestamp;
 use super::state::{Daemon, FAILING_WINDOW};
 use crate::cluster;
 use crate::cluster::NodeView;
+use crate::decision::actuation::POWER_OFF_TAKES;
 use crate::decision::holds::{Calm, Census, CensusNode, GuardPolicy, View};
 use crate::decision::{self, Readiness};
 
@@ -86,6 +87,30 @@ impl Daemon {
             {
                 self.calm.record_fence(&n.uid.clone(), f.at);
             }
+        }
+        // Opt-in actuation: the power actions recorded on the Nodes count against their
+        // budget (after a restart or a takeover too), and a node powered off but not fenced yet
+        // keeps its failure domain busy.
+        if self.cfg.actuation.is_some() {
+            self.calm.powering_off.clear();
+            for n in nodes {
+                let Some(r) = cluster::power_record(n, self.cluster.actor()).filter(|r| r.ours)
+                else {
+                    continue;
+                };
+                self.calm.record_power_action(&n.uid.clone(), r.off_at);
+                let fenced = cluster::fence_record(n, self.cluster.actor()).is_some();
+                // Until it is fenced, or until it has ignored the command: a machine that does
+                // not turn off is the operator's, and must not hold its domain's next hung
+                // machine for ever.
+                let on_its_way = decision_elapsed(r.off_at, now) <= POWER_OFF_TAKES;
+                if !fenced && on_its_way && r.boot_id == cluster::boot_id(n) {
+                    let domain =
+                        failure_domain(n, g.failure_domain_label.as_deref()).unwrap_or_default();
+                    self.calm.powering_off.insert(domain, n.uid.to_string());
+                }
+            }
+            self.calm.expire_power_actions(now);
         }
         let leadership = self
             .leadership

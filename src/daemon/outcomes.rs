@@ -6,7 +6,7 @@ use jiff::Timestamp;
 
 use super::action::ActionDone;
 use super::reads::{ReadDone, ReadPurpose};
-use super::state::{ACTION_RETRY, Daemon, FAILED_SOURCE_RETRY, READS_KEPT};
+use super::state::{ACTION_RETRY, Daemon, FAILED_SOURCE_RETRY, READS_KEPT, power_action_retry};
 use crate::decision::{PowerState, Step};
 use crate::identity;
 use crate::metrics::{BackendLabels, ReadLabels};
@@ -130,16 +130,34 @@ impl Daemon {
             // Nothing was written: the budget gets its place back.
             self.calm.forget_fence(&done.uid);
         }
+        let power_step = matches!(done.step, Step::PowerOff | Step::PowerOn);
         match done.result {
             Ok(()) => {
                 t.last_action_error = None;
                 t.retry_after = None;
+                if power_step {
+                    t.power_failures = 0;
+                }
             }
             Err(e) if done.abandoned => {
                 // Nothing was written: decide again on the next pass, with fresh inputs.
                 t.last_action_error = Some(e);
                 t.acted_on = None;
                 t.retry_after = None;
+            }
+            Err(e) if power_step => {
+                // A command refused or failed: retried, later each time, never in a loop.
+                t.power_failures = t.power_failures.saturating_add(1);
+                let wait = power_action_retry(t.power_failures);
+                tracing::warn!(
+                    node = %done.node,
+                    failures = t.power_failures,
+                    retry_in_s = wait.as_secs(),
+                    "power action not carried out: {e}"
+                );
+                t.last_action_error = Some(e);
+                t.acted_on = None;
+                t.retry_after = Some(Instant::now() + wait);
             }
             Err(e) => {
                 t.last_action_error = Some(e);

@@ -56,6 +56,10 @@ impl Daemon {
             dry_run: self.cfg.policy.dry_run,
             read_in_flight: tracker.read_in_flight,
             last_action_error: tracker.last_action_error.clone(),
+            action_retry_at: tracker.retry_after.and_then(|at| {
+                let left = at.checked_duration_since(std::time::Instant::now())?;
+                Some(now + jiff::SignedDuration::try_from(left).ok()?)
+            }),
             lease_stale_after: self.cfg.policy.pre_attest_after.map(|r| {
                 r.of(facts
                     .lease_duration

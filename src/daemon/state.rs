@@ -30,6 +30,28 @@ use crate::volumes::VolumeWatch;
 pub(super) const READS_KEPT: usize = 16;
 /// After a failed write, wait this long before trying again.
 pub(super) const ACTION_RETRY: Duration = Duration::from_secs(10);
+/// The first retry of a power command that was not sent or failed; each failure in a row
+/// doubles the wait, up to [`POWER_RETRY_MAX`]. A BMC refusing or failing a power-off is not
+/// hammered: its machine stays as it is, fenced only if it reads Off.
+pub(super) const POWER_RETRY_MIN: Duration = Duration::from_secs(30);
+pub(super) const POWER_RETRY_MAX: Duration = Duration::from_secs(15 * 60);
+
+/// How long to wait before the next power command after `failures` in a row (1 or more):
+/// exponential from [`POWER_RETRY_MIN`] to [`POWER_RETRY_MAX`], jittered so that a rack's
+/// retries do not fall together.
+pub(super) fn power_action_retry(failures: u32) -> Duration {
+    use backon::BackoffBuilder;
+    backon::ExponentialBuilder::default()
+        .with_min_delay(POWER_RETRY_MIN)
+        .with_max_delay(POWER_RETRY_MAX)
+        .with_factor(2.0)
+        .with_jitter()
+        .without_max_times()
+        .build()
+        .nth(failures.saturating_sub(1).min(16) as usize)
+        .unwrap_or(POWER_RETRY_MAX)
+}
+
 /// A failed power read counts towards `power_sources_failing` for this long.
 pub(super) const FAILING_WINDOW: Duration = Duration::from_secs(600);
 /// A delete_node fence stays in `fenced_since_timestamp_seconds` this long after the delete.

@@ -28,6 +28,9 @@ pub(super) struct Tracker {
     pub(super) acted_on: Option<String>,
     pub(super) retry_after: Option<Instant>,
     pub(super) last_action_error: Option<String>,
+    /// Power commands in a row that were not sent or failed: each waits longer before the
+    /// next ([`super::state::power_action_retry`]).
+    pub(super) power_failures: u32,
     pub(super) last_rule: Option<Rule>,
     /// The refusal the node is in (see `journal::refusal`).
     pub(super) refusal: Option<Rule>,

@@ -57,6 +57,9 @@ pub struct Policy {
     /// volumes at once instead of after the controller-manager's NotReady grace and the pod
     /// garbage collector's next tick.
     pub release_at_attestation: bool,
+    /// `[actuation]`: power hung machines off and fenced ones back on (`None`: off, the
+    /// default).
+    pub actuation: Option<super::actuation::ActuationPolicy>,
 }
 
 /// A kubelet renews its Lease every quarter of `leaseDurationSeconds` (its
@@ -137,6 +140,7 @@ impl Default for Policy {
             // on a Lease the write re-reads unrenewed); NotReady only adds the controller's
             // timer over that same Lease. README, "Release at attestation".
             release_at_attestation: true,
+            actuation: None,
         }
     }
 }
@@ -277,4 +281,7 @@ pub struct NodeFacts {
     /// What holds back writes from outside the node: a pause, a stale view, a storm, a freeze,
     /// the fence budget ([`super::holds`]).
     pub holds: super::holds::Holds,
+    /// Whether its power source may act, and what oobfence recorded of its power actions
+    /// ([`super::actuation`]).
+    pub actuation: super::actuation::ActuationFacts,
 }

@@ -56,6 +56,10 @@ pub enum GuardPurpose {
     /// Force-deleting the pods of a node oobfence just fenced.
     ReleasePods,
     Unfence,
+    /// Opt-in actuation: powering off a hung node's machine (checked as a fence is).
+    PowerOff,
+    /// Opt-in actuation: powering on the machine of a node oobfence fenced.
+    PowerOn,
 }
 
 /// The node as a fresh GET (and, for a fence, a fresh GET of its Lease) shows it.
@@ -83,8 +87,17 @@ pub fn recheck(
     if let Some(h) = &holds.write {
         return Err(h.reason.clone());
     }
-    if guard.purpose != GuardPurpose::Unfence
-        && let Some(h) = &holds.fence
+    if matches!(
+        guard.purpose,
+        GuardPurpose::Fence | GuardPurpose::ReleasePods | GuardPurpose::PowerOff
+    ) && let Some(h) = &holds.fence
+    {
+        return Err(h.reason.clone());
+    }
+    if matches!(
+        guard.purpose,
+        GuardPurpose::PowerOff | GuardPurpose::PowerOn
+    ) && let Some(h) = &holds.power
     {
         return Err(h.reason.clone());
     }
@@ -109,6 +122,32 @@ pub fn recheck(
         ));
     }
     match guard.purpose {
+        GuardPurpose::PowerOff => {
+            if fresh.readiness == Readiness::Ready {
+                return Err("the Node is Ready again on a fresh read".into());
+            }
+            if fresh.lease_renew_time != guard.lease_renew_time {
+                return Err(format!(
+                    "the kubelet renewed its Lease since the decision ({} -> {}): something on the machine is alive",
+                    show_time(guard.lease_renew_time),
+                    show_time(fresh.lease_renew_time)
+                ));
+            }
+        }
+        GuardPurpose::PowerOn => {
+            if fresh.readiness == Readiness::Ready {
+                return Err("the Node is Ready again on a fresh read".into());
+            }
+            match &fresh.fence {
+                Some(r) if r.ours && r.taint_present && r.boot_id == guard.boot_id => {}
+                _ => {
+                    return Err(
+                        "the Node no longer carries this daemon's fence of the boot it powered off"
+                            .into(),
+                    );
+                }
+            }
+        }
         GuardPurpose::Fence | GuardPurpose::ReleasePods => {
             if fresh.readiness == Readiness::Ready && !guard.while_ready {
                 return Err("the Node is Ready again on a fresh read".into());

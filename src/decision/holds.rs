@@ -164,6 +164,8 @@ pub enum HoldKind {
     StormCooldown,
     /// `fence_budget` fences already made in the window.
     FenceBudget,
+    /// The power actions' own budget is spent, or one is in flight in the failure domain.
+    PowerBudget,
     /// `[ha]`: another instance holds the Lease (or this one could not renew it in time).
     Standby,
 }
@@ -179,6 +181,7 @@ impl HoldKind {
             HoldKind::StormCooldown => "storm-cooldown",
             HoldKind::FenceBudget => "fence-budget",
             HoldKind::Standby => "standby",
+            HoldKind::PowerBudget => "power-budget",
         }
     }
 }
@@ -205,6 +208,9 @@ pub struct Holds {
     /// The last count of the datacenter's Leases did not see this node's Lease stale: it is
     /// read ahead only once a count has (so that a storm is counted before it is read).
     pub lease_not_yet_counted: bool,
+    /// Holds a power action (opt-in actuation): its own budget, one in flight per failure
+    /// domain. A power-off is held by the fence holds too.
+    pub power: Option<Hold>,
 }
 
 /// What a scope's state is across passes.
@@ -272,6 +278,11 @@ pub struct Calm {
     /// The guards' record of the instance before this one is being read (after a takeover):
     /// its fences are not counted yet ([`record`]).
     pub record_pending: bool,
+    /// Power actions of the last hour (opt-in actuation), by node uid, oldest first.
+    pub power_actions: Vec<(Timestamp, String)>,
+    /// The node of each failure domain ("" without the label) whose machine oobfence powered
+    /// off and has not fenced yet: one at a time per domain.
+    pub powering_off: BTreeMap<String, String>,
 }
 
 impl Calm {
@@ -431,6 +442,7 @@ impl Calm {
             evidence_not_before,
             pre_attest,
             lease_not_yet_counted: !self.stale_uids.contains(uid),
+            power: None,
         }
     }
 
@@ -552,6 +564,7 @@ impl Calm {
     }
 }
 
+pub mod power;
 pub mod record;
 
 #[cfg(test)]

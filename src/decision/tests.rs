@@ -7,6 +7,7 @@ use super::reading::ReadErrorKind;
 use super::*;
 use crate::identity::{MachineIdentity, NodeIdentity};
 
+mod actuation;
 mod confirmation;
 mod contradicted_off;
 mod grace_and_leases;
@@ -102,6 +103,7 @@ fn dead() -> NodeFacts {
         off_witness: None,
         identity_binding: None,
         holds: Holds::default(),
+        actuation: Default::default(),
     }
 }
 

@@ -40,6 +40,12 @@ impl Metrics {
             "Writes oobfence made to the cluster, by action (taint = fenced with the out-of-service taint, delete_node = fenced by deleting the Node, untaint = fence lifted after recovery, clear_record = dropped its record after someone else removed the taint, delete_volumeattachment = one of a deleted Node's, release_pods = a fenced node's pods force-deleted with release_at_attestation, delete_pod = each of those pods) and result (success, failure, abandoned); a failed fence or unfence did not happen and is retried, a failed release leaves the pods to the pod garbage collector",
             Listed(actions.clone()),
         );
+        let power_actions = Family::<PowerActionLabels, Counter>::default();
+        registry.register(
+            "power_actions",
+            "Power actions oobfence sent to machines (opt-in actuation: [actuation] enabled and actuate = true on the source), by action (power_off = a hung node's machine cut, power_on = a fenced machine brought back), result (sent; refused = nothing sent, its source or its own read right before said no; failure = nothing known to have happened, retried; abandoned = the write-time re-check stopped it) and backend",
+            Listed(power_actions.clone()),
+        );
         let would_act = Family::<WouldActLabels, Counter>::default();
         registry.register(
             "would_act",
@@ -135,6 +141,14 @@ impl Metrics {
             "fence_to_recovery_seconds",
             "Time from oobfence fencing a node to oobfence lifting the fence after the node came back (Ready, powered on, new bootID)",
             Listed(fence_to_recovery.clone()),
+        );
+        let notready_to_power_off = Histogram::new([
+            120.0, 180.0, 240.0, 300.0, 450.0, 600.0, 900.0, 1800.0, 3600.0,
+        ]);
+        registry.register(
+            "notready_to_power_off_seconds",
+            "Opt-in actuation: time from a node's Ready condition turning False/Unknown to oobfence sending the power-off to its machine ([actuation] after, the On read and the record before the command). The fence follows on the Off reads",
+            Listed(notready_to_power_off.clone()),
         );
         let fenced_since = Family::<NodeActionLabels, FloatGauge>::default();
         registry.register(
@@ -373,6 +387,7 @@ impl Metrics {
             node_state,
             nodes,
             actions,
+            power_actions,
             would_act,
             power_reads,
             power_reads_in_flight,
@@ -386,6 +401,7 @@ impl Metrics {
             fence_to_volumes_released,
             fence_to_ebs_detached,
             fence_to_recovery,
+            notready_to_power_off,
             fenced_since,
             taint_age,
             power_source_last_success,

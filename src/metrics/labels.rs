@@ -49,6 +49,15 @@ pub struct ActionLabels {
     pub result: &'static str,
 }
 
+/// A power action (opt-in actuation): `power_off` or `power_on`; `sent`, `refused`, `failure`
+/// or `abandoned`; the backend that carried it.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PowerActionLabels {
+    pub action: &'static str,
+    pub result: &'static str,
+    pub backend: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WouldActLabels {
     pub action: &'static str,

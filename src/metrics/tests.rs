@@ -34,6 +34,8 @@ fn every_metric_is_prefixed_and_explained() {
         "oobfence_notready_to_fence_seconds",
         "oobfence_fence_to_volumes_released_seconds",
         "oobfence_fence_to_recovery_seconds",
+        "oobfence_notready_to_power_off_seconds",
+        "oobfence_power_actions",
         "oobfence_out_of_service_taint_age_seconds",
         "oobfence_foreign_out_of_service_taints",
         "oobfence_blocked",

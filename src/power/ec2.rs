@@ -38,6 +38,7 @@ use super::{PowerSource, PowerState, ReadErrorKind, Reply};
 use crate::config::AwsConfig;
 use crate::identity::MachineIdentity;
 
+mod actions;
 mod errors;
 mod instance;
 mod interceptors;
@@ -472,5 +473,17 @@ impl PowerSource for Ec2Source {
 
     fn batches_reads(&self) -> bool {
         true
+    }
+
+    fn act<'a>(
+        &'a self,
+        action: super::PowerAction,
+        check: super::ActionCheck<'a>,
+    ) -> BoxFuture<'a, super::ActionOutcome> {
+        Box::pin(self.act_once(action, check))
+    }
+
+    fn action_support(&self) -> BoxFuture<'_, super::ActionSupport> {
+        Box::pin(self.reader.dry_run_actions(&self.instance_id))
     }
 }

@@ -21,6 +21,7 @@
 //! closed when idle), and `read` is one read: the exchanges in a session, and every answer
 //! and failure translated into a reply with a named error.
 
+pub mod act;
 pub mod commands;
 mod off_checks;
 pub mod rakp;
@@ -183,6 +184,34 @@ impl PowerSource for IpmiSource {
                 )),
             };
             scrub_reply(&shared.password, reply)
+        })
+    }
+
+    fn act<'a>(
+        &'a self,
+        action: super::PowerAction,
+        check: super::ActionCheck<'a>,
+    ) -> BoxFuture<'a, super::ActionOutcome> {
+        // Not detached, unlike a read: the check borrows from the caller. The task ends by its
+        // own deadline all the same.
+        Box::pin(act::act_task(self.shared.clone(), action, check))
+    }
+
+    fn action_support(&self) -> BoxFuture<'_, super::ActionSupport> {
+        let privilege = self.shared.privilege;
+        Box::pin(async move {
+            let says = |action: super::PowerAction| match act::privilege_refusal(privilege) {
+                Some(why) => Err(why),
+                None => Ok(format!(
+                    "Chassis Control {:#04x} as {}",
+                    act::chassis_control(action),
+                    privilege.as_str()
+                )),
+            };
+            super::ActionSupport {
+                off: says(super::PowerAction::Off),
+                on: says(super::PowerAction::On),
+            }
         })
     }
 }

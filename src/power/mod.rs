@@ -3,6 +3,7 @@
 //! Every backend answers one question — "what is this machine's power state right now?" — and
 //! reports failures as data, never as "off". The decision core only ever sees [`PowerReading`].
 
+pub mod actions;
 pub mod ec2;
 pub mod ipmi;
 pub mod redfish;
@@ -12,6 +13,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 
 use crate::identity::MachineIdentity;
+pub use actions::{ActionCheck, ActionOutcome, ActionSupport, PowerAction};
 
 // The core owns these words; sources and their callers use them from here too.
 pub use crate::decision::reading::{PowerReading, PowerState, ReadDetail, ReadErrorKind};
@@ -87,6 +89,31 @@ pub trait PowerSource: Send + Sync {
     /// BMC sessions, and would cut the source's batches down to their count.
     fn batches_reads(&self) -> bool {
         false
+    }
+
+    /// Sends `action` to the machine (opt-in actuation): reads it first, passes that reply to
+    /// `check`, and sends the command only if the check passes. Sources that cannot act refuse.
+    fn act<'a>(
+        &'a self,
+        action: PowerAction,
+        check: ActionCheck<'a>,
+    ) -> BoxFuture<'a, ActionOutcome> {
+        let _ = check;
+        Box::pin(async move {
+            ActionOutcome::Refused {
+                why: format!("{} sources cannot {action}", self.backend()),
+            }
+        })
+    }
+
+    /// Whether this source can carry out each action, as it says itself; costs a read.
+    fn action_support(&self) -> BoxFuture<'_, ActionSupport> {
+        Box::pin(async move {
+            ActionSupport::unsupported(&format!(
+                "{} sources carry out no power action",
+                self.backend()
+            ))
+        })
     }
 }
 

@@ -29,6 +29,7 @@ use crate::config::{BmcEntry, BmcTls};
 use crate::identity::MachineIdentity;
 use crate::secret::Secret;
 
+pub mod actions;
 mod errors;
 mod http;
 pub use crate::pinning;
@@ -233,23 +234,40 @@ impl RedfishSource {
 
     /// One authenticated GET; `Ok` only for a 2xx answer whose body arrived in full.
     async fn get(&self, path: &str) -> Result<Vec<u8>, PowerState> {
+        self.send(reqwest::Method::GET, path, None).await
+    }
+
+    /// One authenticated request (HTTP Basic or a session, as the entry's `auth` and the BMC
+    /// say), with `json` as its body; `Ok` only for a 2xx answer whose body arrived in full.
+    async fn send(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        json: Option<&serde_json::Value>,
+    ) -> Result<Vec<u8>, PowerState> {
         let url = url_of(&self.base, path)?;
+        let verb = method.as_str().to_string();
         let request = || {
-            self.client
-                .get(url.clone())
-                .header(reqwest::header::ACCEPT, "application/json")
+            let r = self
+                .client
+                .request(method.clone(), url.clone())
+                .header(reqwest::header::ACCEPT, "application/json");
+            match json {
+                Some(body) => r.json(body),
+                None => r,
+            }
         };
         if self.login.form() == session::AuthForm::Basic {
             let answer = fetch(
                 request().basic_auth(&self.username, Some(self.password.expose())),
-                "GET",
+                &verb,
                 path,
             )
             .await?;
             if answer.status != StatusCode::UNAUTHORIZED
                 || !self.login.switch_after_basic_refused(&answer)
             {
-                return self.accept(answer, path, session::AuthForm::Basic);
+                return self.accept(answer, &verb, path, session::AuthForm::Basic);
             }
         }
         // A session: a kept one, or a new login; once more after a 401 (the BMC may have
@@ -258,7 +276,7 @@ impl RedfishSource {
             let (token, login) = self.login.token().await?;
             let answer = fetch(
                 request().header("X-Auth-Token", token.expose()),
-                "GET",
+                &verb,
                 path,
             )
             .await?;
@@ -269,7 +287,7 @@ impl RedfishSource {
             let (token, _) = self.login.token().await?;
             fetch(
                 request().header("X-Auth-Token", token.expose()),
-                "GET",
+                &verb,
                 path,
             )
             .await
@@ -277,7 +295,7 @@ impl RedfishSource {
         .await;
         self.login.read_done().await;
         answer
-            .and_then(|answer| self.accept(answer, path, session::AuthForm::Session))
+            .and_then(|answer| self.accept(answer, &verb, path, session::AuthForm::Session))
             .map_err(|state| self.login.session_failed(state))
     }
 
@@ -285,6 +303,7 @@ impl RedfishSource {
     fn accept(
         &self,
         answer: Answer,
+        method: &str,
         path: &str,
         form: session::AuthForm,
     ) -> Result<Vec<u8>, PowerState> {
@@ -309,7 +328,7 @@ impl RedfishSource {
             };
             return Err(PowerState::error(
                 ReadErrorKind::Auth,
-                format!("HTTP {} for GET {path}: {how}", status_text(status)),
+                format!("HTTP {} for {method} {path}: {how}", status_text(status)),
             ));
         }
         if !status.is_success() {
@@ -321,7 +340,7 @@ impl RedfishSource {
             };
             return Err(PowerState::error(
                 ReadErrorKind::Protocol,
-                format!("HTTP {} for GET {path}{hint}", status_text(status)),
+                format!("HTTP {} for {method} {path}{hint}", status_text(status)),
             ));
         }
         Ok(answer.body)
@@ -399,6 +418,35 @@ impl PowerSource for RedfishSource {
     /// One GET of the ComputerSystem yields both the power state and the identity.
     fn read_reply(&self) -> BoxFuture<'_, Reply> {
         Box::pin(self.read_within_deadline())
+    }
+
+    fn act<'a>(
+        &'a self,
+        action: super::PowerAction,
+        check: super::ActionCheck<'a>,
+    ) -> BoxFuture<'a, super::ActionOutcome> {
+        Box::pin(async move {
+            // The read, an ActionInfo and the command: three requests, each under the entry's
+            // timeout, the whole under three of them.
+            let limit = self.timeout * 3;
+            let outcome = tokio::time::timeout(limit, self.act_once(action, check))
+                .await
+                .unwrap_or_else(|_| super::ActionOutcome::Failed {
+                    error: PowerState::error(
+                        ReadErrorKind::Timeout,
+                        format!(
+                            "no complete answer within {}",
+                            humantime::format_duration(limit)
+                        ),
+                    ),
+                });
+            self.login.read_done().await;
+            outcome
+        })
+    }
+
+    fn action_support(&self) -> BoxFuture<'_, super::ActionSupport> {
+        Box::pin(self.support())
     }
 
     fn transport(&self) -> BoxFuture<'_, Option<String>> {

@@ -21,6 +21,15 @@ pub const HOT_UUID: &str = "4c4c4544-0038-4b10-8052-b4c04f4a4e40";
 /// The UUID of the other `/w/` systems (read Off; `/w/off-cold` draws 4.5 W).
 pub const COLD_UUID: &str = "4c4c4544-0038-4b10-8052-b4c04f4a4e41";
 
+/// The UUID of `/hung/refuses`: a running system whose BMC answers every Reset 403.
+pub const REFUSES_UUID: &str = "4c4c4544-0038-4b10-8052-b4c04f4a4e60";
+
+/// The UUID of `/hung/ignores`: a running system whose BMC takes a Reset (204) and stays On.
+pub const IGNORES_UUID: &str = "4c4c4544-0038-4b10-8052-b4c04f4a4e61";
+
+/// The UUID of `/hung/graceful-only`: a running system that allows no ForceOff.
+pub const GRACEFUL_ONLY_UUID: &str = "4c4c4544-0038-4b10-8052-b4c04f4a4e62";
+
 /// An HTTPS server (Python's `http.server`) that answers each path with one odd reply.
 const ODD_BMC: &str = r##"
 import http.server, json, ssl, sys, time
@@ -95,11 +104,44 @@ ROUTES.update({
     "/w/off-missing": (200, linked("/w/off-missing", COLD, ["/w/chassis-missing"])),
 })
 
+# Running systems with a Reset action, for power actions: what each does with a POST to it.
+def hung(name, uuid, allowed):
+    odata_id = "/hung/" + name
+    return system(odata_id, '"PowerState": "On", "UUID": %s, "Actions": {"#ComputerSystem.Reset": {"target": %s, "ResetType@Redfish.AllowableValues": %s}}' % (
+        json.dumps(uuid), json.dumps(odata_id + "/Actions/ComputerSystem.Reset"), json.dumps(allowed)))
+
+ROUTES.update({
+    "/hung/refuses": (200, hung("refuses", "4c4c4544-0038-4b10-8052-b4c04f4a4e60", ["On", "ForceOff"])),
+    "/hung/ignores": (200, hung("ignores", "4c4c4544-0038-4b10-8052-b4c04f4a4e61", ["On", "ForceOff"])),
+    "/hung/graceful-only": (200, hung("graceful-only", "4c4c4544-0038-4b10-8052-b4c04f4a4e62", ["On", "GracefulShutdown"])),
+})
+RESETS = {
+    "/hung/refuses/Actions/ComputerSystem.Reset": (403, b'{"error": {"code": "Base.1.0.InsufficientPrivilege", "message": "There are insufficient privileges for the account or credentials associated with the current session to perform the requested operation."}}'),
+    "/hung/ignores/Actions/ComputerSystem.Reset": (204, b""),
+    "/hung/graceful-only/Actions/ComputerSystem.Reset": (204, b""),
+}
+POSTS = {}   # path -> the POST bodies received, in order
+
 class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
     def log_message(self, *args):
         pass
+
+    def reply(self, status, body):
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        if status != 204:
+            self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if status != 204:
+            self.wfile.write(body)
+
+    def do_POST(self):
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length).decode("utf-8", "replace")
+        POSTS.setdefault(self.path, []).append(body)
+        self.reply(*RESETS.get(self.path, (404, b"{}")))
 
     def do_GET(self):
         if self.path == "/redirect":
@@ -118,14 +160,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.wfile.flush()
             time.sleep(30)
             return
-        status, body = ROUTES.get(self.path, (404, b"{}"))
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        if status != 204:
-            self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        if status != 204:
-            self.wfile.write(body)
+        if self.path == "/_posts":
+            # What the tests ask: every POST received, by path.
+            return self.reply(200, json.dumps(POSTS).encode())
+        self.reply(*ROUTES.get(self.path, (404, b"{}")))
 
 ctx = tls_context()
 if sys.argv[3:] == ["tls1.1"]:
@@ -203,6 +241,25 @@ impl OddBmc {
             cert,
             _dir: dir,
         }
+    }
+}
+
+impl OddBmc {
+    /// The bodies of the POSTs the server received at `path` (a Reset target), in order.
+    pub async fn posts(&self, path: &str) -> Vec<String> {
+        let client = reqwest::Client::builder()
+            .tls_danger_accept_invalid_certs(true)
+            .build()
+            .unwrap();
+        let all: std::collections::BTreeMap<String, Vec<String>> = client
+            .get(format!("https://127.0.0.1:{}/_posts", self.port))
+            .send()
+            .await
+            .expect("ask the odd server for its POSTs")
+            .json()
+            .await
+            .expect("the odd server's POSTs as JSON");
+        all.get(path).cloned().unwrap_or_default()
     }
 }
 

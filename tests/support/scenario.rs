@@ -84,6 +84,8 @@ pub struct Scenario {
     pause_configmap: Mutex<String>,
     /// `[aws] endpoint_url` for a scenario without machines (a fake EC2).
     aws_endpoint: Mutex<Option<String>>,
+    /// Lines added to the `[aws]` section (`actuate = true`, ...).
+    aws_extra: Mutex<String>,
     /// The `[policy]` section's lines before any per-daemon extra ([`FAST_POLICY`] unless set).
     policy: Mutex<String>,
 }
@@ -142,6 +144,7 @@ impl Scenario {
             guards: Mutex::new(OPEN_GUARDS.into()),
             pause_configmap: Mutex::new("oobfence/oobfence-pause".into()),
             aws_endpoint: Mutex::new(None),
+            aws_extra: Mutex::new(String::new()),
             policy: Mutex::new(FAST_POLICY.into()),
         }
     }
@@ -150,6 +153,11 @@ impl Scenario {
     /// [`super::fake_ec2::FakeEc2`]), for a scenario without machines.
     pub fn set_aws_endpoint(&self, endpoint: &str) {
         *self.aws_endpoint.lock().unwrap() = Some(endpoint.to_string());
+    }
+
+    /// Adds lines to the `[aws]` section (`actuate = true\n`, ...).
+    pub fn set_aws_extra(&self, lines: &str) {
+        *self.aws_extra.lock().unwrap() = lines.to_string();
     }
 
     /// Replaces the `[policy]` section's fast lines ("" for the built-in defaults, which are the
@@ -334,6 +342,11 @@ impl Scenario {
     /// A `[[bmc]]` entry that reads node `suffix`'s power from machine `i` (Redfish system `i`
     /// with the emulator's pinned certificate, or IPMI simulator `i`).
     pub fn map(&self, suffix: &str, machine: usize) {
+        self.map_with(suffix, machine, "");
+    }
+
+    /// As [`map`](Self::map), with `extra` lines in the entry (`actuate = true`, ...).
+    pub fn map_with(&self, suffix: &str, machine: usize, extra: &str) {
         let node = self.name(suffix);
         let entry = match &self.machines {
             Machines::Redfish(emu) => bmc_entry(
@@ -343,7 +356,7 @@ impl Scenario {
                 sushy::USERNAME,
                 &self.password_file(&node, sushy::PASSWORD),
                 &format!(
-                    "system = \"{}\"\nca_file = \"{}\"\ntimeout = \"5s\"",
+                    "system = \"{}\"\nca_file = \"{}\"\ntimeout = \"5s\"\n{extra}",
                     emu.system_path(machine),
                     emu.cert_pem_path().display()
                 ),
@@ -354,7 +367,9 @@ impl Scenario {
                 &sims[machine].address(),
                 ipmi_sim::USERNAME,
                 &self.password_file(&node, ipmi_sim::PASSWORD),
-                "cipher_suite = 3\nprivilege = \"administrator\"\ntimeout = \"3s\"",
+                &format!(
+                    "cipher_suite = 3\nprivilege = \"administrator\"\ntimeout = \"3s\"\n{extra}"
+                ),
             ),
             Machines::Ec2 { .. } => panic!(
                 "an EC2 node is mapped by its providerID: Scenario::node or FakeNode::set_provider_id"
@@ -431,9 +446,10 @@ configmap = "{}"
         };
         if let Some(endpoint) = aws_endpoint {
             text.push_str(&format!(
-                "[aws]\nregion = \"{}\"\nnodes = [\"{}-*\"]\nendpoint_url = \"{endpoint}\"\n",
+                "[aws]\nregion = \"{}\"\nnodes = [\"{}-*\"]\nendpoint_url = \"{endpoint}\"\n{}",
                 moto::REGION,
                 self.group,
+                self.aws_extra.lock().unwrap(),
             ));
         }
         for entry in self.bmc_entries.lock().unwrap().iter() {

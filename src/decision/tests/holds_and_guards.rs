@@ -382,6 +382,11 @@ fn property_no_fence_under_a_hold_and_no_foreign_untaint() {
                                 }
                             }
                             Step::Idle => {}
+                            // Actuation is off in this policy: never a power action.
+                            Step::PowerOff
+                            | Step::WouldPowerOff
+                            | Step::PowerOn
+                            | Step::WouldPowerOn => panic!("{d:?}"),
                         }
                     }
                 }

@@ -31,7 +31,7 @@ fn resend_interval(timeout: Duration) -> Duration {
     (timeout / 5).clamp(Duration::from_millis(200), Duration::from_secs(1))
 }
 
-fn timing(shared: &Shared, deadline: Instant) -> Timing {
+pub(super) fn timing(shared: &Shared, deadline: Instant) -> Timing {
     Timing {
         resend_every: resend_interval(shared.timeout),
         resends: RESENDS,
@@ -172,7 +172,7 @@ pub(super) async fn read_task(shared: Arc<Shared>) -> Reply {
 /// Reads the chassis status, then the System GUID, through `session` until `deadline`. The
 /// answer, and whether the session is clean enough to keep: nothing odd on the wire (a stray
 /// answer, a resend, an unanswered GUID question).
-async fn read_in(
+pub(super) async fn read_in(
     session: &mut Session,
     shared: &Shared,
     deadline: Instant,

@@ -151,6 +151,18 @@ impl RunningDaemon {
             .await
     }
 
+    /// Waits until the daemon's report for `node` satisfies `reached` (`what` names it); on a
+    /// timeout the panic shows the last report.
+    pub async fn wait_report_where(
+        &self,
+        node: &str,
+        what: &str,
+        limit: Duration,
+        reached: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        self.wait_report(node, what, limit, reached).await
+    }
+
     async fn wait_report(
         &self,
         node: &str,
