@@ -123,9 +123,11 @@ async fn the_daemon_powers_a_hung_ipmi_node_down_fences_it_and_powers_it_up() {
     node.die(FIRST_BOOT).await;
     daemon.wait_rule(&name, "waiting-to-actuate", limit).await;
     assert_eq!(sim.ipmitool_power(), "on");
-    wait_for("the chassis powered down", Duration::from_secs(180), || async {
-        (sim.ipmitool_power() == "off").then_some(())
-    })
+    wait_for(
+        "the chassis powered down",
+        Duration::from_secs(180),
+        || async { (sim.ipmitool_power() == "off").then_some(()) },
+    )
     .await;
     daemon.wait_fenced(&name, limit).await;
     wait_for("the chassis powered up again", limit, || async {
