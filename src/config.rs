@@ -21,6 +21,7 @@ pub mod actuation;
 mod aws;
 mod bmc;
 pub mod checks;
+pub mod fence_agent;
 mod guards;
 mod ha;
 pub mod ipmi;

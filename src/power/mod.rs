@@ -5,6 +5,7 @@
 
 pub mod actions;
 pub mod ec2;
+pub mod fence_agent;
 pub mod ipmi;
 pub mod redfish;
 
@@ -20,7 +21,7 @@ pub use crate::decision::reading::{PowerReading, PowerState, ReadDetail, ReadErr
 pub use crate::decision::witness::{OffWitness, PowerDraw, Watts};
 
 /// Every value [`PowerSource::backend`] takes.
-pub const BACKENDS: [&str; 3] = ["redfish", "ipmi", "ec2"];
+pub const BACKENDS: [&str; 4] = ["redfish", "ipmi", "ec2", "fence-agent"];
 
 /// Everything one read of a power source returns.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -129,6 +130,9 @@ pub fn source_for(
         crate::config::Protocol::Ipmi => {
             Ok(std::sync::Arc::new(ipmi::IpmiSource::new(entry, node)?))
         }
+        crate::config::Protocol::FenceAgent => Ok(std::sync::Arc::new(
+            fence_agent::FenceAgentSource::new(entry, node)?,
+        )),
     }
 }
 
