@@ -6,6 +6,9 @@
 
 mod support;
 
+#[path = "fence_agent/daemon.rs"]
+mod daemon;
+
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -54,7 +57,7 @@ async fn reads_until(src: &FenceAgentSource, want: PowerState) {
     }
 }
 
-fn ipmilan(sim: &IpmiSim) -> String {
+pub(crate) fn ipmilan(sim: &IpmiSim) -> String {
     format!(
         "agent = \"fence_ipmilan\"\nusername = \"{}\"\ntimeout = \"30s\"\noptions = {{ ip = \"127.0.0.1\", ipport = \"{}\", lanplus = \"1\", cipher = \"3\", privlvl = \"administrator\" }}\n",
         ipmi_sim::USERNAME,
@@ -156,7 +159,7 @@ fn an_agent_missing_or_an_option_it_does_not_declare_is_a_config_error() {
 
 /// A fixture agent: answers `-o metadata` (and `-V`) as an agent does, and for a read runs
 /// `body` (POSIX sh) after reading its stdin into `$input`.
-fn fixture_agent(dir: &Path, name: &str, body: &str) -> PathBuf {
+pub(crate) fn fixture_agent(dir: &Path, name: &str, body: &str) -> PathBuf {
     let path = dir.join(name);
     let script = format!(
         r#"#!/bin/sh
@@ -296,4 +299,23 @@ async fn garbage_exit_statuses_and_failures_never_read_off_and_the_password_is_r
         seen, "action=status\nplug=vm-n1\npassword=hunter2-secret\n\n",
         "stdin lines, then an empty command line"
     );
+}
+
+#[test]
+fn two_entries_of_one_agent_endpoint_and_plug_are_one_machine() {
+    let text = |port2: u16| {
+        format!(
+            "datacenter = \"test\"\n\
+             [[bmc]]\nnodes = [\"a\"]\nprotocol = \"fence-agent\"\nidentity = \"unchecked\"\nagent = \"fence_ipmilan\"\noptions = {{ ip = \"10.0.0.1\", ipport = \"623\" }}\n\
+             [[bmc]]\nnodes = [\"b\"]\nprotocol = \"fence-agent\"\nidentity = \"unchecked\"\nagent = \"fence_ipmilan\"\noptions = {{ ip = \"10.0.0.1\", ipport = \"{port2}\" }}\n"
+        )
+    };
+    let e = Config::parse(&text(623), Path::new("test.toml"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("bmc[1].options") && e.contains("reads the same machine as bmc[0]"),
+        "{e}"
+    );
+    assert!(Config::parse(&text(624), Path::new("test.toml")).is_ok());
 }

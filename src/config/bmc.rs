@@ -149,11 +149,17 @@ impl BmcEntry {
                 Ok((host, port)) => format!("ipmi {}:{port}", host.to_ascii_lowercase()),
                 Err(_) => format!("ipmi {}", address.trim().to_ascii_lowercase()),
             },
+            // Every option takes part: the same endpoint on another port, or another systems
+            // URI, is another machine.
             Protocol::FenceAgent => match &self.fence_agent {
                 Some(fa) => format!(
                     "fence-agent {} {} plug {}",
                     fa.name,
-                    fa.endpoint_for(node).to_ascii_lowercase(),
+                    fa.options_for(node)
+                        .iter()
+                        .map(|(k, v)| format!("{k}={}", v.to_ascii_lowercase()))
+                        .collect::<Vec<_>>()
+                        .join(" "),
                     fa.plug_for(node).unwrap_or_default()
                 ),
                 None => "fence-agent".into(),
