@@ -8,6 +8,8 @@ mod support;
 
 #[path = "fence_agent/daemon.rs"]
 mod daemon;
+#[path = "fence_agent/kubevirt.rs"]
+mod kubevirt;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -20,7 +22,7 @@ use support::sushy::{self, SushyEmulator};
 
 /// A `protocol = "fence-agent"` entry for node `n1` through the real config parser; `password`
 /// goes to a file in `dir`.
-fn entry(dir: &Path, lines: &str, password: Option<&str>) -> Result<BmcEntry, String> {
+pub(crate) fn entry(dir: &Path, lines: &str, password: Option<&str>) -> Result<BmcEntry, String> {
     let password_line = match password {
         Some(pw) => {
             let file = dir.join("agent-password");
@@ -37,7 +39,7 @@ fn entry(dir: &Path, lines: &str, password: Option<&str>) -> Result<BmcEntry, St
         .map_err(|e| e.to_string())
 }
 
-fn source(entry: &BmcEntry) -> FenceAgentSource {
+pub(crate) fn source(entry: &BmcEntry) -> FenceAgentSource {
     FenceAgentSource::new(entry, "n1").unwrap()
 }
 
