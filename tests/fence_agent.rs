@@ -10,6 +10,8 @@ mod support;
 mod daemon;
 #[path = "fence_agent/kubevirt.rs"]
 mod kubevirt;
+#[path = "fence_agent/list.rs"]
+mod list;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -174,7 +176,7 @@ case "$1 $2" in
   <parameter name="password" unique="0" required="0"><content type="string"/></parameter>
   <parameter name="plug" unique="0" required="0"><content type="string"/></parameter>
 </parameters>
-<actions><action name="status"/><action name="off"/><action name="metadata"/></actions>
+<actions><action name="status"/><action name="off"/><action name="list-status"/><action name="metadata"/></actions>
 </resource-agent>
 XML
   exit 0;;

@@ -15,8 +15,8 @@ const AGENT_DIRS: [&str; 4] = ["/usr/sbin", "/sbin", "/usr/bin", "/bin"];
 const METADATA_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Options oobfence sets itself on every call; an entry may not set them in `options`.
-const RESERVED: [&str; 8] = [
-    "action", "plug", "port", "password", "passwd", "username", "login", "nodename",
+const RESERVED: [&str; 7] = [
+    "action", "plug", "port", "password", "passwd", "username", "login",
 ];
 
 /// A `[[bmc]]` entry's fence agent, checked against the agent's own metadata.
@@ -117,10 +117,10 @@ pub fn check_options(options: &BTreeMap<String, String>) -> Result<Vec<(String, 
         let valid = !name.is_empty()
             && name
                 .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-');
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
         if !valid {
             return Err(format!(
-                "{name:?} is not a fence agent option name (lower-case letters, digits, _ and -)"
+                "{name:?} is not a fence agent option name (letters, digits, _ and -, as its metadata spells them)"
             ));
         }
         if RESERVED.contains(&name.as_str()) {
@@ -143,6 +143,8 @@ pub struct AgentParameter {
     pub required: bool,
     /// The older name this one replaces (`password` obsoletes `passwd`).
     pub obsoletes: Option<String>,
+    /// The agent's own default: a required parameter with one need not be given.
+    pub has_default: bool,
 }
 
 /// What an agent's `metadata` action says of it.
@@ -175,6 +177,9 @@ impl AgentMetadata {
                     name: n.attribute("name")?.to_string(),
                     required: n.attribute("required") == Some("1"),
                     obsoletes: n.attribute("obsoletes").map(str::to_string),
+                    has_default: n
+                        .children()
+                        .any(|c| element(&c, "content") && c.attribute("default").is_some()),
                 })
             })
             .collect::<Vec<_>>();
@@ -218,7 +223,7 @@ impl AgentMetadata {
         let is_given = |name: &str| given.contains(&name);
         for p in self.parameters.iter().filter(|p| p.required) {
             // `action` is oobfence's; a required old name is met by its replacement.
-            if p.name == "action" || is_given(&p.name) {
+            if p.name == "action" || p.has_default || is_given(&p.name) {
                 continue;
             }
             let replaced = self
@@ -315,6 +320,7 @@ mod tests {
 	<parameter name="username" unique="0" required="1" obsoletes="login"><content type="string"/></parameter>
 	<parameter name="password" unique="0" required="0" obsoletes="passwd"><content type="string"/></parameter>
 	<parameter name="ssl_insecure" unique="0" required="0"><content type="boolean"/></parameter>
+	<parameter name="vmtype" unique="0" required="1"><content type="string" default="qemu"/></parameter>
 	<parameter name="plug" unique="0" required="0" obsoletes="port"><content type="string"/></parameter>
 </parameters>
 <actions>
@@ -338,7 +344,7 @@ mod tests {
         assert!(m.check(&["ipaddr", "login"]).is_ok());
         let e = m.check(&["ip", "username", "verbose_level"]).unwrap_err();
         assert!(e.contains("declares no option \"verbose_level\""), "{e}");
-        assert!(e.contains("ip, ipaddr, ssl_insecure"), "{e}");
+        assert!(e.contains("ip, ipaddr, ssl_insecure, vmtype"), "{e}");
         let e = m.check(&["username"]).unwrap_err();
         assert!(e.contains("requires the option \"ip\""), "{e}");
     }
@@ -368,7 +374,8 @@ mod tests {
         for (name, value, says) in [
             ("action", "off", "set by oobfence"),
             ("password", "x", "set by oobfence"),
-            ("IP", "x", "not a fence agent option name"),
+            ("ip addr", "x", "not a fence agent option name"),
+            ("ip=", "x", "not a fence agent option name"),
             ("ip", "a\nplug=other", "one line"),
         ] {
             let o: BTreeMap<String, String> = [(name.to_string(), value.to_string())].into();

@@ -8,226 +8,107 @@
 //! An agent reports no machine identity: its Off reads count only under `identity =
 //! "unchecked"`, which the config requires of these entries.
 
-use std::path::PathBuf;
-use std::process::Stdio;
-use std::time::Duration;
+mod list;
+pub mod process;
+
+use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+
+pub use list::{Lister, parse_list_status};
+pub use process::Agent;
+use process::last_lines;
 
 use super::{
     ActionCheck, ActionOutcome, ActionSupport, PowerAction, PowerSource, PowerState, ReadErrorKind,
     Reply,
 };
 use crate::config::BmcEntry;
-use crate::secret::Secret;
-
-/// What is kept of an agent's stdout and stderr each.
-const OUTPUT_CAP: u64 = 16 * 1024;
 
 /// The FenceAgentAPI's exit status for `status`: the plug is on.
 const STATUS_ON: i32 = 0;
 /// ... and off.
 const STATUS_OFF: i32 = 2;
 
-/// One node's fence agent: the agent, its options for that node, the credentials.
+/// One node's fence agent: the agent with its options for that node, and the plug.
+#[derive(Debug)]
 pub struct FenceAgentSource {
-    agent: PathBuf,
-    name: String,
-    /// `name=value` pairs for stdin, `{node}` filled in; credentials and plug apart.
-    options: Vec<(String, String)>,
+    agent: Arc<Agent>,
     plug: Option<String>,
-    username: Option<String>,
-    password: Option<Secret>,
-    timeout: Duration,
     endpoint: String,
     actions: Vec<String>,
-}
-
-impl std::fmt::Debug for FenceAgentSource {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FenceAgentSource")
-            .field("agent", &self.agent)
-            .field("options", &self.options)
-            .field("plug", &self.plug)
-            .field("username", &self.username)
-            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
-            .finish()
-    }
-}
-
-/// How one run of the agent ended.
-struct Run {
-    /// The exit code; `None` for a signal.
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
+    /// The endpoint's `list-status` batch, where the agent lists its plugs with their state.
+    lister: Option<Arc<Lister>>,
 }
 
 impl FenceAgentSource {
+    /// The source for `node` with its own agent process per read.
     pub fn new(entry: &BmcEntry, node: &str) -> Result<FenceAgentSource, String> {
+        FenceAgentSource::with_lister(entry, node, None)
+    }
+
+    /// The source for `node`; its reads go through `lister` (the batch of the node's
+    /// endpoint) when there is one.
+    pub fn with_lister(
+        entry: &BmcEntry,
+        node: &str,
+        lister: Option<Arc<Lister>>,
+    ) -> Result<FenceAgentSource, String> {
         let fa = entry
             .fence_agent
             .as_ref()
             .ok_or("not a fence-agent entry")?;
         Ok(FenceAgentSource {
-            agent: fa.agent.clone(),
-            name: fa.name.clone(),
-            options: fa.options_for(node),
+            agent: Arc::new(agent_for(entry, node)?),
             plug: fa.plug_for(node),
-            username: (!entry.username.is_empty()).then(|| entry.username.clone()),
-            password: (!entry.password.expose().is_empty()).then(|| entry.password.clone()),
-            timeout: entry.timeout,
             endpoint: fa.endpoint_for(node),
             actions: fa.actions.clone(),
+            lister,
         })
     }
 
-    /// The agent's stdin for `action`: one `name=value` a line.
-    fn stdin(&self, action: &str) -> String {
-        let mut lines = vec![format!("action={action}")];
-        lines.extend(self.options.iter().map(|(k, v)| format!("{k}={v}")));
-        if let Some(plug) = &self.plug {
-            lines.push(format!("plug={plug}"));
-        }
-        if let Some(user) = &self.username {
-            lines.push(format!("username={user}"));
-        }
-        if let Some(pw) = &self.password {
-            lines.push(format!("password={}", pw.expose()));
-        }
-        lines.join("\n") + "\n"
-    }
-
-    /// `text` with the password replaced, for messages.
-    fn scrub(&self, text: &str) -> String {
-        match &self.password {
-            Some(pw) if !pw.expose().is_empty() => text.replace(pw.expose(), "<password>"),
-            _ => text.to_string(),
-        }
-    }
-
-    /// Runs the agent once for `action`, at most the entry's timeout; the whole process group
-    /// is killed then.
-    async fn run(&self, action: &str) -> Result<Run, (ReadErrorKind, String)> {
-        let mut cmd = tokio::process::Command::new(&self.agent);
-        cmd.env_clear()
-            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
-            .env("LANG", "C.UTF-8")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .kill_on_drop(true);
-        let mut child = cmd.spawn().map_err(|e| {
-            (
-                ReadErrorKind::Config,
-                format!("{} could not be started: {e}", self.agent.display()),
-            )
-        })?;
-        let pgid = child.id().and_then(|id| i32::try_from(id).ok());
-        let input = self.stdin(action);
-        let mut stdin = child.stdin.take().expect("piped");
-        let stdout = child.stdout.take().expect("piped");
-        let stderr = child.stderr.take().expect("piped");
-        let work = async {
-            // An agent that exits without reading its stdin breaks the pipe: what it printed
-            // says why, so a failed write is not the error.
-            let _ = stdin.write_all(input.as_bytes()).await;
-            drop(stdin);
-            let (out, err, status) = tokio::join!(capped(stdout), capped(stderr), child.wait());
-            (out, err, status)
-        };
-        match tokio::time::timeout(self.timeout, work).await {
-            Ok((stdout, stderr, Ok(status))) => {
-                // The agent may have left children behind (ipmitool, ssh): none outlives it.
-                kill_group(pgid);
-                Ok(Run {
-                    code: status.code(),
-                    stdout: self.scrub(&stdout),
-                    stderr: self.scrub(&stderr),
-                })
-            }
-            Ok((_, _, Err(e))) => {
-                kill_group(pgid);
-                Err((
-                    ReadErrorKind::Config,
-                    format!("waiting for {}: {e}", self.name),
-                ))
-            }
-            Err(_) => {
-                kill_group(pgid);
-                Err((
-                    ReadErrorKind::Timeout,
-                    format!(
-                        "{} did not finish within {:?}; its process group was killed",
-                        self.name, self.timeout
-                    ),
-                ))
-            }
-        }
-    }
-
-    /// Why a run failed, in the agent's words (the last lines of stderr, else stdout).
-    fn failure(&self, action: &str, run: &Run) -> (ReadErrorKind, String) {
-        let said = last_lines(if run.stderr.trim().is_empty() {
-            &run.stdout
-        } else {
-            &run.stderr
-        });
-        let status = match run.code {
-            Some(c) => format!("exit status {c}"),
-            None => "killed by a signal".into(),
-        };
-        let lower = said.to_ascii_lowercase();
-        let kind = if lower.contains("unable to connect/login") || lower.contains("login") {
-            ReadErrorKind::Auth
-        } else if lower.contains("timed out") || lower.contains("timeout") {
-            ReadErrorKind::Timeout
-        } else if lower.contains("connect") || lower.contains("unreachable") {
-            ReadErrorKind::Unreachable
-        } else {
-            ReadErrorKind::Protocol
-        };
-        (
-            kind,
-            format!("{} {action} failed ({status}): {said}", self.name),
-        )
+    /// One `status` run for this node's plug.
+    async fn status(&self) -> PowerState {
+        status_of(&self.agent, self.plug.as_deref()).await
     }
 }
 
-/// Reads `r` to its end, keeping the first [`OUTPUT_CAP`] bytes.
-async fn capped(r: impl AsyncRead + Unpin) -> String {
-    let mut kept = Vec::new();
-    let mut r = r;
-    let _ = (&mut r).take(OUTPUT_CAP).read_to_end(&mut kept).await;
-    // Drain the rest so that the agent never blocks on a full pipe.
-    let _ = tokio::io::copy(&mut r, &mut tokio::io::sink()).await;
-    String::from_utf8_lossy(&kept).into_owned()
+/// The agent of `entry` with its options for `node` (what the node's endpoint is).
+pub fn agent_for(entry: &BmcEntry, node: &str) -> Result<Agent, String> {
+    let fa = entry
+        .fence_agent
+        .as_ref()
+        .ok_or("not a fence-agent entry")?;
+    Ok(Agent {
+        agent: fa.agent.clone(),
+        name: fa.name.clone(),
+        options: fa.options_for(node),
+        username: (!entry.username.is_empty()).then(|| entry.username.clone()),
+        password: (!entry.password.expose().is_empty()).then(|| entry.password.clone()),
+        timeout: entry.timeout,
+    })
 }
 
-/// SIGKILL to the process group `pgid` (the agent's own: it was started as its leader).
-fn kill_group(pgid: Option<i32>) {
-    if let Some(pgid) = pgid.filter(|p| *p > 1) {
-        let _ = nix::sys::signal::killpg(
-            nix::unistd::Pid::from_raw(pgid),
-            nix::sys::signal::Signal::SIGKILL,
-        );
-    }
-}
-
-/// The last three non-empty lines of `text`, joined: what an agent says last is why.
-fn last_lines(text: &str) -> String {
-    let lines: Vec<&str> = text
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .collect();
-    let said = lines[lines.len().saturating_sub(3)..].join(" / ");
-    if said.is_empty() {
-        "it printed nothing".into()
-    } else {
-        said
+/// One `status` run of `agent` for `plug`, read by its exit status.
+pub(super) async fn status_of(agent: &Agent, plug: Option<&str>) -> PowerState {
+    match agent.run("status", plug).await {
+        Err((kind, detail)) => PowerState::error(kind, detail),
+        Ok(run) => match run.code {
+            Some(STATUS_ON) => PowerState::On,
+            Some(STATUS_OFF) => PowerState::Off,
+            Some(1) | None => {
+                let (kind, detail) = agent.failure("status", &run);
+                PowerState::error(kind, detail)
+            }
+            Some(other) => PowerState::error(
+                ReadErrorKind::BadReply,
+                format!(
+                    "{} status exited {other}, which the fence agent API does not define (0 on, 2 off, 1 failure): {}",
+                    agent.name,
+                    last_lines(&format!("{}\n{}", run.stdout, run.stderr))
+                ),
+            ),
+        },
     }
 }
 
@@ -237,7 +118,7 @@ impl PowerSource for FenceAgentSource {
     }
 
     fn address(&self) -> String {
-        let mut a = self.name.clone();
+        let mut a = self.agent.name.clone();
         if !self.endpoint.is_empty() {
             a.push(' ');
             a.push_str(&self.endpoint);
@@ -255,33 +136,22 @@ impl PowerSource for FenceAgentSource {
 
     fn read_reply(&self) -> BoxFuture<'_, Reply> {
         Box::pin(async move {
-            let state = match self.run("status").await {
-                Err((kind, detail)) => PowerState::error(kind, detail),
-                Ok(run) => match run.code {
-                    Some(STATUS_ON) => PowerState::On,
-                    Some(STATUS_OFF) => PowerState::Off,
-                    Some(1) | None => {
-                        let (kind, detail) = self.failure("status", &run);
-                        PowerState::error(kind, detail)
-                    }
-                    Some(other) => PowerState::error(
-                        ReadErrorKind::BadReply,
-                        format!(
-                            "{} status exited {other}, which the fence agent API does not define (0 on, 2 off, 1 failure): {}",
-                            self.name,
-                            last_lines(&format!("{}\n{}", run.stdout, run.stderr))
-                        ),
-                    ),
-                },
+            let state = match (&self.lister, &self.plug) {
+                (Some(lister), Some(plug)) => lister.read(plug).await,
+                _ => self.status().await,
             };
             Reply::without_identity(
                 state,
                 format!(
                     "{} reports no machine identity; this entry's mapping is trusted (identity = \"unchecked\")",
-                    self.name
+                    self.agent.name
                 ),
             )
         })
+    }
+
+    fn batches_reads(&self) -> bool {
+        self.lister.is_some()
     }
 
     fn act<'a>(
@@ -296,23 +166,27 @@ impl PowerSource for FenceAgentSource {
             };
             if !self.actions.iter().any(|a| a == verb) {
                 return ActionOutcome::Refused {
-                    why: format!("{} lists no {verb} action in its metadata", self.name),
+                    why: format!("{} lists no {verb} action in its metadata", self.agent.name),
                 };
             }
-            let reply = self.read_reply().await;
+            // The source's own read right before the command: one status run of the plug.
+            let reply = Reply::without_identity(
+                self.status().await,
+                format!("{} reports no machine identity", self.agent.name),
+            );
             if let Err(why) = check(&reply) {
                 return ActionOutcome::Refused { why };
             }
-            match self.run(verb).await {
+            match self.agent.run(verb, self.plug.as_deref()).await {
                 Ok(run) if run.code == Some(0) => ActionOutcome::Sent {
-                    answer: format!("{} {verb}: exit status 0", self.name),
+                    answer: format!("{} {verb}: exit status 0", self.agent.name),
                 },
-                Ok(run) => ActionOutcome::Failed {
-                    error: PowerState::error(
-                        self.failure(verb, &run).0,
-                        self.failure(verb, &run).1,
-                    ),
-                },
+                Ok(run) => {
+                    let (kind, detail) = self.agent.failure(verb, &run);
+                    ActionOutcome::Failed {
+                        error: PowerState::error(kind, detail),
+                    }
+                }
                 Err((kind, detail)) => ActionOutcome::Failed {
                     error: PowerState::error(kind, detail),
                 },
@@ -324,9 +198,9 @@ impl PowerSource for FenceAgentSource {
         Box::pin(async move {
             let says = |verb: &str| {
                 if self.actions.iter().any(|a| a == verb) {
-                    Ok(format!("{} lists the {verb} action", self.name))
+                    Ok(format!("{} lists the {verb} action", self.agent.name))
                 } else {
-                    Err(format!("{} lists no {verb} action", self.name))
+                    Err(format!("{} lists no {verb} action", self.agent.name))
                 }
             };
             ActionSupport {

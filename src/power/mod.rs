@@ -174,6 +174,11 @@ pub struct PowerSources {
     redfish_entries: std::sync::Mutex<
         std::collections::HashMap<usize, Result<std::sync::Arc<redfish::EntryShared>, String>>,
     >,
+    /// The `list-status` batch of each fence-agent endpoint (entry index, options), where the
+    /// agent lists its plugs.
+    fence_agent_listers: std::sync::Mutex<
+        std::collections::HashMap<(usize, String), std::sync::Arc<fence_agent::Lister>>,
+    >,
 }
 
 impl PowerSources {
@@ -190,6 +195,7 @@ impl PowerSources {
             cfg,
             ec2,
             redfish_entries: Default::default(),
+            fence_agent_listers: Default::default(),
         }
     }
 
@@ -199,6 +205,32 @@ impl PowerSources {
         entry: &crate::config::BmcEntry,
         node: &str,
     ) -> Result<std::sync::Arc<dyn PowerSource>, String> {
+        if let Some(fa) = &entry.fence_agent {
+            let plug = fa.plug_for(node);
+            if plug.is_none() || !fa.actions.iter().any(|a| a == "list-status") {
+                return source_for(entry, node);
+            }
+            let key = (entry.index, format!("{:?}", fa.options_for(node)));
+            let lister = {
+                let mut listers = self
+                    .fence_agent_listers
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner());
+                match listers.get(&key) {
+                    Some(l) => l.clone(),
+                    None => {
+                        let l = std::sync::Arc::new(fence_agent::Lister::new(
+                            fence_agent::agent_for(entry, node)?,
+                        ));
+                        listers.insert(key, l.clone());
+                        l
+                    }
+                }
+            };
+            return Ok(std::sync::Arc::new(
+                fence_agent::FenceAgentSource::with_lister(entry, node, Some(lister))?,
+            ));
+        }
         if entry.protocol != crate::config::Protocol::Redfish {
             return source_for(entry, node);
         }
