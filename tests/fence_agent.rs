@@ -323,3 +323,33 @@ fn two_entries_of_one_agent_endpoint_and_plug_are_one_machine() {
     );
     assert!(Config::parse(&text(624), Path::new("test.toml")).is_ok());
 }
+
+/// Opt-in actuation through an agent: `action=off` and `action=on` by fence_ipmilan, each only
+/// after the check passed on the agent's own status read right before it.
+#[tokio::test]
+async fn fence_ipmilan_powers_ipmi_sim_off_and_on_after_the_check() {
+    use oobfence::power::{ActionOutcome, PowerAction, Reply};
+    let dir = tempfile::tempdir().unwrap();
+    let sim = IpmiSim::start();
+    let e = entry(dir.path(), &ipmilan(&sim), Some(ipmi_sim::PASSWORD)).unwrap();
+    let src = source(&e);
+    let support = src.action_support().await;
+    assert!(support.off.is_ok() && support.on.is_ok(), "{support:?}");
+    let on_only = |r: &Reply| {
+        (r.state == PowerState::On)
+            .then_some(())
+            .ok_or_else(|| format!("not On: {}", r.state))
+    };
+    let outcome = src.act(PowerAction::Off, &on_only).await;
+    assert!(matches!(outcome, ActionOutcome::Sent { .. }), "{outcome:?}");
+    assert_eq!(sim.ipmitool_power(), "off");
+    // Off now: the check refuses and nothing is sent.
+    let outcome = src.act(PowerAction::Off, &on_only).await;
+    assert!(
+        matches!(&outcome, ActionOutcome::Refused { why } if why.contains("not On")),
+        "{outcome:?}"
+    );
+    let outcome = src.act(PowerAction::On, &|_: &Reply| Ok(())).await;
+    assert!(matches!(outcome, ActionOutcome::Sent { .. }), "{outcome:?}");
+    assert_eq!(sim.ipmitool_power(), "on");
+}
