@@ -154,6 +154,10 @@ impl PowerSource for FenceAgentSource {
         self.lister.is_some()
     }
 
+    fn agent(&self) -> Option<&str> {
+        Some(&self.agent.name)
+    }
+
     fn act<'a>(
         &'a self,
         action: PowerAction,

@@ -85,6 +85,12 @@ pub trait PowerSource: Send + Sync {
         Box::pin(async { None })
     }
 
+    /// The fence agent a `protocol = "fence-agent"` source runs (`fence_ipmilan`), for the
+    /// per-agent metrics; `None` for the other backends.
+    fn agent(&self) -> Option<&str> {
+        None
+    }
+
     /// Whether the source folds the reads in flight into shared calls, one call at a time, and
     /// so bounds its own load (EC2). The daemon takes no read slot for such a read: slots bound
     /// BMC sessions, and would cut the source's batches down to their count.

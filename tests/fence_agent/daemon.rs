@@ -58,6 +58,22 @@ async fn the_daemon_fences_on_a_fence_agents_off_never_on_on_or_on_its_failure()
         metrics.contains("oobfence_power_reads_total{backend=\"fence-agent\",result=\"off\""),
         "{metrics}"
     );
+    assert!(
+        metrics
+            .contains("oobfence_fence_agent_reads_total{agent=\"fence_ipmilan\",result=\"off\"}"),
+        "{metrics}"
+    );
+    assert!(
+        metrics
+            .contains("oobfence_fence_agent_reads_total{agent=\"fence_broken\",result=\"error\"}"),
+        "{metrics}"
+    );
+    // `why` says which agent answered and that the mapping is trusted, not proven.
+    let out =
+        super::support::cli::oobfence_async(&["why", &nodes[0].name], &daemon.config_path).await;
+    let why = String::from_utf8_lossy(&out.stdout);
+    assert!(why.contains("fence_ipmilan"), "{why}");
+    assert!(why.contains("mapping is trusted"), "{why}");
     daemon.stop().await;
     for n in &nodes {
         n.delete().await;
