@@ -18,6 +18,7 @@ use crate::decision::Policy;
 use crate::decision::holds::GuardPolicy;
 
 pub mod actuation;
+mod agent_entry;
 mod aws;
 mod bmc;
 pub mod checks;
