@@ -18,9 +18,11 @@ use crate::decision::Policy;
 use crate::decision::holds::GuardPolicy;
 
 pub mod actuation;
+mod agent_entry;
 mod aws;
 mod bmc;
 pub mod checks;
+pub mod fence_agent;
 mod guards;
 mod ha;
 pub mod ipmi;

@@ -66,6 +66,7 @@ pub struct Metrics {
     pub nodes: Family<StateLabels, Gauge>,
     pub actions: Family<ActionLabels, Counter>,
     pub power_actions: Family<PowerActionLabels, Counter>,
+    pub fence_agent_reads: Family<AgentReadLabels, Counter>,
     pub would_act: Family<WouldActLabels, Counter>,
     pub power_reads: Family<ReadLabels, Counter>,
     pub power_reads_in_flight: Gauge,

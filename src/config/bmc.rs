@@ -5,14 +5,18 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{ConfigError, IdentityCheck, Secrets, compile_globs, humantime_serde, ipmi, redfish};
-use crate::secret::{self, Secret};
+use super::{
+    ConfigError, IdentityCheck, Secrets, compile_globs, fence_agent, humantime_serde, ipmi, redfish,
+};
+use crate::secret::Secret;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "kebab-case")]
 pub enum Protocol {
     Redfish,
     Ipmi,
+    /// A ClusterLabs fence agent run as a process (`fence_ipmilan`, `fence_vmware_rest`, ...).
+    FenceAgent,
 }
 
 impl Protocol {
@@ -20,6 +24,7 @@ impl Protocol {
         match self {
             Protocol::Redfish => "redfish",
             Protocol::Ipmi => "ipmi",
+            Protocol::FenceAgent => "fence-agent",
         }
     }
 }
@@ -95,6 +100,8 @@ pub struct BmcEntry {
     pub ipmi: Option<ipmi::IpmiOptions>,
     /// `protocol = "redfish"` only: how it logs in.
     pub redfish: Option<redfish::RedfishOptions>,
+    /// `protocol = "fence-agent"` only: the agent, its options and plug.
+    pub fence_agent: Option<fence_agent::FenceAgentOptions>,
     /// Whether an Off read must come from a machine that proves it is the node's.
     pub identity: IdentityCheck,
     /// `corroborate`: the second witness an Off read needs to count (the system's power draw
@@ -142,6 +149,21 @@ impl BmcEntry {
                 Ok((host, port)) => format!("ipmi {}:{port}", host.to_ascii_lowercase()),
                 Err(_) => format!("ipmi {}", address.trim().to_ascii_lowercase()),
             },
+            // Every option takes part: the same endpoint on another port, or another systems
+            // URI, is another machine.
+            Protocol::FenceAgent => match &self.fence_agent {
+                Some(fa) => format!(
+                    "fence-agent {} {} plug {}",
+                    fa.name,
+                    fa.options_for(node)
+                        .iter()
+                        .map(|(k, v)| format!("{k}={}", v.to_ascii_lowercase()))
+                        .collect::<Vec<_>>()
+                        .join(" "),
+                    fa.plug_for(node).unwrap_or_default()
+                ),
+                None => "fence-agent".into(),
+            },
         }
     }
 
@@ -149,7 +171,8 @@ impl BmcEntry {
     /// in address or system).
     pub(super) fn fixed_target(&self) -> Option<String> {
         let per_node = self.address.contains("{node}")
-            || self.system.as_deref().is_some_and(|s| s.contains("{node}"));
+            || self.system.as_deref().is_some_and(|s| s.contains("{node}"))
+            || self.fence_agent.as_ref().is_some_and(|fa| fa.per_node());
         (!per_node).then(|| self.machine_key(""))
     }
 
@@ -163,30 +186,34 @@ impl BmcEntry {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawBmc {
-    nodes: Vec<String>,
-    protocol: Protocol,
-    address: String,
-    system: Option<String>,
-    username: String,
-    password_file: Option<PathBuf>,
-    password_credential: Option<String>,
-    ca_file: Option<PathBuf>,
-    tls_fingerprint: Option<OneOrMany>,
+    pub(super) nodes: Vec<String>,
+    pub(super) protocol: Protocol,
+    pub(super) address: Option<String>,
+    pub(super) system: Option<String>,
+    pub(super) username: Option<String>,
+    pub(super) password_file: Option<PathBuf>,
+    pub(super) password_credential: Option<String>,
+    pub(super) ca_file: Option<PathBuf>,
+    pub(super) tls_fingerprint: Option<OneOrMany>,
     #[serde(default)]
-    tls_insecure: bool,
-    tls_pin_validity: Option<String>,
+    pub(super) tls_insecure: bool,
+    pub(super) tls_pin_validity: Option<String>,
     #[serde(default = "default_bmc_timeout", with = "humantime_serde")]
-    timeout: Duration,
-    cipher_suite: Option<ipmi::CipherSuiteSetting>,
-    privilege: Option<String>,
-    auth: Option<String>,
+    pub(super) timeout: Duration,
+    pub(super) cipher_suite: Option<ipmi::CipherSuiteSetting>,
+    pub(super) privilege: Option<String>,
+    pub(super) auth: Option<String>,
     #[serde(default)]
-    identity: IdentityCheck,
-    corroborate: Option<String>,
-    max_off_watts: Option<f64>,
+    pub(super) identity: IdentityCheck,
+    pub(super) corroborate: Option<String>,
+    pub(super) max_off_watts: Option<f64>,
     /// Opt-in actuation, this entry's half: `[actuation] enabled` is the other.
     #[serde(default)]
-    actuate: bool,
+    pub(super) actuate: bool,
+    /// `protocol = "fence-agent"`: the agent, its options (`name = "value"`), the plug.
+    pub(super) agent: Option<String>,
+    pub(super) options: Option<std::collections::BTreeMap<String, String>>,
+    pub(super) plug: Option<String>,
 }
 
 /// `max_off_watts` unless set: a powered-off server's BMC reports its standby draw (often
@@ -252,7 +279,38 @@ impl RawBmc {
         };
         let nodes = compile_globs(&self.nodes).map_err(|e| err("nodes", e))?;
 
-        let address = self.address.trim().to_string();
+        if self.protocol == Protocol::FenceAgent {
+            return self.validate_fence_agent(index, nodes, path, secrets);
+        }
+        for (key, set) in [
+            ("agent", self.agent.is_some()),
+            ("options", self.options.is_some()),
+            ("plug", self.plug.is_some()),
+        ] {
+            if set {
+                return Err(err(
+                    key,
+                    "applies to protocol = \"fence-agent\" only".into(),
+                ));
+            }
+        }
+        let address = self
+            .address
+            .as_deref()
+            .ok_or_else(|| {
+                err(
+                    "address",
+                    "missing: the BMC's address (\"https://{node}-bmc.dc1.example\" for Redfish, \"{node}-ipmi.dc1.example\" for IPMI)".into(),
+                )
+            })?
+            .trim()
+            .to_string();
+        let username = self.username.clone().ok_or_else(|| {
+            err(
+                "username",
+                "missing: the BMC account oobfence logs in as".into(),
+            )
+        })?;
         match self.protocol {
             Protocol::Redfish => {
                 let probe = address.replace("{node}", "node");
@@ -311,8 +369,9 @@ impl RawBmc {
                         ));
                     }
                 }
-                ipmi::check_username(&self.username).map_err(|e| err("username", e))?;
+                ipmi::check_username(&username).map_err(|e| err("username", e))?;
             }
+            Protocol::FenceAgent => unreachable!("validated above"),
         }
         let ipmi_options = match self.protocol {
             Protocol::Ipmi => {
@@ -349,7 +408,7 @@ impl RawBmc {
                     Some(a) => redfish::check_auth(a).map_err(|e| err("auth", e))?,
                 },
             }),
-            Protocol::Ipmi => None,
+            _ => None,
         };
         // One entry for many nodes must address each node's own machine: otherwise every node
         // it matches reads the same BMC, and one machine being off would fence them all.
@@ -374,32 +433,15 @@ impl RawBmc {
                 format!("{system:?} must be a path such as \"/redfish/v1/Systems/1\""),
             ));
         }
-        if self.username.is_empty() {
+        if username.is_empty() {
             return Err(err("username", "must not be empty".into()));
         }
-        let password = match (&self.password_file, &self.password_credential) {
-            (Some(_), Some(_)) => {
-                return Err(err(
-                    "password_file",
-                    "set either password_file or password_credential, not both".into(),
-                ));
-            }
-            (None, None) => {
-                return Err(err(
-                    "password_file",
-                    "missing: set password_file = \"/etc/oobfence/secrets/NAME\" or password_credential = \"NAME\"".into(),
-                ));
-            }
-            _ if secrets == Secrets::Skip => Secret::new(""),
-            (Some(file), None) => {
-                secret::read_password_file(file).map_err(|e| err("password_file", e))?
-            }
-            (None, Some(name)) => {
-                let file =
-                    secret::credential_path(name).map_err(|e| err("password_credential", e))?;
-                secret::read_password_file(&file).map_err(|e| err("password_credential", e))?
-            }
-        };
+        let password = self.password(secrets, &err)?.ok_or_else(|| {
+            err(
+                "password_file",
+                "missing: set password_file = \"/etc/oobfence/secrets/NAME\" or password_credential = \"NAME\"".into(),
+            )
+        })?;
         if self.protocol == Protocol::Ipmi {
             let key = if self.password_file.is_some() {
                 "password_file"
@@ -481,105 +523,17 @@ impl RawBmc {
             protocol: self.protocol,
             address,
             system: self.system,
-            username: self.username,
+            username,
             password,
             password_file: self.password_file.clone(),
             tls,
             timeout: self.timeout,
             ipmi: ipmi_options,
             redfish: redfish_options,
+            fence_agent: None,
             identity: self.identity,
             actuate: self.actuate,
             corroborate,
         })
-    }
-}
-
-/// `corroborate` and `max_off_watts`: a default threshold, a checked one, and a clear error
-/// naming the key for a typo, a value out of range, or a threshold without a witness.
-#[cfg(test)]
-mod corroborate_tests {
-    use std::path::Path;
-
-    use crate::config::Config;
-    use crate::decision::{OffWitness, Watts};
-
-    fn parse(protocol: &str, extra: &str) -> Result<Config, String> {
-        let dir = tempfile::tempdir().unwrap();
-        let pw = dir.path().join("pw");
-        std::fs::write(&pw, "s3cret-value\n").unwrap();
-        let address = if protocol == "ipmi" {
-            "{node}-bmc.dc1.example"
-        } else {
-            "https://{node}-bmc.dc1.example"
-        };
-        let text = format!(
-            "datacenter = \"dc1\"\n[[bmc]]\nnodes = [\"n-*\"]\nprotocol = \"{protocol}\"\n\
-             address = \"{address}\"\nusername = \"fence\"\npassword_file = \"{}\"\n{extra}",
-            pw.display()
-        );
-        Config::parse(&text, Path::new("dc1.toml")).map_err(|e| e.to_string())
-    }
-
-    fn witness(protocol: &str, extra: &str) -> Option<OffWitness> {
-        parse(protocol, extra)
-            .unwrap_or_else(|e| panic!("{extra}: {e}"))
-            .bmc[0]
-            .corroborate
-    }
-
-    #[test]
-    fn power_draw_has_a_default_threshold_and_takes_one() {
-        for protocol in ["redfish", "ipmi"] {
-            assert_eq!(witness(protocol, ""), None);
-            assert_eq!(
-                witness(protocol, "corroborate = \"power-draw\"\n"),
-                Some(OffWitness::PowerDraw {
-                    max_off_watts: Watts::whole(super::DEFAULT_MAX_OFF_WATTS)
-                })
-            );
-            for (value, watts) in [("0", 0.0), ("35", 35.0), ("12.5", 12.5), ("500", 500.0)] {
-                assert_eq!(
-                    witness(
-                        protocol,
-                        &format!("corroborate = \"power-draw\"\nmax_off_watts = {value}\n")
-                    ),
-                    Some(OffWitness::PowerDraw {
-                        max_off_watts: Watts::from_f64(watts).unwrap()
-                    }),
-                    "{value}"
-                );
-            }
-        }
-    }
-
-    #[test]
-    fn a_typo_or_a_value_out_of_range_is_an_error_naming_the_key() {
-        let err = |extra: &str| parse("redfish", extra).unwrap_err();
-        let e = err("corroborate = \"power_draw\"\n");
-        assert!(
-            e.contains("bmc[0].corroborate") && e.contains("\"power_draw\" is not a witness"),
-            "{e}"
-        );
-        assert!(e.contains("use \"power-draw\""), "{e}");
-        for value in ["-1", "500.5", "1e9", "nan"] {
-            let e = err(&format!(
-                "corroborate = \"power-draw\"\nmax_off_watts = {value}\n"
-            ));
-            assert!(
-                e.contains("bmc[0].max_off_watts") && e.contains("out of range"),
-                "{value}: {e}"
-            );
-        }
-        let e = err("max_off_watts = 20\n");
-        assert!(
-            e.contains("bmc[0].max_off_watts")
-                && e.contains("applies with corroborate = \"power-draw\" only"),
-            "{e}"
-        );
-        let e = err("corroborate = \"power-draw\"\nmax_off_watt = 20\n");
-        assert!(e.contains("max_off_watt"), "{e}");
-        let e = err("corroborate = \"power-draw\"\nmax_off_watts = \"20 W\"\n");
-        assert!(e.contains("max_off_watts"), "{e}");
     }
 }

@@ -67,6 +67,18 @@ pub fn warnings(cfg: &Config) -> Vec<Finding> {
                 ),
             ));
         }
+        if let Some(fa) = &b.fence_agent {
+            out.push(finding(
+                Severity::Note,
+                key("agent"),
+                format!(
+                    "{} at {}: a fence agent reports no machine identity, so this entry's mapping is trusted as written; its reads are one agent process each ({} per read at most)",
+                    fa.version,
+                    fa.agent.display(),
+                    humantime::format_duration(b.timeout)
+                ),
+            ));
+        }
         if b.identity == IdentityCheck::Unchecked {
             out.push(finding(
                 Severity::Warning,

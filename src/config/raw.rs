@@ -294,8 +294,12 @@ impl RawConfig {
                     .iter()
                     .find(|b| b.fixed_target().as_ref() == Some(&target))
             {
+                let key = match entry.protocol {
+                    super::Protocol::FenceAgent => "options",
+                    _ => "address",
+                };
                 return Err(err(
-                    &format!("bmc[{index}].address"),
+                    &format!("bmc[{index}].{key}"),
                     format!(
                         "reads the same machine as bmc[{}] ({target}): one machine cannot be two nodes, and its being off would fence both",
                         other.index

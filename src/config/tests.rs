@@ -10,6 +10,7 @@ use crate::decision::holds::Limit;
 
 mod actuation;
 mod bmc_entries;
+mod corroborate;
 mod ha;
 mod parsing;
 mod policy_and_guards;

@@ -28,6 +28,14 @@ impl Daemon {
                 error_kind,
             })
             .inc();
+        if let Some(agent) = &done.agent {
+            m.fence_agent_reads
+                .get_or_create(&crate::metrics::AgentReadLabels {
+                    agent: agent.clone(),
+                    result: done.reading.state.label(),
+                })
+                .inc();
+        }
         m.power_read_duration
             .get_or_create(&BackendLabels {
                 backend: done.backend,

@@ -38,6 +38,8 @@ pub(super) struct ReadDone {
     pub(super) generation: u64,
     pub(super) reading: PowerReading,
     pub(super) backend: &'static str,
+    /// The fence agent that answered, for a `protocol = "fence-agent"` source.
+    pub(super) agent: Option<String>,
     pub(super) purpose: ReadPurpose,
     /// The node was Ready when the read was started.
     pub(super) ready_when_started: bool,
@@ -128,6 +130,7 @@ pub(super) fn spawn_read(
                 generation: who.generation,
                 reading,
                 backend: src.source.backend(),
+                agent: src.source.agent().map(str::to_string),
                 purpose,
                 ready_when_started,
             })

@@ -58,6 +58,12 @@ impl Metrics {
             "Out-of-band power reads by backend and result (on, off, transitional, error); error_kind says why a read failed (timeout, unreachable, tls, auth, protocol, bad_reply, config). Errors never count as off",
             Listed(power_reads.clone()),
         );
+        let fence_agent_reads = Family::<AgentReadLabels, Counter>::default();
+        registry.register(
+            "fence_agent_reads",
+            "protocol = \"fence-agent\" only: power reads by fence agent (fence_ipmilan, fence_vmware_rest, ...) and result (on, off, transitional, error); the same reads are in power_reads under backend=\"fence-agent\"",
+            Listed(fence_agent_reads.clone()),
+        );
         let power_reads_in_flight = Gauge::default();
         registry.register(
             "power_reads_in_flight",
@@ -390,6 +396,7 @@ impl Metrics {
             power_actions,
             would_act,
             power_reads,
+            fence_agent_reads,
             power_reads_in_flight,
             power_read_duration,
             blocked,

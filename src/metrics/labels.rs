@@ -71,6 +71,12 @@ pub struct ReadLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AgentReadLabels {
+    pub agent: String,
+    pub result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BackendLabels {
     pub backend: &'static str,
 }

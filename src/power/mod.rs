@@ -5,6 +5,7 @@
 
 pub mod actions;
 pub mod ec2;
+pub mod fence_agent;
 pub mod ipmi;
 pub mod redfish;
 
@@ -20,7 +21,7 @@ pub use crate::decision::reading::{PowerReading, PowerState, ReadDetail, ReadErr
 pub use crate::decision::witness::{OffWitness, PowerDraw, Watts};
 
 /// Every value [`PowerSource::backend`] takes.
-pub const BACKENDS: [&str; 3] = ["redfish", "ipmi", "ec2"];
+pub const BACKENDS: [&str; 4] = ["redfish", "ipmi", "ec2", "fence-agent"];
 
 /// Everything one read of a power source returns.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -84,6 +85,12 @@ pub trait PowerSource: Send + Sync {
         Box::pin(async { None })
     }
 
+    /// The fence agent a `protocol = "fence-agent"` source runs (`fence_ipmilan`), for the
+    /// per-agent metrics; `None` for the other backends.
+    fn agent(&self) -> Option<&str> {
+        None
+    }
+
     /// Whether the source folds the reads in flight into shared calls, one call at a time, and
     /// so bounds its own load (EC2). The daemon takes no read slot for such a read: slots bound
     /// BMC sessions, and would cut the source's batches down to their count.
@@ -129,6 +136,9 @@ pub fn source_for(
         crate::config::Protocol::Ipmi => {
             Ok(std::sync::Arc::new(ipmi::IpmiSource::new(entry, node)?))
         }
+        crate::config::Protocol::FenceAgent => Ok(std::sync::Arc::new(
+            fence_agent::FenceAgentSource::new(entry, node)?,
+        )),
     }
 }
 
@@ -170,6 +180,11 @@ pub struct PowerSources {
     redfish_entries: std::sync::Mutex<
         std::collections::HashMap<usize, Result<std::sync::Arc<redfish::EntryShared>, String>>,
     >,
+    /// The `list-status` batch of each fence-agent endpoint (entry index, options), where the
+    /// agent lists its plugs.
+    fence_agent_listers: std::sync::Mutex<
+        std::collections::HashMap<(usize, String), std::sync::Arc<fence_agent::Lister>>,
+    >,
 }
 
 impl PowerSources {
@@ -186,6 +201,7 @@ impl PowerSources {
             cfg,
             ec2,
             redfish_entries: Default::default(),
+            fence_agent_listers: Default::default(),
         }
     }
 
@@ -195,6 +211,32 @@ impl PowerSources {
         entry: &crate::config::BmcEntry,
         node: &str,
     ) -> Result<std::sync::Arc<dyn PowerSource>, String> {
+        if let Some(fa) = &entry.fence_agent {
+            let plug = fa.plug_for(node);
+            if plug.is_none() || !fa.actions.iter().any(|a| a == "list-status") {
+                return source_for(entry, node);
+            }
+            let key = (entry.index, format!("{:?}", fa.options_for(node)));
+            let lister = {
+                let mut listers = self
+                    .fence_agent_listers
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner());
+                match listers.get(&key) {
+                    Some(l) => l.clone(),
+                    None => {
+                        let l = std::sync::Arc::new(fence_agent::Lister::new(
+                            fence_agent::agent_for(entry, node)?,
+                        ));
+                        listers.insert(key, l.clone());
+                        l
+                    }
+                }
+            };
+            return Ok(std::sync::Arc::new(
+                fence_agent::FenceAgentSource::with_lister(entry, node, Some(lister))?,
+            ));
+        }
         if entry.protocol != crate::config::Protocol::Redfish {
             return source_for(entry, node);
         }

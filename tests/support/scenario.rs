@@ -405,6 +405,17 @@ impl Scenario {
         self.add_bmc_entry(&entry);
     }
 
+    /// A `protocol = "fence-agent"` entry for node `suffix` (`identity = "unchecked"`, as
+    /// these entries must say), with `password` in a file and `lines` (agent, options, ...).
+    pub fn map_fence_agent(&self, suffix: &str, password: &str, lines: &str) {
+        let node = self.name(suffix);
+        let entry = format!(
+            "\n[[bmc]]\nnodes = [\"{node}\"]\nprotocol = \"fence-agent\"\nidentity = \"unchecked\"\npassword_file = \"{}\"\n{lines}\n",
+            self.password_file(&node, password).display()
+        );
+        self.add_bmc_entry(&entry);
+    }
+
     fn add_bmc_entry(&self, toml: &str) {
         self.bmc_entries.lock().unwrap().push(toml.to_string());
     }

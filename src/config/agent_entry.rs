@@ -1,0 +1,150 @@
+//! A `[[bmc]]` entry of `protocol = "fence-agent"`: its keys checked, the agent found and
+//! asked for its metadata, and the password every protocol reads the same way.
+
+use std::path::Path;
+use std::time::Duration;
+
+use super::bmc::{BmcEntry, BmcTls, Protocol, RawBmc};
+use super::{ConfigError, IdentityCheck, Secrets, fence_agent};
+use crate::secret::{self, Secret};
+
+impl RawBmc {
+    /// The password from `password_file` or `password_credential`, if the entry names one.
+    pub(super) fn password(
+        &self,
+        secrets: Secrets,
+        err: &dyn Fn(&str, String) -> ConfigError,
+    ) -> Result<Option<Secret>, ConfigError> {
+        Ok(Some(
+            match (&self.password_file, &self.password_credential) {
+                (Some(_), Some(_)) => {
+                    return Err(err(
+                        "password_file",
+                        "set either password_file or password_credential, not both".into(),
+                    ));
+                }
+                (None, None) => return Ok(None),
+                _ if secrets == Secrets::Skip => Secret::new(""),
+                (Some(file), None) => {
+                    secret::read_password_file(file).map_err(|e| err("password_file", e))?
+                }
+                (None, Some(name)) => {
+                    let file =
+                        secret::credential_path(name).map_err(|e| err("password_credential", e))?;
+                    secret::read_password_file(&file).map_err(|e| err("password_credential", e))?
+                }
+            },
+        ))
+    }
+
+    /// A `protocol = "fence-agent"` entry: the agent found and asked for its metadata, the
+    /// options checked against it, and none of the BMC protocols' keys.
+    pub(super) fn validate_fence_agent(
+        self,
+        index: usize,
+        nodes: Vec<glob::Pattern>,
+        path: &Path,
+        secrets: Secrets,
+    ) -> Result<BmcEntry, ConfigError> {
+        let err = |key: &str, problem: String| ConfigError {
+            file: path.to_owned(),
+            key: format!("bmc[{index}].{key}"),
+            problem,
+        };
+        for (key, set) in [
+            ("address", self.address.is_some()),
+            ("system", self.system.is_some()),
+            ("ca_file", self.ca_file.is_some()),
+            ("tls_fingerprint", self.tls_fingerprint.is_some()),
+            ("tls_insecure", self.tls_insecure),
+            ("tls_pin_validity", self.tls_pin_validity.is_some()),
+            ("auth", self.auth.is_some()),
+            ("cipher_suite", self.cipher_suite.is_some()),
+            ("privilege", self.privilege.is_some()),
+            ("corroborate", self.corroborate.is_some()),
+            ("max_off_watts", self.max_off_watts.is_some()),
+        ] {
+            if set {
+                return Err(err(
+                    key,
+                    "does not apply to protocol = \"fence-agent\": the agent's own options (options = { ip = \"...\", ssl_insecure = \"1\" }) say where and how it connects".into(),
+                ));
+            }
+        }
+        if self.identity != IdentityCheck::Unchecked {
+            return Err(err(
+                "identity",
+                "a fence agent reports no machine identity, so its Off reads cannot prove which machine answered: set identity = \"unchecked\" to trust this entry's mapping (check-config and why say so)".into(),
+            ));
+        }
+        let name = self.agent.clone().ok_or_else(|| {
+            err(
+                "agent",
+                "missing: the fence agent to run, such as \"fence_ipmilan\"".into(),
+            )
+        })?;
+        let agent = fence_agent::resolve_agent(&name).map_err(|e| err("agent", e))?;
+        let options = fence_agent::check_options(&self.options.clone().unwrap_or_default())
+            .map_err(|e| err("options", e))?;
+        let password = self.password(secrets, &err)?;
+        let username = self.username.clone().filter(|u| !u.is_empty());
+        let (metadata, version) =
+            fence_agent::read_metadata(&agent).map_err(|e| err("agent", e))?;
+        let mut given: Vec<&str> = options.iter().map(|(k, _)| k.as_str()).collect();
+        given.extend(username.is_some().then_some("username"));
+        given.extend(password.is_some().then_some("password"));
+        given.extend(self.plug.is_some().then_some("plug"));
+        metadata
+            .check(&given)
+            .map_err(|e| err("options", format!("{e} ({version})")))?;
+        let fa = fence_agent::FenceAgentOptions {
+            name: agent
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or(name),
+            agent,
+            options,
+            plug: self.plug.clone(),
+            version,
+            actions: metadata.actions,
+        };
+        let covers_many =
+            self.nodes.len() > 1 || self.nodes.iter().any(|g| g.contains(['*', '?', '[']));
+        if covers_many && !fa.per_node() {
+            return Err(err(
+                "plug",
+                format!(
+                    "this entry matches several nodes ({:?}) but neither plug nor any option contains {{node}}: every one of them would read the same machine's power; write one entry per node or use {{node}}",
+                    self.nodes
+                ),
+            ));
+        }
+        if self.timeout.is_zero() || self.timeout > Duration::from_secs(120) {
+            return Err(err(
+                "timeout",
+                format!(
+                    "{} is out of range: use between 1ms and 120s",
+                    humantime::format_duration(self.timeout)
+                ),
+            ));
+        }
+        Ok(BmcEntry {
+            index,
+            nodes,
+            protocol: Protocol::FenceAgent,
+            address: String::new(),
+            system: None,
+            username: username.unwrap_or_default(),
+            password: password.unwrap_or_else(|| Secret::new("")),
+            password_file: self.password_file.clone(),
+            tls: BmcTls::System,
+            timeout: self.timeout,
+            ipmi: None,
+            redfish: None,
+            fence_agent: Some(fa),
+            identity: self.identity,
+            actuate: self.actuate,
+            corroborate: None,
+        })
+    }
+}

@@ -1,0 +1,198 @@
+//! Running a fence agent once, as its interface (FenceAgentAPI) asks and as oobfence needs:
+//! options on stdin, a scrubbed environment, its own process group killed whole at the
+//! deadline, its output capped and the password redacted.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+
+use crate::power::ReadErrorKind;
+use crate::secret::Secret;
+
+/// What is kept of an agent's stdout and stderr each.
+const OUTPUT_CAP: u64 = 16 * 1024;
+
+/// An agent with the options of one endpoint: everything but the plug and the action.
+pub struct Agent {
+    pub(super) agent: PathBuf,
+    pub(super) name: String,
+    /// `name=value` pairs for stdin, `{node}` filled in; credentials and plug apart.
+    pub(super) options: Vec<(String, String)>,
+    pub(super) username: Option<String>,
+    pub(super) password: Option<Secret>,
+    pub(super) timeout: Duration,
+}
+
+impl std::fmt::Debug for Agent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Agent")
+            .field("agent", &self.agent)
+            .field("options", &self.options)
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+/// How one run of the agent ended.
+pub(super) struct Run {
+    /// The exit code; `None` for a signal.
+    pub(super) code: Option<i32>,
+    pub(super) stdout: String,
+    pub(super) stderr: String,
+}
+
+impl Agent {
+    /// The agent's stdin for `action` on `plug`: one `name=value` a line.
+    pub(super) fn stdin(&self, action: &str, plug: Option<&str>) -> String {
+        let mut lines = vec![format!("action={action}")];
+        lines.extend(self.options.iter().map(|(k, v)| format!("{k}={v}")));
+        if let Some(plug) = plug {
+            lines.push(format!("plug={plug}"));
+        }
+        if let Some(user) = &self.username {
+            lines.push(format!("username={user}"));
+        }
+        if let Some(pw) = &self.password {
+            lines.push(format!("password={}", pw.expose()));
+        }
+        lines.join("\n") + "\n"
+    }
+
+    /// `text` with the password replaced, for messages.
+    pub(super) fn scrub(&self, text: &str) -> String {
+        match &self.password {
+            Some(pw) if !pw.expose().is_empty() => text.replace(pw.expose(), "<password>"),
+            _ => text.to_string(),
+        }
+    }
+
+    /// Runs the agent once for `action` (on `plug`), at most the entry's timeout; the whole
+    /// process group is killed then.
+    pub(super) async fn run(
+        &self,
+        action: &str,
+        plug: Option<&str>,
+    ) -> Result<Run, (ReadErrorKind, String)> {
+        let mut cmd = tokio::process::Command::new(&self.agent);
+        cmd.env_clear()
+            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+            .env("LANG", "C.UTF-8")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true);
+        let mut child = cmd.spawn().map_err(|e| {
+            (
+                ReadErrorKind::Config,
+                format!("{} could not be started: {e}", self.agent.display()),
+            )
+        })?;
+        let pgid = child.id().and_then(|id| i32::try_from(id).ok());
+        let input = self.stdin(action, plug);
+        let mut stdin = child.stdin.take().expect("piped");
+        let stdout = child.stdout.take().expect("piped");
+        let stderr = child.stderr.take().expect("piped");
+        let work = async {
+            // An agent that exits without reading its stdin breaks the pipe: what it printed
+            // says why, so a failed write is not the error.
+            let _ = stdin.write_all(input.as_bytes()).await;
+            drop(stdin);
+            let (out, err, status) = tokio::join!(capped(stdout), capped(stderr), child.wait());
+            (out, err, status)
+        };
+        match tokio::time::timeout(self.timeout, work).await {
+            Ok((stdout, stderr, Ok(status))) => {
+                // The agent may have left children behind (ipmitool, ssh): none outlives it.
+                kill_group(pgid);
+                Ok(Run {
+                    code: status.code(),
+                    stdout: self.scrub(&stdout),
+                    stderr: self.scrub(&stderr),
+                })
+            }
+            Ok((_, _, Err(e))) => {
+                kill_group(pgid);
+                Err((
+                    ReadErrorKind::Config,
+                    format!("waiting for {}: {e}", self.name),
+                ))
+            }
+            Err(_) => {
+                kill_group(pgid);
+                Err((
+                    ReadErrorKind::Timeout,
+                    format!(
+                        "{} did not finish within {:?}; its process group was killed",
+                        self.name, self.timeout
+                    ),
+                ))
+            }
+        }
+    }
+
+    /// Why a run failed, in the agent's words (the last lines of stderr, else stdout).
+    pub(super) fn failure(&self, action: &str, run: &Run) -> (ReadErrorKind, String) {
+        let said = last_lines(if run.stderr.trim().is_empty() {
+            &run.stdout
+        } else {
+            &run.stderr
+        });
+        let status = match run.code {
+            Some(c) => format!("exit status {c}"),
+            None => "killed by a signal".into(),
+        };
+        let lower = said.to_ascii_lowercase();
+        let kind = if lower.contains("unable to connect/login") || lower.contains("login") {
+            ReadErrorKind::Auth
+        } else if lower.contains("timed out") || lower.contains("timeout") {
+            ReadErrorKind::Timeout
+        } else if lower.contains("connect") || lower.contains("unreachable") {
+            ReadErrorKind::Unreachable
+        } else {
+            ReadErrorKind::Protocol
+        };
+        (
+            kind,
+            format!("{} {action} failed ({status}): {said}", self.name),
+        )
+    }
+}
+
+/// Reads `r` to its end, keeping the first [`OUTPUT_CAP`] bytes.
+async fn capped(r: impl AsyncRead + Unpin) -> String {
+    let mut kept = Vec::new();
+    let mut r = r;
+    let _ = (&mut r).take(OUTPUT_CAP).read_to_end(&mut kept).await;
+    // Drain the rest so that the agent never blocks on a full pipe.
+    let _ = tokio::io::copy(&mut r, &mut tokio::io::sink()).await;
+    String::from_utf8_lossy(&kept).into_owned()
+}
+
+/// SIGKILL to the process group `pgid` (the agent's own: it was started as its leader).
+fn kill_group(pgid: Option<i32>) {
+    if let Some(pgid) = pgid.filter(|p| *p > 1) {
+        let _ = nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(pgid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+}
+
+/// The last three non-empty lines of `text`, joined: what an agent says last is why.
+pub(super) fn last_lines(text: &str) -> String {
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let said = lines[lines.len().saturating_sub(3)..].join(" / ");
+    if said.is_empty() {
+        "it printed nothing".into()
+    } else {
+        said
+    }
+}
