@@ -344,19 +344,7 @@ ca_file = "{}"
         config.replace("[policy]\n", "[policy]\nrelease_at_attestation = false\n"),
     )
     .unwrap();
-    let reloads = std::fs::read_to_string(&log_path)
-        .unwrap_or_default()
-        .matches(" reloaded ")
-        .count();
-    std::process::Command::new("kill")
-        .args(["-HUP", &daemon.id().expect("the daemon runs").to_string()])
-        .status()
-        .expect("send SIGHUP");
-    support::k8s::wait_for("the reload", Duration::from_secs(30), || async {
-        let log = std::fs::read_to_string(&log_path).unwrap_or_default();
-        (log.matches(" reloaded ").count() > reloads).then_some(())
-    })
-    .await;
+    reload(&daemon, &log_path).await;
     clock.say("config reloaded: release_at_attestation = false");
     let second = &nodes[SECOND_VICTIM];
     let released_off = cut
@@ -398,19 +386,7 @@ ca_file = "{}"
         )
     );
     std::fs::write(&config_path, &actuated).unwrap();
-    let reloads = std::fs::read_to_string(&log_path)
-        .unwrap_or_default()
-        .matches(" reloaded ")
-        .count();
-    std::process::Command::new("kill")
-        .args(["-HUP", &daemon.id().expect("the daemon runs").to_string()])
-        .status()
-        .expect("send SIGHUP");
-    support::k8s::wait_for("the reload", Duration::from_secs(30), || async {
-        let log = std::fs::read_to_string(&log_path).unwrap_or_default();
-        (log.matches(" reloaded ").count() > reloads).then_some(())
-    })
-    .await;
+    reload(&daemon, &log_path).await;
     clock.say("config reloaded: opt-in actuation on for rack1-01 (release_at_attestation back to its default)");
     let hang = hung::Hang {
         clock: &clock,
@@ -507,4 +483,23 @@ ca_file = "{}"
          a hung node powered off, fenced, powered on and unfenced (opt-in actuation); \
          a stopped EC2 instance's node fenced; a terminated one's Node and VolumeAttachment deleted"
     );
+}
+
+/// `systemctl reload`: SIGHUP to the daemon, then waits for its log to say it reloaded.
+async fn reload(daemon: &tokio::process::Child, log_path: &std::path::Path) {
+    let reloads = || {
+        std::fs::read_to_string(log_path)
+            .unwrap_or_default()
+            .matches(" reloaded ")
+            .count()
+    };
+    let before = reloads();
+    std::process::Command::new("kill")
+        .args(["-HUP", &daemon.id().expect("the daemon runs").to_string()])
+        .status()
+        .expect("send SIGHUP");
+    support::k8s::wait_for("the reload", Duration::from_secs(30), || async {
+        (reloads() > before).then_some(())
+    })
+    .await;
 }
