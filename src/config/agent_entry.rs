@@ -2,7 +2,6 @@
 //! asked for its metadata, and the password every protocol reads the same way.
 
 use std::path::Path;
-use std::time::Duration;
 
 use super::bmc::{BmcEntry, BmcTls, Protocol, RawBmc};
 use super::{ConfigError, IdentityCheck, Secrets, fence_agent};
@@ -119,15 +118,7 @@ impl RawBmc {
                 ),
             ));
         }
-        if self.timeout.is_zero() || self.timeout > Duration::from_secs(120) {
-            return Err(err(
-                "timeout",
-                format!(
-                    "{} is out of range: use between 1ms and 120s",
-                    humantime::format_duration(self.timeout)
-                ),
-            ));
-        }
+        super::bmc::check_timeout(self.timeout).map_err(|e| err("timeout", e))?;
         Ok(BmcEntry {
             index,
             nodes,

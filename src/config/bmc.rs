@@ -261,6 +261,17 @@ fn off_witness(
     }
 }
 
+/// An entry's `timeout`: from 1 ms to 120 s, whatever the protocol.
+pub(super) fn check_timeout(timeout: Duration) -> Result<(), String> {
+    if timeout.is_zero() || timeout > Duration::from_secs(120) {
+        return Err(format!(
+            "{} is out of range: use between 1ms and 120s",
+            humantime::format_duration(timeout)
+        ));
+    }
+    Ok(())
+}
+
 fn default_bmc_timeout() -> Duration {
     Duration::from_secs(5)
 }
@@ -506,15 +517,7 @@ impl RawBmc {
                 }
             }
         };
-        if self.timeout.is_zero() || self.timeout > Duration::from_secs(120) {
-            return Err(err(
-                "timeout",
-                format!(
-                    "{} is out of range: use between 1ms and 120s",
-                    humantime::format_duration(self.timeout)
-                ),
-            ));
-        }
+        check_timeout(self.timeout).map_err(|e| err("timeout", e))?;
         let corroborate = off_witness(self.corroborate.as_deref(), self.max_off_watts)
             .map_err(|(key, problem)| err(key, problem))?;
         Ok(BmcEntry {
