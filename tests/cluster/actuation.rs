@@ -114,18 +114,7 @@ async fn a_hung_node_is_powered_off_fenced_powered_on_and_untainted() {
         "{actions:?}"
     );
     let metrics = daemon.metrics().await;
-    for action in ["power_off", "power_on"] {
-        assert_eq!(
-            sample(
-                &metrics,
-                &format!(
-                    "oobfence_power_actions_total{{action=\"{action}\",result=\"sent\",backend=\"redfish\"}}"
-                )
-            ),
-            Some(1.0),
-            "{metrics}"
-        );
-    }
+    support::k8s::assert_one_power_off_and_on_sent(&metrics, "redfish");
     daemon.stop().await;
     node.delete().await;
 }
@@ -183,18 +172,7 @@ async fn a_hung_ec2_instance_is_stopped_fenced_started_and_untainted() {
     let _alive = FakeNode::keep_alive(&[&node], "boot-2");
     daemon.wait_unfenced(&name, DECISION).await;
     let metrics = daemon.metrics().await;
-    for action in ["power_off", "power_on"] {
-        assert_eq!(
-            sample(
-                &metrics,
-                &format!(
-                    "oobfence_power_actions_total{{action=\"{action}\",result=\"sent\",backend=\"ec2\"}}"
-                )
-            ),
-            Some(1.0),
-            "{metrics}"
-        );
-    }
+    support::k8s::assert_one_power_off_and_on_sent(&metrics, "ec2");
     daemon.stop().await;
     node.delete().await;
 }

@@ -103,7 +103,7 @@ async fn a_user_account_is_refused_before_anything_is_sent() {
 /// and untainted on its new boot; ipmitool sees each step at the simulator.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_daemon_powers_a_hung_ipmi_node_down_fences_it_and_powers_it_up() {
-    use support::k8s::{FakeNode, sample, wait_for};
+    use support::k8s::{FakeNode, wait_for};
     use support::scenario::FIRST_BOOT;
 
     let s = Scenario::ipmi("ipmi-actuate", 1).await;
@@ -139,18 +139,7 @@ async fn the_daemon_powers_a_hung_ipmi_node_down_fences_it_and_powers_it_up() {
     daemon.wait_unfenced(&name, limit).await;
     assert!(!FakeNode::has_oos_taint(&node.get().await));
     let metrics = daemon.metrics().await;
-    for action in ["power_off", "power_on"] {
-        assert_eq!(
-            sample(
-                &metrics,
-                &format!(
-                    "oobfence_power_actions_total{{action=\"{action}\",result=\"sent\",backend=\"ipmi\"}}"
-                )
-            ),
-            Some(1.0),
-            "{metrics}"
-        );
-    }
+    support::k8s::assert_one_power_off_and_on_sent(&metrics, "ipmi");
     daemon.stop().await;
     node.delete().await;
     assert_eq!(sim.other_sessions(), 0);

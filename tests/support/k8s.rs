@@ -98,6 +98,23 @@ pub fn client_racing_a_writer(
 
 /// The value of one series in a Prometheus exposition, `name{labels}` written as the exposition
 /// writes it.
+/// Asserts that the daemon's metrics count exactly one `power_off` and one `power_on` sent
+/// through `backend` (opt-in actuation: one hung node taken down and brought back).
+pub fn assert_one_power_off_and_on_sent(metrics: &str, backend: &str) {
+    for action in ["power_off", "power_on"] {
+        assert_eq!(
+            sample(
+                metrics,
+                &format!(
+                    "oobfence_power_actions_total{{action=\"{action}\",result=\"sent\",backend=\"{backend}\"}}"
+                )
+            ),
+            Some(1.0),
+            "{metrics}"
+        );
+    }
+}
+
 pub fn sample(exposition: &str, series: &str) -> Option<f64> {
     exposition
         .lines()
