@@ -65,30 +65,9 @@ pub(super) async fn act_task(
     {
         s.close().await;
     }
-    let remaining = deadline.saturating_duration_since(Instant::now());
-    let lookup = tokio::net::lookup_host((shared.host.as_str(), shared.port));
-    let bmc = match tokio::time::timeout(remaining, lookup).await {
-        Ok(Ok(mut addrs)) => match addrs.next() {
-            Some(a) => a,
-            None => {
-                return fail(Trouble::new(
-                    ReadErrorKind::Unreachable,
-                    format!("{} resolves to no address", shared.host),
-                ));
-            }
-        },
-        Ok(Err(e)) => {
-            return fail(Trouble::new(
-                ReadErrorKind::Unreachable,
-                format!("cannot resolve {}: {e}", shared.host),
-            ));
-        }
-        Err(_) => {
-            return fail(Trouble::new(
-                ReadErrorKind::Timeout,
-                format!("resolving {} took longer than the deadline", shared.host),
-            ));
-        }
+    let bmc = match super::read::resolve_bmc(&shared, deadline).await {
+        Ok(a) => a,
+        Err(t) => return fail(t),
     };
     let Some(kuid) = Key::new(shared.password.expose().as_bytes()) else {
         return ActionOutcome::Refused {

@@ -90,30 +90,9 @@ pub(super) async fn read_task(shared: Arc<Shared>) -> Reply {
         // Anything else taken from the slot is dropped here, and closed.
     }
 
-    let remaining = deadline.saturating_duration_since(Instant::now());
-    let lookup = tokio::net::lookup_host((shared.host.as_str(), shared.port));
-    let bmc = match tokio::time::timeout(remaining, lookup).await {
-        Ok(Ok(mut addrs)) => match addrs.next() {
-            Some(a) => a,
-            None => {
-                return failed(Trouble::new(
-                    ReadErrorKind::Unreachable,
-                    format!("{} resolves to no address", shared.host),
-                ));
-            }
-        },
-        Ok(Err(e)) => {
-            return failed(Trouble::new(
-                ReadErrorKind::Unreachable,
-                format!("cannot resolve {}: {e}", shared.host),
-            ));
-        }
-        Err(_) => {
-            return failed(Trouble::new(
-                ReadErrorKind::Timeout,
-                format!("resolving {} took longer than the deadline", shared.host),
-            ));
-        }
+    let bmc = match resolve_bmc(&shared, deadline).await {
+        Ok(a) => a,
+        Err(t) => return failed(t),
     };
     let with_kept_failure = |mut t: Trouble| {
         if let Some(first) = &kept_failure {
@@ -351,5 +330,30 @@ pub(super) fn scrub(password: &Secret, state: PowerState) -> PowerState {
             }
         }
         other => other,
+    }
+}
+
+/// The BMC's socket address, resolved within the read's deadline.
+pub(super) async fn resolve_bmc(
+    shared: &Shared,
+    deadline: Instant,
+) -> Result<std::net::SocketAddr, Trouble> {
+    let remaining = deadline.saturating_duration_since(Instant::now());
+    let lookup = tokio::net::lookup_host((shared.host.as_str(), shared.port));
+    match tokio::time::timeout(remaining, lookup).await {
+        Ok(Ok(mut addrs)) => addrs.next().ok_or_else(|| {
+            Trouble::new(
+                ReadErrorKind::Unreachable,
+                format!("{} resolves to no address", shared.host),
+            )
+        }),
+        Ok(Err(e)) => Err(Trouble::new(
+            ReadErrorKind::Unreachable,
+            format!("cannot resolve {}: {e}", shared.host),
+        )),
+        Err(_) => Err(Trouble::new(
+            ReadErrorKind::Timeout,
+            format!("resolving {} took longer than the deadline", shared.host),
+        )),
     }
 }
