@@ -267,7 +267,20 @@ async fn run(path: &Path) -> Result<ExitCode, ExitCode> {
         version = env!("CARGO_PKG_VERSION"),
         "starting"
     );
-    daemon::run(cfg, shutdown_signal()).await.map_err(fail)?;
+    daemon::run(cfg, shutdown_signal())
+        .await
+        .map_err(|e| match e {
+            // Another process holds the address, or it is not this host's: a restart would
+            // fail the same way, so exit 2, which the unit does not restart.
+            daemon::DaemonError::Listen { .. } => {
+                say_error(format!(
+                    "{}: {e}; free the address or change [server] listen (the unit is not restarted for this)",
+                    path.display()
+                ));
+                ExitCode::from(2)
+            }
+            other => fail(other),
+        })?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -100,6 +100,34 @@ fn a_bad_config_stops_the_unit_instead_of_restarting_it_forever() {
     assert!(err.contains("kubernetes.kubeconfig"), "{err}");
 }
 
+/// A `[server] listen` address that cannot be bound (another process holds it, or it is not
+/// this host's) does not mend itself between two restarts: exit 2, as a bad config does, with
+/// the address and what to change, not a restart every 5 s for ever.
+#[test]
+fn a_listen_address_that_cannot_be_bound_stops_the_unit() {
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = held.local_addr().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("dc1.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "datacenter = \"dc1\"\n[kubernetes]\nkubeconfig = {:?}\n[server]\nlisten = \"{addr}\"\n[journal]\npath = {:?}\n[pause]\nfile = \"\"\n",
+            support::k8s::kubeconfig_path().display().to_string(),
+            dir.path().join("journal.jsonl").display().to_string()
+        ),
+    )
+    .unwrap();
+    let o = support::cli::oobfence(&["run"], &path);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&addr.to_string()) && err.contains("[server] listen"),
+        "{err}"
+    );
+    drop(held);
+}
+
 /// The unit reloads by SIGHUP, which the daemon handles (above).
 #[test]
 fn the_unit_reloads_with_sighup() {
