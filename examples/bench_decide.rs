@@ -43,6 +43,7 @@ fn main() {
             uid: format!("uid-{i}"),
             readiness,
             lease_renewal_seen: Some(ago(300)),
+            lease_first_sight: false,
             lease_renew_time: Some(ago(300)),
             lease_duration: None,
             ready_heartbeat: None,

@@ -731,17 +731,24 @@ fn attest(
     {
         let age = elapsed(seen, now);
         if age < policy.not_ready_grace {
-            return Decision::new(
-                S::Blocked,
-                Step::Idle,
-                Rule::LeaseRenewedRecently,
+            let reason = if facts.lease_first_sight {
+                // After a restart the Lease is new to oobfence: its renewTime is the node's
+                // clock, so the silence before is unknown, and the grace runs from the first
+                // sight. Nothing is known to be alive.
+                format!(
+                    "oobfence first saw this node's Lease {} ago (when it started watching it) and has seen no renewal since; how long the kubelet was silent before is unknown, so the {} grace runs from then",
+                    secs(age),
+                    secs(policy.not_ready_grace)
+                )
+            } else {
                 format!(
                     "oobfence saw the kubelet renew its Lease {} ago (less than the {} grace): something on the machine is alive",
                     secs(age),
                     secs(policy.not_ready_grace)
-                ),
-            )
-            .again_at(runs_out(plus(seen, policy.not_ready_grace), *stale_at, now));
+                )
+            };
+            return Decision::new(S::Blocked, Step::Idle, Rule::LeaseRenewedRecently, reason)
+                .again_at(runs_out(plus(seen, policy.not_ready_grace), *stale_at, now));
         }
     }
 

@@ -170,6 +170,7 @@ pub fn node_facts(node: &NodeView, lease: Option<LeaseTimes>, me: &str) -> NodeF
         uid: node.uid.clone(),
         readiness: readiness(node),
         lease_renewal_seen: None,
+        lease_first_sight: false,
         lease_renew_time: lease.and_then(|l| l.renewed),
         lease_duration: lease.and_then(|l| l.duration),
         ready_heartbeat: ready_heartbeat(node),

@@ -38,6 +38,9 @@ pub(super) struct Tracker {
     pub(super) source: Option<(Option<String>, Option<MappedSource>)>,
     /// The Lease renewTime last seen, and when (oobfence's clock) it was first seen.
     pub(super) lease_seen: Option<(Option<Timestamp>, Timestamp)>,
+    /// The renewTime the Lease had when oobfence first saw it: until it changes, the sighting
+    /// is no renewal oobfence watched.
+    pub(super) lease_first_value: Option<Timestamp>,
     /// The Ready heartbeat last seen while Ready, and when (oobfence's clock) it changed.
     pub(super) heartbeat: Option<(Timestamp, Timestamp)>,
     /// The last identity verdict a read of the node's machine gave.
@@ -148,7 +151,14 @@ impl Tracker {
     /// one keeps them: they are what lifts its fence).
     pub(super) fn observe(&mut self, facts: &mut decision::NodeFacts, now: Timestamp) {
         let lease_before = self.lease_seen.map(|(_, at)| at);
+        let first_sight = self.lease_seen.is_none();
         facts.lease_renewal_seen = observe_lease(&mut self.lease_seen, facts.lease_renew_time, now);
+        if first_sight && facts.lease_renewal_seen.is_some() {
+            self.lease_first_value = facts.lease_renew_time;
+        }
+        facts.lease_first_sight = facts.lease_renewal_seen.is_some()
+            && self.lease_first_value.is_some()
+            && self.lease_first_value == facts.lease_renew_time;
         let renewed =
             facts.lease_renewal_seen.is_some() && facts.lease_renewal_seen != lease_before;
         let ready = facts.readiness == Readiness::Ready;

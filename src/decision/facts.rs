@@ -240,6 +240,10 @@ pub struct NodeFacts {
     /// When oobfence (by its own clock) last saw the node's Lease renewTime change; the first
     /// sighting counts as a renewal, as in the node lifecycle controller. `None`: no Lease.
     pub lease_renewal_seen: Option<Timestamp>,
+    /// `lease_renewal_seen` is when oobfence first saw the Lease (it started, or the Lease
+    /// appeared), not a renewal it watched happen: how long the kubelet had been silent before
+    /// is unknown, and the words must say so.
+    pub lease_first_sight: bool,
     /// The Lease's renewTime as the kubelet wrote it (the kubelet's clock): only ever compared
     /// for equality, at write time.
     pub lease_renew_time: Option<Timestamp>,

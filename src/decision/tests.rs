@@ -80,6 +80,7 @@ fn dead() -> NodeFacts {
         uid: "uid-1".into(),
         readiness: Readiness::NotReady { since: t(0) },
         lease_renewal_seen: Some(t(-10)),
+        lease_first_sight: false,
         lease_renew_time: Some(t(-12)),
         lease_duration: Some(Duration::from_secs(40)),
         ready_heartbeat: None,
@@ -112,6 +113,7 @@ fn dead() -> NodeFacts {
 fn unleased() -> NodeFacts {
     NodeFacts {
         lease_renewal_seen: None,
+        lease_first_sight: false,
         lease_renew_time: None,
         lease_duration: None,
         ..dead()
@@ -124,6 +126,7 @@ fn fenced(readiness: Readiness, boot_id: &str) -> NodeFacts {
         readiness,
         boot_id: boot_id.into(),
         lease_renewal_seen: Some(t(140)),
+        lease_first_sight: false,
         fence: Some(FenceRecord {
             at: t(100),
             boot_id: "boot-a".into(),

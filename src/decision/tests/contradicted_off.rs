@@ -142,6 +142,7 @@ fn a_source_that_read_off_while_the_kubelet_lived_never_fences() {
     let ready = NodeFacts {
         readiness: Readiness::Ready,
         lease_renewal_seen: Some(t(60)),
+        lease_first_sight: false,
         ..proven
     };
     assert_eq!(decide(&ready, &[], &policy(), t(66)).rule, Rule::NodeReady);

@@ -8,6 +8,7 @@ fn ready_node_is_healthy_and_never_read() {
     let facts = NodeFacts {
         readiness: Readiness::Ready,
         lease_renewal_seen: Some(t(80)),
+        lease_first_sight: false,
         ..dead()
     };
     let d = decide(&facts, &[off(70), off(80)], &policy(), t(90));
@@ -41,6 +42,7 @@ fn after_grace_asks_for_a_read_now() {
 fn a_lease_renewed_during_not_ready_blocks() {
     let facts = NodeFacts {
         lease_renewal_seen: Some(t(50)),
+        lease_first_sight: false,
         ..dead()
     };
     let d = decide(&facts, &[off(60), off(65)], &policy(), t(66));
@@ -63,11 +65,34 @@ fn a_lease_renewed_during_not_ready_blocks() {
     // A node with no Lease at all (very old clusters) is judged on Ready and power alone.
     let facts = NodeFacts {
         lease_renewal_seen: None,
+        lease_first_sight: false,
         lease_renew_time: None,
         ..dead()
     };
     let d = decide(&facts, &[off(60), off(65)], &policy(), t(66));
     assert_eq!(d.step, Step::Fence(FenceAction::Taint));
+}
+
+/// After a restart a dead node's Lease is new to oobfence: the grace runs from that first
+/// sight, and the reason says so instead of calling the machine alive.
+#[test]
+fn a_lease_first_seen_at_start_waits_the_grace_without_calling_the_machine_alive() {
+    let facts = NodeFacts {
+        lease_renewal_seen: Some(t(50)),
+        lease_first_sight: true,
+        ..dead()
+    };
+    let d = decide(&facts, &[off(60), off(65)], &policy(), t(66));
+    assert_eq!(
+        (d.state, d.step, d.rule),
+        (NodeState::Blocked, Step::Idle, Rule::LeaseRenewedRecently)
+    );
+    assert!(
+        d.reason.contains("first saw this node's Lease 16s ago"),
+        "{}",
+        d.reason
+    );
+    assert!(!d.reason.contains("alive"), "{}", d.reason);
 }
 
 #[test]
@@ -86,6 +111,7 @@ fn clock_skew_into_the_future_counts_as_within_grace() {
 fn lease_renewal_is_judged_by_when_oobfence_saw_it() {
     let facts = NodeFacts {
         lease_renewal_seen: Some(t(56)),
+        lease_first_sight: false,
         lease_renew_time: Some(Timestamp::from_second(1_700_000_000).unwrap()),
         ..dead()
     };
@@ -114,6 +140,7 @@ fn property_a_decision_holds_until_it_says_it_runs_out() {
     {
         let facts = NodeFacts {
             lease_renewal_seen: lease_seen.map(t),
+            lease_first_sight: false,
             ..dead()
         };
         for reads in sequences(&states, 2, 55, 5) {

@@ -10,6 +10,7 @@ pub(super) fn going_silent() -> NodeFacts {
     NodeFacts {
         readiness: Readiness::Ready,
         lease_renewal_seen: Some(t(0)),
+        lease_first_sight: false,
         lease_renew_time: Some(t(-1)),
         lease_duration: Some(Duration::from_secs(20)),
         ..dead()

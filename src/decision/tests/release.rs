@@ -113,6 +113,7 @@ fn every_hold_and_every_sign_of_life_stops_a_release_at_attestation() {
     stopped(
         NodeFacts {
             lease_renewal_seen: Some(t(17)),
+            lease_first_sight: false,
             ..facts.clone()
         },
         "a renewal after the first read",
@@ -294,6 +295,7 @@ fn property_no_pod_deletion_without_an_attested_fence_of_the_same_boot() {
                     readiness: r.clone(),
                     fence: fence.clone(),
                     lease_renewal_seen: Some(t(alive_at)),
+                    lease_first_sight: false,
                     ..going_silent()
                 };
                 for reads in sequences(&states, 3, 6, 6) {
@@ -378,6 +380,7 @@ fn a_node_fenced_while_ready_is_not_taken_for_back_until_its_kubelet_shows_life(
     // Back: a renewal seen after the fence, a new boot, a fresh On read.
     let back = NodeFacts {
         lease_renewal_seen: Some(t(60)),
+        lease_first_sight: false,
         boot_id: "boot-b".into(),
         ..fenced
     };
