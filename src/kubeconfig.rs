@@ -156,6 +156,9 @@ pub struct Request {
 #[derive(Debug)]
 pub struct Minted {
     pub expires: jiff::Timestamp,
+    /// The token is valid for less than was asked (asked, got): the API server caps tokens
+    /// (`--service-account-max-token-expiration`), and rotation must follow its limit.
+    pub shortened: Option<(std::time::Duration, std::time::Duration)>,
     /// Permissions from [`NEEDED`] the token lacks.
     pub missing: Vec<Permission>,
     /// Permissions from [`NOT_NEEDED`] the token has.
@@ -204,6 +207,7 @@ pub async fn make(req: &Request) -> Result<Minted, MintError> {
         ));
     }
     let admin = admin_config(req).await?;
+    let asked_at = jiff::Timestamp::now();
     let client = kube::Client::try_from(admin.clone()).map_err(MintError::Client)?;
     let account = format!("{}/{}", req.namespace, req.service_account);
     let accounts: Api<ServiceAccount> = Api::namespaced(client, &req.namespace);
@@ -241,9 +245,21 @@ pub async fn make(req: &Request) -> Result<Minted, MintError> {
     let (missing, excess) = check(&req.output).await?;
     Ok(Minted {
         expires,
+        shortened: shortened(req.duration, asked_at, expires),
         missing,
         excess,
     })
+}
+
+/// The token's validity when the API server gave less than `asked` (asked at `asked_at`, valid
+/// until `expires`): (asked, got). A minute's slack for the round trip and clock steps.
+pub fn shortened(
+    asked: std::time::Duration,
+    asked_at: jiff::Timestamp,
+    expires: jiff::Timestamp,
+) -> Option<(std::time::Duration, std::time::Duration)> {
+    let got = std::time::Duration::try_from(expires.duration_since(asked_at)).unwrap_or_default();
+    (got + std::time::Duration::from_secs(60) < asked).then_some((asked, got))
 }
 
 async fn admin_config(req: &Request) -> Result<kube::Config, MintError> {
@@ -448,6 +464,23 @@ pub async fn allowed(client: &kube::Client, p: &Permission) -> Result<bool, Stri
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An API server that caps tokens (`--service-account-max-token-expiration`) issues less
+    /// than was asked: the answer is compared with the request, a minute's slack aside.
+    #[test]
+    fn a_token_shorter_than_asked_is_told() {
+        let at = jiff::Timestamp::from_second(1_800_000_000).unwrap();
+        let year = std::time::Duration::from_secs(8760 * 3600);
+        let hour = std::time::Duration::from_secs(3600);
+        let plus = |d: std::time::Duration| at + jiff::SignedDuration::try_from(d).unwrap();
+        assert_eq!(shortened(year, at, plus(hour)), Some((year, hour)));
+        assert_eq!(shortened(year, at, plus(year)), None);
+        assert_eq!(
+            shortened(year, at, plus(year - std::time::Duration::from_secs(30))),
+            None,
+            "a round trip's seconds are no shortening"
+        );
+    }
 
     #[test]
     fn pem_wraps_base64_at_64_columns() {

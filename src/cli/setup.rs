@@ -52,6 +52,19 @@ pub(super) async fn make_kubeconfig(
         req.service_account,
         minted.expires
     );
+    if let Some((asked, got)) = minted.shortened {
+        let minutes = |d: std::time::Duration| {
+            humantime::format_duration(std::time::Duration::from_secs(d.as_secs() / 60 * 60))
+        };
+        eprintln!(
+            "oobfence: warning: asked for a token valid {}, the API server issued one valid {} \
+             (its --service-account-max-token-expiration caps them): mint a new one and reload \
+             (systemctl reload) before {}; the OobfenceKubeconfigTokenExpiring alert warns ahead",
+            minutes(asked),
+            minutes(got),
+            minted.expires
+        );
+    }
     for p in &minted.excess {
         eprintln!(
             "oobfence: warning: this ServiceAccount may {p}, which oobfence never needs: \
