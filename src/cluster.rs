@@ -20,6 +20,7 @@ use kube::api::Api;
 
 use crate::decision::Holds;
 
+pub mod api_error;
 mod connect;
 pub mod credentials;
 mod events;
@@ -32,6 +33,7 @@ mod power;
 mod tests;
 mod writes;
 
+pub use api_error::{ApiError, WatchError, watch_forbidden};
 pub use connect::{USER_AGENT, connect, connect_with_credentials, load_kube_config};
 pub use credentials::Credentials;
 pub use events::{EventType, reasons};
@@ -97,9 +99,9 @@ pub enum ClusterError {
     Infer(#[source] kube::config::InferConfigError),
     #[error("kubeconfig: {0}")]
     Credentials(String),
-    #[error("Kubernetes client: {0}")]
+    #[error("{}", ApiError(.0))]
     Client(#[source] kube::Error),
-    #[error("Kubernetes API: {0}")]
+    #[error("{}", ApiError(.0))]
     Api(#[from] kube::Error),
     #[error("Kubernetes API call timed out after {0:?}")]
     Timeout(Duration),

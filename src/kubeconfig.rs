@@ -21,7 +21,7 @@ use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::api::{Api, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
-use crate::cluster::NODE_LEASE_NAMESPACE;
+use crate::cluster::{ApiError, NODE_LEASE_NAMESPACE};
 
 /// The shortest token lifetime the API server accepts.
 pub const MIN_DURATION: Duration = Duration::from_secs(600);
@@ -175,13 +175,13 @@ pub enum MintError {
         #[source]
         source: kube::config::KubeconfigError,
     },
-    #[error("Kubernetes client: {0}")]
+    #[error("{}", ApiError(.0))]
     Client(#[source] kube::Error),
     #[error(
         "ServiceAccount {0} not found: apply deploy/rbac.yaml (or /usr/share/doc/oobfence/examples/rbac.yaml) first"
     )]
     NoServiceAccount(String),
-    #[error("TokenRequest for ServiceAccount {account} failed: {source}")]
+    #[error("TokenRequest for ServiceAccount {account} failed: {}", ApiError(.source))]
     TokenRequest {
         account: String,
         #[source]
@@ -457,7 +457,7 @@ pub async fn allowed(client: &kube::Client, p: &Permission) -> Result<bool, Stri
     )
     .await
     .map_err(|_| format!("access review for {p} timed out"))?
-    .map_err(|e| format!("access review for {p}: {e}"))?;
+    .map_err(|e| format!("access review for {p}: {}", ApiError(&e)))?;
     Ok(answer.status.is_some_and(|s| s.allowed))
 }
 

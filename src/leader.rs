@@ -18,6 +18,7 @@
 //! `leaseTransitions`: the term, which every write records (`oobfence.io/fenced-by`, the
 //! journal), so two actors never both claim one fence.
 
+use crate::cluster::ApiError;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -185,10 +186,14 @@ impl Elector {
         let now = Timestamp::now();
         let now = Timestamp::from_microsecond(now.as_microsecond()).unwrap_or(now);
         let duration_s = self.ha.lease_duration.as_secs().max(1) as i32;
-        let lease =
-            self.api.get_opt(&self.name).await.map_err(|e| {
-                format!("cannot read Lease {}/{}: {e}", self.ha.namespace, self.name)
-            })?;
+        let lease = self.api.get_opt(&self.name).await.map_err(|e| {
+            format!(
+                "cannot read Lease {}/{}: {}",
+                self.ha.namespace,
+                self.name,
+                ApiError(&e)
+            )
+        })?;
         // Observed when the answer arrived, not when the round began (see `decide`).
         let answered = Instant::now();
         let record = lease.as_ref().map(record_of);
@@ -217,7 +222,11 @@ impl Elector {
                 }
                 // Someone else created it first: follow them, next round.
                 Err(kube::Error::Api(e)) if e.code == 409 => Ok(Round::theirs(None, 0)),
-                Err(e) => Err(format!("cannot create Lease {}: {e}", self.name)),
+                Err(e) => Err(format!(
+                    "cannot create Lease {}: {}",
+                    self.name,
+                    ApiError(&e)
+                )),
             };
         };
         let record = record.unwrap_or(Record {
@@ -255,7 +264,11 @@ impl Elector {
             Err(kube::Error::Api(e)) if e.code == 409 => {
                 Ok(Round::theirs(record.holder, record.term))
             }
-            Err(e) => Err(format!("cannot update Lease {}: {e}", lease.name_any())),
+            Err(e) => Err(format!(
+                "cannot update Lease {}: {}",
+                lease.name_any(),
+                ApiError(&e)
+            )),
         }
     }
 }

@@ -12,6 +12,7 @@
 //! Both fail closed: a pause file that exists but cannot be read pauses, and a ConfigMap that
 //! cannot be read (other than "not found") makes the view stale, which holds every write too.
 
+use crate::cluster::ApiError;
 use std::io;
 use std::path::Path;
 use std::sync::Arc;
@@ -50,15 +51,16 @@ pub fn spawn_watch(cfg: PauseConfig, datacenter: String, client: Client, shared:
                             .map_err(|_| {
                                 format!("reading ConfigMap {cm} took longer than {API_TIMEOUT:?}")
                             })
-                            .and_then(|r| r.map_err(|e| format!("cannot read ConfigMap {cm}: {e}")))
+                            .and_then(|r| {
+                                r.map_err(|e| {
+                                    format!("cannot read ConfigMap {cm}: {}", ApiError(&e))
+                                })
+                            })
                     }
                     None => tokio::time::timeout(API_TIMEOUT, client.apiserver_version())
                         .await
                         .map_err(|_| "the API server's /version took too long".to_string())
-                        .and_then(|r| {
-                            r.map(|_| None)
-                                .map_err(|e| format!("cannot reach the API server: {e}"))
-                        }),
+                        .and_then(|r| r.map(|_| None).map_err(|e| ApiError(&e).to_string())),
                 };
                 match result {
                     Ok(says) => {
@@ -75,7 +77,7 @@ pub fn spawn_watch(cfg: PauseConfig, datacenter: String, client: Client, shared:
                     // held, which is what a switch nobody can read must do.
                     Err(e) => {
                         if !reported_error {
-                            tracing::error!(error = %e, "the pause switch cannot be read; writes are held once the view is older than max_view_age (grant get on it, see deploy/rbac.yaml, or set [pause] configmap = \"\")");
+                            tracing::error!(error = %e, "the pause switch cannot be read; writes are held once the view is older than max_view_age (to run without the switch: [pause] configmap = \"\")");
                             reported_error = true;
                         }
                     }
@@ -221,7 +223,10 @@ pub async fn set_group_pause(
             "the kubeconfig's token may not patch the pause ConfigMap {cm} (apply deploy/rbac.yaml again: Role oobfence-pause): {}",
             s.message
         )),
-        Ok(Err(e)) => Err(format!("cannot write the pause ConfigMap {cm}: {e}")),
+        Ok(Err(e)) => Err(format!(
+            "cannot write the pause ConfigMap {cm}: {}",
+            ApiError(&e)
+        )),
         Err(_) => Err(format!(
             "writing the pause ConfigMap {cm} took longer than {API_TIMEOUT:?}"
         )),

@@ -10,6 +10,7 @@
 //! Redfish, IPMI or cloud machines. A watch that fails (typically RBAC without
 //! `volumeattachments` list/watch) is reported, never fatal.
 
+use crate::cluster::WatchError;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -83,7 +84,11 @@ impl VolumeWatch {
                     Err(e) => {
                         flag.store(false, Ordering::Relaxed);
                         if !failing {
-                            tracing::warn!(error = %e, "VolumeAttachment watch failed (RBAC needs list/watch on volumeattachments); volume release is not tracked until it works; retrying with backoff");
+                            if crate::cluster::watch_forbidden(&e) {
+                                tracing::warn!(error = %WatchError(&e), "VolumeAttachment watch refused: RBAC needs list/watch on volumeattachments (deploy/rbac.yaml); volume release is not tracked until it works; retrying with backoff");
+                            } else {
+                                tracing::warn!(error = %WatchError(&e), "VolumeAttachment watch failed; volume release is not tracked until it works; retrying with backoff");
+                            }
                         }
                         failing = true;
                     }

@@ -11,7 +11,7 @@ use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 
 use super::{fail, load};
-use crate::cluster::NodeView;
+use crate::cluster::{ApiError, NodeView};
 use crate::daemon;
 use crate::power::{MappedSource, PowerSources};
 use crate::report::short_state;
@@ -57,7 +57,7 @@ pub(super) async fn check_config(path: &Path, probe: bool) -> Result<ExitCode, E
             None => ListParams::default(),
         })
         .await
-        .map_err(|e| fail(format!("cannot list nodes: {e}")))?;
+        .map_err(|e| fail(format!("cannot list nodes: {}", ApiError(&e))))?;
     let cfg = Arc::new(cfg);
     let sources = Arc::new(PowerSources::new(cfg.clone(), Default::default()).await);
     let conflicts = daemon::mapping_conflicts(
@@ -278,10 +278,12 @@ pub(super) async fn probe(path: &Path, node: &str) -> Result<ExitCode, ExitCode>
     // Only an EC2-mapped node needs the cluster (its providerID); a BMC is in the config.
     let provider_id = if sources.needs_node_data(node) {
         let client = daemon::client_for(&cfg).await.map_err(fail)?;
-        let n = Api::<Node>::all(client)
-            .get(node)
-            .await
-            .map_err(|e| fail(format!("cannot read node {node} for its providerID: {e}")))?;
+        let n = Api::<Node>::all(client).get(node).await.map_err(|e| {
+            fail(format!(
+                "cannot read node {node} for its providerID: {}",
+                ApiError(&e)
+            ))
+        })?;
         n.spec.and_then(|s| s.provider_id)
     } else {
         None

@@ -4,7 +4,7 @@
 use kube::Client;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
-use super::{ClusterError, Credentials};
+use super::{ClusterError, Credentials, api_error};
 use crate::config::KubernetesConfig;
 use crate::metrics::{KUBERNETES_REQUESTS, MethodLabels};
 
@@ -70,10 +70,26 @@ pub async fn connect_with_credentials(
             .inc();
         req
     });
+    // Every failed connection names the API server and why (refused, DNS, TLS, timeout).
+    let server = config
+        .cluster_url
+        .to_string()
+        .trim_end_matches('/')
+        .to_string();
+    let named = tower::util::MapErrLayer::new(move |e: tower::BoxError| -> tower::BoxError {
+        match api_error::connection_cause(e.as_ref()) {
+            Some(cause) => Box::new(api_error::Unreachable {
+                server: server.clone(),
+                cause,
+            }),
+            None => e,
+        }
+    });
     let carried = credentials.clone();
     let auth = tower::util::MapRequestLayer::new(move |req| carried.apply(req));
     let client = kube::client::ClientBuilder::try_from(config)
         .map_err(ClusterError::Client)?
+        .with_layer(&named)
         .with_layer(&auth)
         .with_layer(&counted)
         .build();

@@ -11,6 +11,7 @@
 //! again within a minute of it changing. Client certificates and exec plugins are left to kube
 //! and take a restart to change.
 
+use super::ApiError;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -177,7 +178,8 @@ impl Credentials {
             }
             Ok(Err(e)) => {
                 return Err(format!(
-                    "the kubeconfig's new token could not be checked ({e}): the daemon keeps the one it had"
+                    "the kubeconfig's new token could not be checked ({}): the daemon keeps the one it had",
+                    ApiError(&e)
                 ));
             }
             Err(_) => {

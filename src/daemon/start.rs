@@ -24,7 +24,7 @@ use super::notify::{log_startup_warnings, notify_systemd};
 use super::reads::{ReadDone, ReadSlots};
 use super::state::Daemon;
 use super::uuids;
-use crate::cluster::{self, Cluster};
+use crate::cluster::{self, Cluster, WatchError};
 use crate::config::Config;
 use crate::decision::holds::{Calm, Hold, HoldKind, Holds};
 use crate::journal::{Journal, JournalWriter};
@@ -352,9 +352,9 @@ fn spawn_watch<K>(
                 Err(e) => {
                     shared.watches.answered(what, false);
                     if failing {
-                        tracing::debug!(watch = what, error = %e, "watch failed again");
+                        tracing::debug!(watch = what, error = %WatchError(&e), "watch failed again");
                     } else {
-                        tracing::warn!(watch = what, error = %e, "watch failed; retrying with backoff (logged again when it works)");
+                        tracing::warn!(watch = what, error = %WatchError(&e), "watch failed; retrying with backoff (logged again when it works)");
                         failing = true;
                     }
                 }
