@@ -2,12 +2,15 @@
 //! `oobfence make-kubeconfig` mints for its ServiceAccount lets the daemon do its whole job
 //! (watch, fence, report, release a fenced node's pods) and nothing else (no Secrets, no
 //! other namespace, nothing of Pods but list and delete); `check-config --probe` names what a
-//! kubeconfig lacks (`rbac/probe.rs`).
+//! kubeconfig lacks (`rbac/probe.rs`); a token shorter than asked is named
+//! (`rbac/token_cap.rs`).
 
 mod support;
 
 #[path = "rbac/probe.rs"]
 mod probe;
+#[path = "rbac/token_cap.rs"]
+mod token_cap;
 
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};

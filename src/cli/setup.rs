@@ -53,8 +53,14 @@ pub(super) async fn make_kubeconfig(
         minted.expires
     );
     if let Some((asked, got)) = minted.shortened {
+        // Whole hours as a token's duration is usually written ("8760h"), else minutes.
         let minutes = |d: std::time::Duration| {
-            humantime::format_duration(std::time::Duration::from_secs(d.as_secs() / 60 * 60))
+            let m = (d.as_secs() + 30) / 60;
+            if m.is_multiple_of(60) {
+                format!("{}h", m / 60)
+            } else {
+                format!("{m}m")
+            }
         };
         eprintln!(
             "oobfence: warning: asked for a token valid {}, the API server issued one valid {} \
