@@ -113,7 +113,8 @@ pub enum Command {
         /// The datacenter's config file, /etc/oobfence/DC.toml.
         #[arg(long, short, env = "OOBFENCE_CONFIG")]
         config: PathBuf,
-        /// Only nodes in this state (healthy, suspect, confirming, blocked, fenced, recovering).
+        /// Only nodes in this state (healthy, suspect, confirming, blocked, fenced, recovering;
+        /// in a dry run would-fence, would-untaint, would-power-off, would-power-on).
         #[arg(long)]
         state: Option<String>,
         /// Print the daemon's JSON instead of the table.

@@ -23,6 +23,12 @@ pub struct NodeReport {
     pub rule: String,
     pub reason: String,
     pub dry_run: bool,
+    /// Dry run only: the write announced for the node's current outage (taint, delete_node,
+    /// untaint, power_off, power_on), which oobfence would have made had `dry_run` been off.
+    /// Kept while the decision is re-made (its reads age out and are taken again) until the
+    /// node is healthy again or boots anew.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub would: Option<String>,
     /// Ready, NotReady or NoCondition.
     pub ready: String,
     pub not_ready_since: Option<Timestamp>,
@@ -151,6 +157,8 @@ pub struct ReportInputs<'a> {
     pub reads: &'a [PowerReading],
     pub power_source: Option<PowerSourceReport>,
     pub dry_run: bool,
+    /// See [`NodeReport::would`].
+    pub would: Option<&'static str>,
     pub read_in_flight: bool,
     pub last_action_error: Option<String>,
     pub action_retry_at: Option<Timestamp>,
@@ -159,6 +167,16 @@ pub struct ReportInputs<'a> {
 }
 
 impl NodeReport {
+    /// The state `nodes` shows: in a dry run, what the node would be had oobfence written
+    /// (`would-fence`, `would-untaint`, `would-power-off`, `would-power-on`), else its state.
+    pub fn shown_state(&self) -> String {
+        match self.would.as_deref() {
+            Some(a) if is_fence(a) => "would-fence".to_string(),
+            Some(a) => format!("would-{}", a.replace('_', "-")),
+            None => self.state.clone(),
+        }
+    }
+
     pub fn new(i: ReportInputs<'_>) -> NodeReport {
         let (ready, since) = match i.facts.readiness {
             Readiness::Ready => ("Ready", None),
@@ -179,6 +197,7 @@ impl NodeReport {
             rule: i.decision.rule.name().to_string(),
             reason: i.decision.reason.clone(),
             dry_run: i.dry_run,
+            would: i.would.map(String::from),
             ready: ready.to_string(),
             not_ready_since: since,
             lease_renewed: i.facts.lease_renewal_seen,
@@ -506,7 +525,7 @@ pub fn render_table(reports: &[NodeReport], now: Timestamp) -> String {
         };
         rows.push([
             r.node.clone(),
-            r.state.clone(),
+            r.shown_state(),
             ready,
             r.rule.clone(),
             source,
@@ -527,9 +546,9 @@ pub fn render_table(reports: &[NodeReport], now: Timestamp) -> String {
         out.push_str(line.join("   ").trim_end());
         out.push('\n');
     }
-    let mut counts: std::collections::BTreeMap<&str, usize> = Default::default();
+    let mut counts: std::collections::BTreeMap<String, usize> = Default::default();
     for r in reports {
-        *counts.entry(r.state.as_str()).or_default() += 1;
+        *counts.entry(r.shown_state()).or_default() += 1;
     }
     let summary: Vec<String> = counts.iter().map(|(s, n)| format!("{n} {s}")).collect();
     out.push_str(&format!(
@@ -541,5 +560,26 @@ pub fn render_table(reports: &[NodeReport], now: Timestamp) -> String {
             summary.join(", ")
         }
     ));
+    if reports.iter().any(|r| r.dry_run) {
+        let would: Vec<&str> = sorted
+            .iter()
+            .filter(|r| r.would.as_deref().is_some_and(is_fence))
+            .map(|r| r.node.as_str())
+            .collect();
+        out.push_str(&format!(
+            "dry run (policy.dry_run = true): nothing is written; {} node(s) would be fenced now{}\n",
+            would.len(),
+            if would.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", would.join(", "))
+            }
+        ));
+    }
     out
+}
+
+/// A fencing write (what `would-fence` stands for), of the names [`NodeReport::would`] takes.
+fn is_fence(action: &str) -> bool {
+    matches!(action, "taint" | "delete_node")
 }

@@ -195,13 +195,17 @@ pub(super) async fn nodes(
     state: Option<&str>,
     json: bool,
 ) -> Result<ExitCode, ExitCode> {
-    const STATES: [&str; 6] = [
+    const STATES: [&str; 10] = [
         "healthy",
         "suspect",
         "confirming",
         "blocked",
         "fenced",
         "recovering",
+        "would-fence",
+        "would-untaint",
+        "would-power-off",
+        "would-power-on",
     ];
     if let Some(s) = state
         && !STATES.contains(&s)
@@ -227,7 +231,7 @@ pub(super) async fn nodes(
         ))
     })?;
     if let Some(s) = state {
-        reports.retain(|r| r.state == s);
+        reports.retain(|r| r.shown_state() == s);
     }
     if json {
         println!("{}", serde_json::to_string_pretty(&reports).map_err(fail)?);

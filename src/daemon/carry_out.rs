@@ -30,9 +30,9 @@ impl Daemon {
     ) {
         let name = node.name.clone();
         self.send_read(&name, &facts, source.as_ref(), decision, now);
-        let changed = self.announce(node, &name, decision);
+        let new_would = self.announce(node, &name, &facts, decision);
         // Refusals (one Event and one journal record per episode), dry runs, fence metrics.
-        self.observe_node(node, &facts, decision, source.as_ref(), changed, now);
+        self.observe_node(node, &facts, decision, source.as_ref(), new_would, now);
         self.start_write(node, &name, &facts, source.as_ref(), decision, now);
         self.settle(node, &name, &facts, decision, now);
     }
@@ -82,11 +82,39 @@ impl Daemon {
         }
     }
 
-    /// A new rule for the node: logged once (a refusal at WARN), and in a dry run the write it
-    /// would make counted and announced by an Event. Whether the rule changed.
-    fn announce(&mut self, node: &Arc<NodeView>, name: &str, decision: &Decision) -> bool {
+    /// A new rule for the node: logged once (a refusal at WARN). In a dry run, a write the node
+    /// was not yet announced for: counted and announced by an Event, once for its boot until
+    /// the node is healthy again; the same decision re-made as its reads age out and are taken
+    /// again is not a new one. Whether this is such a new dry-run write (its journal record is
+    /// written by the caller).
+    fn announce(
+        &mut self,
+        node: &Arc<NodeView>,
+        name: &str,
+        facts: &NodeFacts,
+        decision: &Decision,
+    ) -> bool {
         let tracker = self.trackers.get_mut(name).expect("facts were gathered");
         let changed = tracker.last_rule != Some(decision.rule);
+        if decision.state == NodeState::Healthy {
+            tracker.would_announced = None;
+        }
+        let would = match decision.step {
+            Step::WouldFence(a) => Some(action_label(a)),
+            Step::WouldUnfence => Some("untaint"),
+            Step::WouldPowerOff => Some("power_off"),
+            Step::WouldPowerOn => Some("power_on"),
+            _ => None,
+        };
+        let new_would = match would {
+            Some(action) => {
+                let key = (action, facts.boot_id.clone());
+                let new = tracker.would_announced.as_ref() != Some(&key);
+                tracker.would_announced = Some(key);
+                new
+            }
+            None => false,
+        };
         if changed {
             tracker.last_rule = Some(decision.rule);
             if refuses_a_fence(decision) {
@@ -106,6 +134,8 @@ impl Daemon {
                     "decision"
                 );
             }
+        }
+        if new_would {
             match decision.step {
                 Step::WouldFence(a) => {
                     self.shared
@@ -141,7 +171,7 @@ impl Daemon {
                 _ => {}
             }
         }
-        changed
+        new_would
     }
 
     /// Starts the write the decision asks for, unless one is under way, a failed one waits

@@ -246,7 +246,7 @@ impl Daemon {
         facts: &decision::NodeFacts,
         decision: &Decision,
         source: Option<&MappedSource>,
-        changed: bool,
+        new_would: bool,
         now: Timestamp,
     ) {
         let name = node.name.clone();
@@ -276,7 +276,8 @@ impl Daemon {
         tracker.refusal = current;
         m.set_node_blocked(&name, current.and_then(metrics::blocked_reason));
         let started = current.is_some() && current != previous;
-        let dry_run = changed && matches!(decision.step, Step::WouldFence(_) | Step::WouldUnfence);
+        let dry_run =
+            new_would && matches!(decision.step, Step::WouldFence(_) | Step::WouldUnfence);
         if !started && !dry_run {
             return;
         }

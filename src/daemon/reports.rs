@@ -54,6 +54,7 @@ impl Daemon {
                 off_while_alive: facts.off_while_alive.clone(),
             }),
             dry_run: self.cfg.policy.dry_run,
+            would: tracker.would_announced.as_ref().map(|(action, _)| *action),
             read_in_flight: tracker.read_in_flight,
             last_action_error: tracker.last_action_error.clone(),
             action_retry_at: tracker.retry_after.and_then(|at| {
@@ -86,6 +87,18 @@ impl Daemon {
             count(NodeState::Blocked),
             count(NodeState::Confirming)
         );
+        if self.cfg.policy.dry_run {
+            let would = self
+                .trackers
+                .values()
+                .filter(|t| {
+                    t.would_announced
+                        .as_ref()
+                        .is_some_and(|(a, _)| matches!(*a, "taint" | "delete_node"))
+                })
+                .count();
+            status.push_str(&format!("; DRY RUN, {would} would be fenced"));
+        }
         if !self.shared.watches.all_ok() {
             status.push_str("; Kubernetes API unreachable, retrying");
         }

@@ -78,6 +78,9 @@ pub(super) struct Tracker {
     /// Bumped when a reload maps the node to another power source: every read is tagged with
     /// it when sent, and an answer under an older one is dropped.
     pub(super) source_generation: u64,
+    /// The dry-run write last announced for the node (its action, and the bootID it was
+    /// decided for): announced once, not on every re-decision (see `carry_out::announce`).
+    pub(super) would_announced: Option<(&'static str, String)>,
 }
 
 /// An Off read of a Ready node's machine, and the kubelet's signs of life seen after it.

@@ -185,6 +185,49 @@ async fn dry_run_decides_but_writes_nothing() {
         "{metrics}"
     );
     assert!(!metrics.contains("oobfence_actions_total{"), "{metrics}");
+    // The same decision, re-made as its reads age out and are taken again (read_max_age 10 s),
+    // is announced once: one would-fence record, Event and count for the outage, not one per
+    // read cycle.
+    tokio::time::sleep(Duration::from_secs(25)).await;
+    let metrics = daemon.metrics().await;
+    assert!(
+        metrics.contains("oobfence_would_act_total{action=\"taint\"} 1"),
+        "one would-fence after 28 s of the same decision: {metrics}"
+    );
+    let journal = std::fs::read_to_string(s.journal()).unwrap_or_default();
+    let records = journal
+        .lines()
+        .filter(|l| l.contains("\"dry_run\"") && l.contains(&name))
+        .count();
+    assert_eq!(records, 1, "would-fence records in the journal:\n{journal}");
+    let events: i32 = events_for(&client, &name)
+        .await
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some("OobfenceWouldFence"))
+        .map(|e| e.count.unwrap_or(1))
+        .sum();
+    assert_eq!(events, 1, "OobfenceWouldFence Events");
+    // `nodes` shows it as would-fence, counts it, and filters on it.
+    let out = support::cli::oobfence_async(&["nodes"], &daemon.config_path).await;
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    let row = table
+        .lines()
+        .find(|l| l.starts_with(name.as_str()))
+        .unwrap_or_else(|| panic!("no row for {name}:\n{table}"));
+    assert!(row.contains("would-fence"), "{row}");
+    assert!(
+        table.contains(&format!("1 node(s) would be fenced now: {name}")),
+        "{table}"
+    );
+    let out =
+        support::cli::oobfence_async(&["nodes", "--state", "would-fence"], &daemon.config_path)
+            .await;
+    let filtered = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && filtered.contains(name.as_str()),
+        "{out:?}"
+    );
     daemon.stop().await;
     node.delete().await;
 }

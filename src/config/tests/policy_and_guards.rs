@@ -149,3 +149,20 @@ fn guards_take_counts_and_shares_and_name_a_bad_one() {
         assert!(e.problem.contains(says), "{body}: {e}");
     }
 }
+
+/// The code, the reference example and the packaged example agree on the dry run: an
+/// operator copying either example gets what a config without the key gets.
+#[test]
+fn both_shipped_examples_state_the_dry_run_default() {
+    let dir = tempfile::tempdir().unwrap();
+    let default = parse(&minimal(&write_pw(dir.path())))
+        .unwrap()
+        .policy
+        .dry_run;
+    for example in ["config/example-dc.toml", "packaging/example.toml"] {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(example);
+        let table: toml::Table = std::fs::read_to_string(&path).unwrap().parse().unwrap();
+        let stated = table["policy"]["dry_run"].as_bool();
+        assert_eq!(stated, Some(default), "{example}: policy.dry_run");
+    }
+}
