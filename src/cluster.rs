@@ -31,6 +31,7 @@ mod pods;
 mod power;
 #[cfg(test)]
 mod tests;
+pub mod version;
 mod writes;
 
 pub use api_error::{ApiError, WatchError, watch_forbidden};

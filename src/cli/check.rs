@@ -50,6 +50,7 @@ pub(super) async fn check_config(path: &Path, probe: bool) -> Result<ExitCode, E
         return Ok(ExitCode::SUCCESS);
     }
     let client = daemon::client_for(&cfg).await.map_err(fail)?;
+    kubernetes_version(&client, &cfg).await;
     let lacking = permissions(&client, &cfg).await;
     let nodes = Api::<Node>::all(client)
         .list(&match &cfg.kubernetes.node_selector {
@@ -202,6 +203,40 @@ pub(super) async fn check_config(path: &Path, probe: bool) -> Result<ExitCode, E
         return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `check-config --probe`: whether the cluster acts on the out-of-service taint (1.26 or
+/// later). A warning, not a failure: a 1.24 or 1.25 cluster may have the gate on by hand, and
+/// `delete-node` does not need it.
+async fn kubernetes_version(client: &kube::Client, cfg: &crate::config::Config) {
+    use crate::cluster::version;
+    let info = match client.apiserver_version().await {
+        Ok(info) => info,
+        Err(e) => {
+            eprintln!("kubernetes: cannot read the version: {}", ApiError(&e));
+            return;
+        }
+    };
+    let Some(v) = version::parse(&info.major, &info.minor) else {
+        eprintln!(
+            "kubernetes: warning: version {:?}.{:?} is not numbers: cannot tell whether the              out-of-service taint is acted on (it is from 1.26)",
+            info.major, info.minor
+        );
+        return;
+    };
+    match (
+        version::out_of_service_words(&info.git_version, v),
+        cfg.policy.action,
+    ) {
+        (Ok(words), _) => println!("kubernetes: {words}"),
+        (Err(words), crate::decision::FenceAction::Taint) => {
+            eprintln!("kubernetes: warning: {words}")
+        }
+        (Err(_), crate::decision::FenceAction::DeleteNode) => println!(
+            "kubernetes: {}: action delete-node needs no out-of-service support",
+            info.git_version
+        ),
+    }
 }
 
 /// `check-config --probe`: whether the kubeconfig's identity may do everything the daemon

@@ -161,3 +161,38 @@ async fn check_config_probe_names_the_permissions_the_kubeconfig_lacks() {
         .delete(&name, &DeleteParams::default())
         .await;
 }
+
+/// The test control plane is 1.20: the probe warns that the out-of-service taint is not acted
+/// on there and says what to do, without failing the probe (a gate turned on by hand, or
+/// `delete-node`, make it work); with `action = "delete-node"` it does not warn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_config_probe_says_whether_the_cluster_acts_on_the_taint() {
+    let s = Scenario::without_machines("k8s-version").await;
+    let admin_kubeconfig = support::k8s::kubeconfig_path();
+    let o = probe_with(&s, &admin_kubeconfig, "").await;
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    let warning = err
+        .lines()
+        .find(|l| l.starts_with("kubernetes: warning:"))
+        .unwrap_or_else(|| panic!("no warning for a 1.20 API server:\n{err}"));
+    assert!(
+        warning.contains("v1.20") && warning.contains("not acted on before 1.26"),
+        "{warning}"
+    );
+    assert!(
+        warning.contains("delete-node"),
+        "says what to do: {warning}"
+    );
+
+    let o = probe_with(&s, &admin_kubeconfig, "action = \"delete-node\"\n").await;
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    assert!(
+        !String::from_utf8_lossy(&o.stderr).contains("kubernetes: warning"),
+        "{o:?}"
+    );
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("action delete-node needs no out-of-service"),
+        "{o:?}"
+    );
+}
