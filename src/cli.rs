@@ -18,11 +18,13 @@ use crate::daemon;
 
 mod check;
 mod daemon_commands;
+mod drill;
 mod logging;
 mod setup;
 
 use check::{check_config, probe};
 use daemon_commands::{nodes, pause, why};
+use drill::drill;
 use logging::{init_logging, stderr_is_journal};
 use setup::{make_kubeconfig, man_pages};
 
@@ -95,6 +97,20 @@ pub enum Command {
         config: PathBuf,
         /// The Node's name, as `kubectl get nodes` shows it.
         node: String,
+    },
+    /// A fire drill for one real node: everything a fence of it needs short of the write
+    /// (mapping, identity, a power read, the exact write as a server-side dry run, the pause,
+    /// leadership, the running daemon), and what oobfence would do if it lost power now.
+    /// Exit 0: it would be fenced; 1: something stands in the way (the FAIL lines).
+    Drill {
+        /// The datacenter's config file, /etc/oobfence/DC.toml.
+        #[arg(long, short, env = "OOBFENCE_CONFIG")]
+        config: PathBuf,
+        /// The Node's name, as `kubectl get nodes` shows it.
+        node: String,
+        /// Print JSON (each check, the verdict) instead of text.
+        #[arg(long)]
+        json: bool,
     },
     /// Ask the running daemon what it thinks of a node, and why.
     Why {
@@ -208,6 +224,7 @@ async fn dispatch(command: Command) -> ExitCode {
         Command::CheckConfig { config, probe } => check_config(&config, probe).await,
         Command::Probe { config, node } => probe(&config, &node).await,
         Command::Why { config, node, json } => why(&config, &node, json).await,
+        Command::Drill { config, node, json } => drill(&config, &node, json).await,
         Command::Nodes {
             config,
             state,

@@ -10,7 +10,7 @@ use crate::config::Config;
 use crate::report::NodeReport;
 
 /// Where to reach the daemon: its listen address, with a wildcard turned into loopback.
-fn daemon_url(cfg: &Config) -> String {
+pub(super) fn daemon_url(cfg: &Config) -> String {
     let mut addr = cfg.server.listen;
     if addr.ip().is_unspecified() {
         addr.set_ip(if addr.is_ipv4() {
@@ -310,7 +310,7 @@ async fn ask_daemon(
     Ok(ExitCode::SUCCESS)
 }
 
-fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
+pub(super) fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
     let mut cur = e;
     while let Some(next) = cur.source() {
         cur = next;

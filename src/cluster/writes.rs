@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{Node, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::NodeView;
 use super::events::{EventType, reasons};
@@ -199,27 +199,8 @@ impl Cluster {
             }
             self.recheck(&node, guard).await?;
             let now = Timestamp::now();
-            let mut list: Vec<Taint> = taints(&node).to_vec();
-            list.push(Taint {
-                key: OUT_OF_SERVICE_KEY.into(),
-                value: Some(OUT_OF_SERVICE_VALUE.into()),
-                effect: OUT_OF_SERVICE_EFFECT.into(),
-                time_added: Some(Time(now)),
-            });
             let boot = boot_id(&NodeView::from(&node));
-            let patch = json!({
-                "metadata": {
-                    "resourceVersion": node.resource_version(),
-                    "annotations": {
-                        ANNOTATION_FENCED_AT: now.to_string(),
-                        ANNOTATION_FENCED_BOOT_ID: boot,
-                        ANNOTATION_ACTION: FenceAction::Taint.to_string(),
-                        ANNOTATION_FENCED_BY: self.signature(),
-                        ANNOTATION_REASON: reason,
-                    }
-                },
-                "spec": { "taints": list }
-            });
+            let patch = fence_taint_patch(&node, now, &self.signature(), reason);
             bounded_by(
                 self.write_timeout,
                 self.nodes()
@@ -438,6 +419,77 @@ impl Cluster {
 }
 
 /// The taints of a Node as read afresh: the whole list, which a write replaces.
+/// The fence: every taint the node has plus the out-of-service one, oobfence's annotations,
+/// and the node's resourceVersion as the precondition (the list is atomic: see the header).
+fn fence_taint_patch(node: &Node, now: Timestamp, signature: &str, reason: &str) -> Value {
+    let mut list: Vec<Taint> = taints(node).to_vec();
+    list.push(Taint {
+        key: OUT_OF_SERVICE_KEY.into(),
+        value: Some(OUT_OF_SERVICE_VALUE.into()),
+        effect: OUT_OF_SERVICE_EFFECT.into(),
+        time_added: Some(Time(now)),
+    });
+    json!({
+        "metadata": {
+            "resourceVersion": node.resource_version(),
+            "annotations": {
+                ANNOTATION_FENCED_AT: now.to_string(),
+                ANNOTATION_FENCED_BOOT_ID: boot_id(&NodeView::from(node)),
+                ANNOTATION_ACTION: FenceAction::Taint.to_string(),
+                ANNOTATION_FENCED_BY: signature,
+                ANNOTATION_REASON: reason,
+            }
+        },
+        "spec": { "taints": list }
+    })
+}
+
+impl Cluster {
+    /// The fence write `action` would make on the node now, sent as a server-side dry run
+    /// (`dryRun=All`): the API server authorizes, admits and validates the exact request
+    /// (the taint patch with its resourceVersion precondition, or the delete with its uid
+    /// precondition) and stores nothing. For `oobfence drill`.
+    pub async fn rehearse_fence(
+        &self,
+        name: &str,
+        action: FenceAction,
+    ) -> Result<(), ClusterError> {
+        let node = bounded(self.nodes().get(name)).await?;
+        match action {
+            FenceAction::Taint => {
+                if taints(&node).iter().any(is_out_of_service) {
+                    return Err(ClusterError::Precondition(format!(
+                        "node {name} already has an out-of-service taint"
+                    )));
+                }
+                let patch = fence_taint_patch(
+                    &node,
+                    Timestamp::now(),
+                    &self.signature(),
+                    "oobfence drill: a server-side dry run, nothing stored",
+                );
+                let params = PatchParams {
+                    dry_run: true,
+                    ..Default::default()
+                };
+                bounded(self.nodes().patch(name, &params, &Patch::Merge(&patch))).await?;
+            }
+            FenceAction::DeleteNode => {
+                let params = DeleteParams {
+                    dry_run: true,
+                    preconditions: Some(Preconditions {
+                        uid: node.metadata.uid.clone(),
+                        resource_version: None,
+                    }),
+                    ..Default::default()
+                };
+                bounded(self.nodes().delete(name, &params)).await?;
+            }
+        }
+        Ok(())
+    }
+}
+
 fn taints(node: &Node) -> &[Taint] {
     node.spec
         .as_ref()
