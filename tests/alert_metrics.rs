@@ -1,6 +1,7 @@
-//! The series the shipped alerts compare, as the real `oobfence` binary serves them against a
-//! real kube-apiserver (OOBFENCE_TEST_KUBECONFIG): a value the daemon cannot know yet is not
-//! served as 0, and what makes a healthy node unfenceable is on /metrics before it dies.
+//! The series the shipped alerts compare, as the real `oobfence` binary (`oobfence run`, a
+//! process of its own) serves them against a real kube-apiserver (OOBFENCE_TEST_KUBECONFIG): a
+//! value the daemon cannot know yet is not served as 0, and what makes a healthy node
+//! unfenceable is on /metrics before it dies.
 //!
 //! The alerts themselves are replayed by promtool (deploy/prometheus/tests, run by
 //! scripts/check-prometheus).
@@ -15,7 +16,10 @@ use serde_json::json;
 
 use support::daemon_process::DaemonProcess;
 use support::gate::gated_kubeconfig;
-use support::k8s::{FakeNode, KubeletIdentity, free_port, sample, scrape, wait_for, wait_ready};
+use support::k8s::{
+    FakeNode, KubeletIdentity, free_port, kubeconfig_path, node_report, sample, scrape, wait_for,
+    wait_ready,
+};
 use support::scenario::{FIRST_BOOT, Scenario};
 
 // Generous: a loaded 2-core machine has taken over 45 s for a decision expected in seconds.
@@ -118,7 +122,10 @@ async fn an_unattestable_healthy_node_and_a_dead_nodes_domain_are_on_metrics() {
     }
     let alive_a = FakeNode::keep_alive(&[&a], FIRST_BOOT);
     let alive_b = FakeNode::keep_alive(&[&b], FIRST_BOOT);
-    let daemon = s.daemon().await;
+    let listen = format!("127.0.0.1:{}", free_port());
+    let config = s.dir().join("dc.toml");
+    std::fs::write(&config, s.config_text(&kubeconfig_path(), &listen, "")).unwrap();
+    let daemon = DaemonProcess::start(&config, &listen, s.dir(), &[], &[]).await;
 
     let problem_of = |node: &str| {
         format!(
@@ -127,12 +134,16 @@ async fn an_unattestable_healthy_node_and_a_dead_nodes_domain_are_on_metrics() {
     };
     let domain_of =
         |node: &str| format!("oobfence_node_failure_domain{{node=\"{node}\",domain=\"rack-am\"}}");
-    daemon.wait_identity(&b.name, "match", DECISION).await;
+    daemon
+        .wait_report(&b.name, "identity verdict match", DECISION, |r| {
+            r["identity"]["verdict"] == "match"
+        })
+        .await;
     let m = wait_metric(&daemon, "node a unattestable while healthy", |m| {
         sample(m, &problem_of(&a.name)) == Some(1.0)
     })
     .await;
-    let report = daemon.report(&a.name).await.unwrap();
+    let report = node_report(&listen, &a.name).await.unwrap();
     assert_eq!(report["state"], "healthy", "{report}");
     assert_eq!(report["identity"]["verdict"], "unverifiable", "{report}");
     assert_eq!(sample(&m, &problem_of(&b.name)), None, "{m}");
@@ -150,7 +161,9 @@ async fn an_unattestable_healthy_node_and_a_dead_nodes_domain_are_on_metrics() {
     alive_a.stop().await;
     a.die(FIRST_BOOT).await;
     daemon
-        .wait_rule(&a.name, "identity-unverified", DECISION)
+        .wait_report(&a.name, "rule identity-unverified", DECISION, |r| {
+            r["rule"] == "identity-unverified"
+        })
         .await;
     let blocked = format!(
         "oobfence_node_blocked{{node=\"{}\",reason=\"identity-unverified\"}}",
@@ -169,13 +182,9 @@ async fn an_unattestable_healthy_node_and_a_dead_nodes_domain_are_on_metrics() {
     b.delete().await;
 }
 
-async fn wait_metric(
-    daemon: &support::k8s::RunningDaemon,
-    what: &str,
-    check: impl Fn(&str) -> bool,
-) -> String {
+async fn wait_metric(daemon: &DaemonProcess, what: &str, check: impl Fn(&str) -> bool) -> String {
     wait_for(what, DECISION, || async {
-        let m = daemon.metrics().await;
+        let m = scrape(&daemon.listen).await;
         check(&m).then_some(m)
     })
     .await
