@@ -60,6 +60,45 @@ impl<M: EncodeMetric> EncodeMetric for Listed<M> {
     }
 }
 
+/// A gauge with no sample until it is first set: its HELP and TYPE lines are served from the
+/// start, its value only once the daemon knows it. A value that depends on the cluster (the
+/// fence budget's limit is a share of the nodes watched) would otherwise read 0 before the
+/// first sync and through an outage at start, and an alert comparing it would fire on a
+/// number nobody computed.
+#[derive(Clone, Debug, Default)]
+pub struct KnownGauge {
+    gauge: Gauge,
+    known: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl KnownGauge {
+    pub fn set(&self, v: i64) {
+        self.gauge.set(v);
+        self.known.store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// The value, or `None` while it has never been set.
+    pub fn get(&self) -> Option<i64> {
+        self.known
+            .load(std::sync::atomic::Ordering::Acquire)
+            .then(|| self.gauge.get())
+    }
+}
+
+impl EncodeMetric for KnownGauge {
+    fn encode(&self, encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        if self.known.load(std::sync::atomic::Ordering::Acquire) {
+            self.gauge.encode(encoder)
+        } else {
+            Ok(())
+        }
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Gauge
+    }
+}
+
 pub struct Metrics {
     pub registry: Registry,
     pub node_state: Family<NodeStateLabels, Gauge>,
@@ -101,6 +140,9 @@ pub struct Metrics {
     pub identity_nodes: Family<VerdictLabels, Gauge>,
     pub identity_unchecked: Gauge,
     pub node_identity_problem: Family<NodeProblemLabels, Gauge>,
+    pub node_failure_domain: Family<NodeDomainLabels, Gauge>,
+    /// Each node's `node_failure_domain` series, so that it goes when the node is healthy.
+    node_domains: Mutex<BTreeMap<String, String>>,
     /// Nodes with an identity problem series, so that fixed ones are removed.
     identity_problems_seen: Mutex<BTreeSet<(String, &'static str)>>,
     pub paused: Gauge,
@@ -110,8 +152,9 @@ pub struct Metrics {
     pub lease_storm: Gauge,
     pub scope_hold: Family<ScopeHoldLabels, Gauge>,
     pub scope_nodes: Family<ScopeCountLabels, Gauge>,
-    pub fence_budget_used: Gauge,
-    pub fence_budget_limit: Gauge,
+    /// Not served before the first pass over a synced view: see [`KnownGauge`].
+    pub fence_budget_used: KnownGauge,
+    pub fence_budget_limit: KnownGauge,
     pub leader: Family<DatacenterLabels, Gauge>,
     pub lease_term: Family<DatacenterLabels, Gauge>,
     pub ha_duplicate_identity: Family<DatacenterLabels, Gauge>,

@@ -54,14 +54,13 @@ use serde_json::json;
 
 use oobfence::journal;
 use support::fake_ec2::{FakeEc2, FakeInstance};
-use support::gate::Gate;
+use support::gate::{Gate, gated_kubeconfig};
 use support::k8s::{
     FakeNode, KubeletIdentity, RunningDaemon, TEST_LABEL, sample, taints_owner, wait_for,
 };
 use support::odd_bmc::{self, OddBmc};
 use support::scenario::{FIRST_BOOT, Scenario};
 // What more than one family of scenarios uses, from the file of the first.
-use guards::gated_kubeconfig;
 use ha_handover::{HaInstance, fenced_by, never_two_leaders};
 use leases::is_ready;
 

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use jiff::Timestamp;
 
 use super::action::{ActionDone, action_label};
+use super::guards::failure_domain;
 use super::state::{DELETED_FENCE_KEPT, Daemon, FAILING_WINDOW};
 use crate::cluster::NodeView;
 use crate::cluster::{self, EventType, reasons};
@@ -275,6 +276,12 @@ impl Daemon {
         };
         tracker.refusal = current;
         m.set_node_blocked(&name, current.and_then(metrics::blocked_reason));
+        let domain = if decision.state == decision::NodeState::Healthy {
+            None
+        } else {
+            failure_domain(node, self.cfg.guards.failure_domain_label.as_deref())
+        };
+        m.set_node_failure_domain(&name, domain.as_deref());
         let started = current.is_some() && current != previous;
         let dry_run =
             new_would && matches!(decision.step, Step::WouldFence(_) | Step::WouldUnfence);
@@ -350,6 +357,7 @@ impl Daemon {
 
         let mut verdicts: BTreeMap<&'static str, i64> = BTreeMap::new();
         let mut unchecked = 0;
+        let mut problems = std::collections::BTreeSet::new();
         for (name, t) in &self.trackers {
             // Matched when the node was first decided (a tracker exists only after that).
             let identity = match t.mapping_identity {
@@ -364,9 +372,14 @@ impl Daemon {
             }
             let verdict = t.binding.as_ref().map_or("unknown", |b| b.verdict.label());
             *verdicts.entry(verdict).or_default() += 1;
+            // Healthy or not: a machine that cannot prove it is the node's (no UUID, a
+            // placeholder one) is never fenced under identity = "checked", so it is said
+            // while the node still runs, not first when it dies.
+            if verdict == "unverifiable" && identity == IdentityCheck::Checked {
+                problems.insert((name.clone(), "identity-unverifiable"));
+            }
         }
         m.set_identity_counts(&verdicts, unchecked);
-        let mut problems = std::collections::BTreeSet::new();
         for (name, t) in &self.trackers {
             if t.binding
                 .as_ref()

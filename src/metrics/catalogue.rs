@@ -11,7 +11,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use super::labels::*;
-use super::{FloatGauge, Listed, Metrics};
+use super::{FloatGauge, KnownGauge, Listed, Metrics};
 
 impl Metrics {
     pub fn new() -> Metrics {
@@ -261,8 +261,14 @@ impl Metrics {
         let node_identity_problem = Family::<NodeProblemLabels, Gauge>::default();
         registry.register(
             "node_identity_problem",
-            "1 for a node whose mapping cannot be trusted, healthy or not: identity-mismatch (its power source answers for another machine), region-mismatch (EC2 providerID zone outside [aws] region), shared-machine (another node maps to the same machine), off-while-alive (its power source read Off while the node was Ready and its kubelet went on living: it reads another machine or misreports; cleared when it reads On). Such a node is never fenced until the config is fixed",
+            "1 for a node whose mapping cannot be trusted, healthy or not: identity-mismatch (its power source answers for another machine), region-mismatch (EC2 providerID zone outside [aws] region), shared-machine (another node maps to the same machine), off-while-alive (its power source read Off while the node was Ready and its kubelet went on living: it reads another machine or misreports; cleared when it reads On), identity-unverifiable (identity = \"checked\" and its machine proves no identity: no system UUID, a firmware placeholder one). Such a node is never fenced until the config or the machine is fixed",
             Listed(node_identity_problem.clone()),
+        );
+        let node_failure_domain = Family::<NodeDomainLabels, Gauge>::default();
+        registry.register(
+            "node_failure_domain",
+            "1 for each watched node that is not healthy, labelled with its failure domain (the value of failure_domain_label): joins the per-node series to their rack or zone, so that a domain that went down whole is one alert, not one per node",
+            Listed(node_failure_domain.clone()),
         );
         let identity_unchecked = Gauge::default();
         registry.register(
@@ -333,16 +339,16 @@ impl Metrics {
             "Per scope (datacenter, domain=VALUE): nodes, unhealthy (NotReady) nodes, power sources read in the last 10 minutes and those failing, as the storm guard and the freeze count them",
             Listed(scope_nodes.clone()),
         );
-        let fence_budget_used = Gauge::default();
+        let fence_budget_used = KnownGauge::default();
         registry.register(
             "fence_budget_used",
-            "Fences made (or being written) in the last fence_budget_window; new fences are held while this reaches oobfence_fence_budget_limit",
+            "Fences made (or being written) in the last fence_budget_window; new fences are held while this reaches oobfence_fence_budget_limit. No sample until the first pass over a synced view of the cluster",
             fence_budget_used.clone(),
         );
-        let fence_budget_limit = Gauge::default();
+        let fence_budget_limit = KnownGauge::default();
         registry.register(
             "fence_budget_limit",
-            "Fences allowed in any fence_budget_window (fence_budget, a share taken of the nodes watched now)",
+            "Fences allowed in any fence_budget_window (fence_budget, a share taken of the nodes watched now). No sample until the first pass over a synced view of the cluster: before it, the nodes are not known and neither is a share of them",
             fence_budget_limit.clone(),
         );
         let leader = Family::<DatacenterLabels, Gauge>::default();
@@ -426,6 +432,8 @@ impl Metrics {
             identity_nodes,
             identity_unchecked,
             node_identity_problem,
+            node_failure_domain,
+            node_domains: Mutex::new(BTreeMap::new()),
             paused,
             view_stale,
             leases_late,

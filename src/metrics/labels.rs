@@ -103,6 +103,13 @@ pub struct JournalLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NodeDomainLabels {
+    pub node: String,
+    /// The value of the node's failure_domain_label.
+    pub domain: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct NodeProblemLabels {
     pub node: String,
     pub problem: &'static str,

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use super::{
     ALL_STATES, ActionLabels, BLOCKED_REASONS, BlockedLabels, FailingLabels, IDENTITY_VERDICTS,
-    Metrics, NodeActionLabels, NodeBackendLabels, NodeLabels, NodeProblemLabels, NodeReasonLabels,
-    NodeStateLabels, ReadyLabels, StateLabels, VerdictLabels,
+    Metrics, NodeActionLabels, NodeBackendLabels, NodeDomainLabels, NodeLabels, NodeProblemLabels,
+    NodeReasonLabels, NodeStateLabels, ReadyLabels, StateLabels, VerdictLabels,
 };
 use crate::decision::NodeState;
 
@@ -53,6 +53,7 @@ impl Metrics {
             });
         }
         self.set_node_blocked(node, None);
+        self.set_node_failure_domain(node, None);
         self.set_taint_age(node, None);
         self.forget_power_source(node);
         self.fenced_since.remove(&NodeActionLabels {
@@ -157,6 +158,32 @@ impl Metrics {
                 // not hold up a scrape.
                 self.node_blocked.remove(&labels);
             }
+        }
+    }
+
+    /// Sets the failure domain of a node that is not healthy, or removes its series (healthy,
+    /// gone, or no domain).
+    pub fn set_node_failure_domain(&self, node: &str, domain: Option<&str>) {
+        let Ok(mut domains) = self.node_domains.lock() else {
+            return;
+        };
+        if domains.get(node).map(String::as_str) == domain {
+            return;
+        }
+        if let Some(old) = domains.remove(node) {
+            self.node_failure_domain.remove(&NodeDomainLabels {
+                node: node.to_string(),
+                domain: old,
+            });
+        }
+        if let Some(d) = domain {
+            domains.insert(node.to_string(), d.to_string());
+            self.node_failure_domain
+                .get_or_create(&NodeDomainLabels {
+                    node: node.to_string(),
+                    domain: d.to_string(),
+                })
+                .set(1);
         }
     }
 

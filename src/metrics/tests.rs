@@ -156,3 +156,35 @@ fn failing_power_sources_go_back_to_zero() {
         "oobfence_power_sources_failing{backend=\"redfish\",error_kind=\"unreachable\"} 0"
     ));
 }
+
+#[test]
+fn a_nodes_failure_domain_follows_it_while_it_is_not_healthy() {
+    let m = Metrics::new();
+    m.set_node_failure_domain("n1", Some("rack-a"));
+    let text = m.encode();
+    assert!(
+        text.contains("oobfence_node_failure_domain{node=\"n1\",domain=\"rack-a\"} 1"),
+        "{text}"
+    );
+    m.set_node_failure_domain("n1", Some("rack-b"));
+    let text = m.encode();
+    assert!(!text.contains("rack-a"), "{text}");
+    assert!(text.contains("domain=\"rack-b\"} 1"), "{text}");
+    m.forget_node("n1");
+    assert!(!m.encode().contains("node=\"n1\""), "{}", m.encode());
+}
+
+#[test]
+fn the_fence_budget_has_no_sample_until_it_is_known() {
+    let m = Metrics::new();
+    let text = m.encode();
+    assert!(
+        text.contains("# HELP oobfence_fence_budget_limit "),
+        "{text}"
+    );
+    assert!(!text.contains("\noobfence_fence_budget_limit "), "{text}");
+    assert_eq!(m.fence_budget_limit.get(), None);
+    m.fence_budget_limit.set(0);
+    assert!(m.encode().contains("\noobfence_fence_budget_limit 0\n"));
+    assert_eq!(m.fence_budget_limit.get(), Some(0));
+}

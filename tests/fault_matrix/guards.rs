@@ -325,27 +325,6 @@ pub(super) fn api_unreachable_longer_than_the_staleness_limit() -> ScenarioFutur
     })
 }
 
-/// A copy of the test cluster's kubeconfig that reaches the API server through a [`Gate`].
-pub(super) async fn gated_kubeconfig(dir: &std::path::Path) -> (Gate, std::path::PathBuf) {
-    let path = support::k8s::kubeconfig_path();
-    let mut kc = kube::config::Kubeconfig::read_from(&path).expect("read the test kubeconfig");
-    let cluster = kc.clusters[0].cluster.as_mut().expect("a cluster");
-    let server = cluster.server.clone().expect("a server");
-    let port: u16 = server
-        .rsplit(':')
-        .next()
-        .unwrap()
-        .trim_end_matches('/')
-        .parse()
-        .unwrap();
-    let gate = Gate::start(port, true).await;
-    cluster.server = Some(server.replace(&format!(":{port}"), &format!(":{}", gate.port)));
-    let out = dir.join("gated.kubeconfig");
-    // JSON is YAML: the daemon reads it as a kubeconfig.
-    std::fs::write(&out, serde_json::to_string(&kc).unwrap()).unwrap();
-    (gate, out)
-}
-
 /// A node that keeps going NotReady and Ready is held, not fenced, though its machine is off
 /// whenever it is read.
 pub(super) fn flapping_node_is_held() -> ScenarioFuture {

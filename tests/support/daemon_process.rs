@@ -22,6 +22,33 @@ impl DaemonProcess {
         env: &[(&str, &str)],
         env_remove: &[&str],
     ) -> DaemonProcess {
+        let d = DaemonProcess::spawn(config, listen, dir, env, env_remove);
+        let url = format!("http://{listen}/readyz");
+        let started = Instant::now();
+        loop {
+            if let Ok(r) = reqwest::get(&url).await
+                && r.status().is_success()
+            {
+                return d;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "oobfence run never became ready; log:\n{}",
+                d.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    /// As [`DaemonProcess::start`], but returns at once: for what a daemon serves before it
+    /// is ready (its caches not synced yet).
+    pub fn spawn(
+        config: &Path,
+        listen: &str,
+        dir: &Path,
+        env: &[(&str, &str)],
+        env_remove: &[&str],
+    ) -> DaemonProcess {
         let log = dir.join("daemon.log");
         let out = std::fs::File::create(&log).expect("create the daemon log");
         let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_oobfence"));
@@ -42,25 +69,10 @@ impl DaemonProcess {
             .kill_on_drop(true)
             .spawn()
             .expect("start oobfence run");
-        let d = DaemonProcess {
+        DaemonProcess {
             child,
             listen: listen.to_string(),
             log,
-        };
-        let url = format!("http://{listen}/readyz");
-        let started = Instant::now();
-        loop {
-            if let Ok(r) = reqwest::get(&url).await
-                && r.status().is_success()
-            {
-                return d;
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(60),
-                "oobfence run never became ready; log:\n{}",
-                d.log_text()
-            );
-            tokio::time::sleep(Duration::from_millis(250)).await;
         }
     }
 

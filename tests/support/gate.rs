@@ -83,3 +83,24 @@ impl Drop for Gate {
         self.task.abort();
     }
 }
+
+/// A copy of the test cluster's kubeconfig that reaches the API server through a [`Gate`].
+pub async fn gated_kubeconfig(dir: &std::path::Path) -> (Gate, std::path::PathBuf) {
+    let path = super::k8s::kubeconfig_path();
+    let mut kc = kube::config::Kubeconfig::read_from(&path).expect("read the test kubeconfig");
+    let cluster = kc.clusters[0].cluster.as_mut().expect("a cluster");
+    let server = cluster.server.clone().expect("a server");
+    let port: u16 = server
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .trim_end_matches('/')
+        .parse()
+        .unwrap();
+    let gate = Gate::start(port, true).await;
+    cluster.server = Some(server.replace(&format!(":{port}"), &format!(":{}", gate.port)));
+    let out = dir.join("gated.kubeconfig");
+    // JSON is YAML: the daemon reads it as a kubeconfig.
+    std::fs::write(&out, serde_json::to_string(&kc).unwrap()).unwrap();
+    (gate, out)
+}
