@@ -147,8 +147,10 @@ pub(super) async fn drill(path: &Path, node: &str, json: bool) -> Result<ExitCod
     let writer = Cluster::new(client.clone(), &cfg.datacenter);
     let action = cfg.policy.action;
     let what = match action {
-        FenceAction::Taint => "the out-of-service taint patch (resourceVersion precondition)",
-        FenceAction::DeleteNode => "the Node's delete (uid precondition)",
+        FenceAction::Taint => {
+            "the out-of-service taint patch with its resourceVersion precondition"
+        }
+        FenceAction::DeleteNode => "the Node's delete with its uid precondition",
     };
     match writer.rehearse_fence(node, action).await {
         Ok(()) => c.add(

@@ -64,6 +64,7 @@ async fn the_fire_drill_goes_through_a_fence_short_of_the_write() {
     // The text form says the same, one line per check.
     let out = support::cli::oobfence_async(&["drill", &node.name], &daemon.config_path).await;
     let text = String::from_utf8_lossy(&out.stdout);
+    println!("{text}");
     assert!(text.lines().any(|l| l.starts_with("ok    write")), "{text}");
     assert!(text.contains("would taint it out-of-service"), "{text}");
 
