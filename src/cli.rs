@@ -97,6 +97,9 @@ pub enum Command {
         config: PathBuf,
         /// The Node's name, as `kubectl get nodes` shows it.
         node: String,
+        /// Print JSON (where it was read, the reading as the journal records it).
+        #[arg(long)]
+        json: bool,
     },
     /// A fire drill for one real node: everything a fence of it needs short of the write
     /// (mapping, identity, a power read, the exact write as a server-side dry run, the pause,
@@ -222,7 +225,7 @@ async fn dispatch(command: Command) -> ExitCode {
     let result = match command {
         Command::Run { config } => run(&config).await,
         Command::CheckConfig { config, probe } => check_config(&config, probe).await,
-        Command::Probe { config, node } => probe(&config, &node).await,
+        Command::Probe { config, node, json } => probe(&config, &node, json).await,
         Command::Why { config, node, json } => why(&config, &node, json).await,
         Command::Drill { config, node, json } => drill(&config, &node, json).await,
         Command::Nodes {

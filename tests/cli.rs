@@ -262,6 +262,14 @@ async fn probe_reads_one_node_from_the_config_alone() {
         .await;
     let o = oobfence(&["probe", "rack1-01"], &path);
     assert!(stdout(&o).starts_with("rack1-01: Off"), "{}", stdout(&o));
+    // --json: where it was read, and the reading as the journal records it.
+    let o = oobfence(&["probe", "rack1-01", "--json"], &path);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("probe --json");
+    assert_eq!(doc["node"], "rack1-01");
+    assert_eq!(doc["backend"], "redfish");
+    assert_eq!(doc["reading"]["state"], "off", "{doc:#}");
+    assert!(doc["reading"]["latency"].is_number(), "{doc:#}");
 
     // A node no entry maps, and a BMC that refuses the password: both non-zero.
     let o = oobfence(&["probe", "rack2-01"], &path);
@@ -272,6 +280,11 @@ async fn probe_reads_one_node_from_the_config_alone() {
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("auth"), "{}", stderr(&o));
     assert!(!stderr(&o).contains("wrong"), "{}", stderr(&o));
+    let o = oobfence(&["probe", "rack1-01", "--json"], &path);
+    assert_eq!(o.status.code(), Some(1));
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("probe --json");
+    assert_eq!(doc["reading"]["state"], "error", "{doc:#}");
+    assert!(!stdout(&o).contains("wrong"), "{}", stdout(&o));
 }
 
 /// `probe` names how a read logged in and what TLS the BMC speaks: a BMC with Basic turned

@@ -307,7 +307,7 @@ struct Row {
     actions: Option<String>,
 }
 
-pub(super) async fn probe(path: &Path, node: &str) -> Result<ExitCode, ExitCode> {
+pub(super) async fn probe(path: &Path, node: &str, json: bool) -> Result<ExitCode, ExitCode> {
     let cfg = Arc::new(load(path)?);
     let sources = PowerSources::new(cfg.clone(), Default::default()).await;
     // Only an EC2-mapped node needs the cluster (its providerID); a BMC is in the config.
@@ -341,13 +341,32 @@ pub(super) async fn probe(path: &Path, node: &str) -> Result<ExitCode, ExitCode>
         r.latency.as_secs_f64()
     );
     out.push_str(&format!("\n  identity: {}", r.identity));
-    if let Some(transport) = source.transport().await {
+    let transport = source.transport().await;
+    if let Some(transport) = &transport {
         out.push_str(&format!("\n  transport: {transport}"));
     }
     for d in &r.details {
         out.push_str(&format!("\n  {d}"));
     }
-    if let crate::power::PowerState::Error { .. } = r.state {
+    let failed = matches!(r.state, crate::power::PowerState::Error { .. });
+    if json {
+        // The reading as the journal records it (state, latency, identity, details), and
+        // where it was read; the exit code is the text form's.
+        let doc = serde_json::json!({
+            "node": node,
+            "backend": source.backend(),
+            "address": source.address(),
+            "transport": transport,
+            "reading": &r,
+        });
+        println!("{}", serde_json::to_string_pretty(&doc).map_err(fail)?);
+        return Ok(if failed {
+            ExitCode::from(1)
+        } else {
+            ExitCode::SUCCESS
+        });
+    }
+    if failed {
         return Err(fail(out));
     }
     println!("{out}");
