@@ -54,7 +54,12 @@ impl Daemon {
                 off_while_alive: facts.off_while_alive.clone(),
             }),
             dry_run: self.cfg.policy.dry_run,
-            would: tracker.would_announced.as_ref().map(|(action, _)| *action),
+            // A dry run's announcement means nothing once a reload turned the dry run off.
+            would: tracker
+                .would_announced
+                .as_ref()
+                .filter(|_| self.cfg.policy.dry_run)
+                .map(|(action, _)| *action),
             read_in_flight: tracker.read_in_flight,
             last_action_error: tracker.last_action_error.clone(),
             action_retry_at: tracker.retry_after.and_then(|at| {
