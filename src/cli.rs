@@ -195,10 +195,23 @@ fn say_error(message: impl std::fmt::Display) {
 }
 
 fn load(path: &Path) -> Result<Config, ExitCode> {
-    Config::load(path).map_err(|e| {
-        say_error(e);
-        ExitCode::from(2)
-    })
+    Config::load(path).map_err(say_config_errors)
+}
+
+/// Every problem of a config file, each on its own line, then how many (exit code 2: a config
+/// that will not work).
+fn say_config_errors(e: crate::config::ConfigErrors) -> ExitCode {
+    for one in &e.errors {
+        say_error(one);
+    }
+    if e.errors.len() > 1 {
+        say_error(format!(
+            "{}: fix them and run `oobfence check-config {}` again",
+            e.count_line(),
+            e.file.display()
+        ));
+    }
+    ExitCode::from(2)
 }
 
 async fn dispatch(command: Command) -> ExitCode {

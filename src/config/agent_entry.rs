@@ -47,6 +47,7 @@ impl RawBmc {
     ) -> Result<BmcEntry, ConfigError> {
         let err = |key: &str, problem: String| ConfigError {
             file: path.to_owned(),
+            line: None,
             key: format!("bmc[{index}].{key}"),
             problem,
         };

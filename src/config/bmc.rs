@@ -73,7 +73,10 @@ impl std::fmt::Debug for BmcTls {
 
 /// `tls_fingerprint = "sha256:…"` or a list of them.
 #[derive(Deserialize)]
-#[serde(untagged)]
+#[serde(
+    untagged,
+    expecting = "must be a certificate fingerprint such as \"sha256:AB:CD:…\" (quoted), or a list of them"
+)]
 pub(super) enum OneOrMany {
     One(String),
     Many(Vec<String>),
@@ -285,6 +288,7 @@ impl RawBmc {
     ) -> Result<BmcEntry, ConfigError> {
         let err = |key: &str, problem: String| ConfigError {
             file: path.to_owned(),
+            line: None,
             key: format!("bmc[{index}].{key}"),
             problem,
         };

@@ -40,7 +40,12 @@ impl fmt::Display for Finding {
             Severity::Warning => "warning",
             Severity::Note => "note",
         };
-        write!(f, "{word}: {}: {}", self.key, self.problem)
+        write!(
+            f,
+            "{word}: {}: {}",
+            super::display_key(&self.key),
+            self.problem
+        )
     }
 }
 
