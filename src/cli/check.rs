@@ -58,6 +58,14 @@ pub(super) async fn check_config(path: &Path, probe: bool) -> Result<ExitCode, E
         })
         .await
         .map_err(|e| fail(format!("cannot list nodes: {e}")))?;
+    let names: Vec<&str> = nodes
+        .items
+        .iter()
+        .filter_map(|n| n.metadata.name.as_deref())
+        .collect();
+    for f in checks::unmatched(&cfg, &names) {
+        eprintln!("{}: {f}", path.display());
+    }
     let cfg = Arc::new(cfg);
     let sources = Arc::new(PowerSources::new(cfg.clone(), Default::default()).await);
     let conflicts = daemon::mapping_conflicts(

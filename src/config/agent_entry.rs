@@ -122,6 +122,7 @@ impl RawBmc {
         super::bmc::check_timeout(self.timeout).map_err(|e| err("timeout", e))?;
         Ok(BmcEntry {
             index,
+            line: None,
             nodes,
             protocol: Protocol::FenceAgent,
             address: String::new(),

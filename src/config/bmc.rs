@@ -85,8 +85,10 @@ pub(super) enum OneOrMany {
 /// One `[[bmc]]` entry: which nodes it covers and how to reach their BMCs.
 #[derive(Debug, Clone)]
 pub struct BmcEntry {
-    /// Position in the file, for messages (`bmc[3]`).
+    /// Position in the file, 0-based (`bmc[3]` in metrics; `[[bmc]] #4` in messages).
     pub index: usize,
+    /// The line of its `[[bmc]]` header in the config file.
+    pub line: Option<usize>,
     pub nodes: Vec<glob::Pattern>,
     pub protocol: Protocol,
     /// Address template; `{node}` is replaced by the node name.
@@ -177,6 +179,14 @@ impl BmcEntry {
             || self.system.as_deref().is_some_and(|s| s.contains("{node}"))
             || self.fence_agent.as_ref().is_some_and(|fa| fa.per_node());
         (!per_node).then(|| self.machine_key(""))
+    }
+
+    /// How messages name it: `[[bmc]] #4 (line 31)`, its number in the file counted from 1.
+    pub fn label(&self) -> String {
+        match self.line {
+            Some(line) => format!("[[bmc]] #{} (line {line})", self.index + 1),
+            None => format!("[[bmc]] #{}", self.index + 1),
+        }
     }
 
     pub fn matches(&self, node: &str) -> bool {
@@ -526,6 +536,7 @@ impl RawBmc {
             .map_err(|(key, problem)| err(key, problem))?;
         Ok(BmcEntry {
             index,
+            line: None,
             nodes,
             protocol: self.protocol,
             address,

@@ -12,6 +12,9 @@ use kube::config::Kubeconfig;
 use super::{BmcTls, Config, KubernetesConfig};
 use crate::identity::IdentityCheck;
 
+mod entries;
+pub use entries::unmatched;
+
 /// A token expiring sooner than this is a warning.
 pub const TOKEN_EXPIRY_WARNING: jiff::SignedDuration = jiff::SignedDuration::from_hours(7 * 24);
 
@@ -103,7 +106,10 @@ pub fn warnings(cfg: &Config) -> Vec<Finding> {
         {
             out.push(finding(Severity::Warning, key("password_file"), problem));
         }
+        out.extend(entries::password_lines(b));
     }
+    out.extend(entries::shadowed(cfg));
+    out.extend(entries::listen(cfg));
     if let Some(a) = cfg
         .aws
         .as_ref()

@@ -372,9 +372,10 @@ impl RawConfig {
 
         let mut bmc: Vec<BmcEntry> = Vec::with_capacity(self.bmc.len());
         for (index, raw) in self.bmc {
-            let Some(entry) = keep(errs, raw.validate(index, path, secrets)) else {
+            let Some(mut entry) = keep(errs, raw.validate(index, path, secrets)) else {
                 continue;
             };
+            entry.line = lines.lookup(&format!("bmc[{index}]"));
             // Two entries naming one fixed machine would fence both nodes when it is off.
             if let Some(target) = entry.fixed_target()
                 && let Some(other) = bmc
@@ -389,7 +390,7 @@ impl RawConfig {
                     &format!("bmc[{index}].{key}"),
                     format!(
                         "reads the same machine as {} ({target}): one machine cannot be two nodes, and its being off would fence both",
-                        entry_label(other.index, lines)
+                        other.label()
                     ),
                 ));
                 continue;
@@ -498,13 +499,5 @@ impl RawConfig {
             actuation,
             digest: String::new(),
         })
-    }
-}
-
-/// A `[[bmc]]` entry as a message names it: its number in the file, 1-based, and its line.
-pub(super) fn entry_label(index: usize, lines: &Lines) -> String {
-    match lines.lookup(&format!("bmc[{index}]")) {
-        Some(line) => format!("[[bmc]] #{} (line {line})", index + 1),
-        None => format!("[[bmc]] #{}", index + 1),
     }
 }

@@ -1,0 +1,168 @@
+//! Warnings about the `[[bmc]]` entries as a whole and the server: an entry an earlier one
+//! hides, one that matches no Node of the cluster, a password file of several lines, a
+//! listener off loopback.
+
+use super::{Finding, Severity, finding};
+use crate::config::{BmcEntry, Config};
+
+/// Glob characters: a pattern without them names one node.
+const GLOB: [char; 3] = ['*', '?', '['];
+
+/// Entries the first-match rule never reaches: every node each of their patterns could match
+/// is matched first by an earlier entry.
+pub(super) fn shadowed(cfg: &Config) -> Vec<Finding> {
+    let mut out = Vec::new();
+    // Earlier names (one node each) and earlier globs, with the entry they belong to.
+    let mut names: std::collections::HashMap<&str, &BmcEntry> = Default::default();
+    let mut globs: Vec<(&glob::Pattern, &BmcEntry)> = Vec::new();
+    for b in &cfg.bmc {
+        let by: Vec<Option<&BmcEntry>> =
+            b.nodes
+                .iter()
+                .map(|p| {
+                    let text = p.as_str();
+                    if !text.contains(GLOB) {
+                        names.get(text).copied().or_else(|| {
+                            globs.iter().find(|(g, _)| g.matches(text)).map(|(_, e)| *e)
+                        })
+                    } else {
+                        globs
+                            .iter()
+                            .find(|(g, _)| covers(g.as_str(), text))
+                            .map(|(_, e)| *e)
+                    }
+                })
+                .collect();
+        if !by.is_empty() && by.iter().all(Option::is_some) {
+            let mut earlier: Vec<String> = by.iter().flatten().map(|e| e.label()).collect();
+            earlier.dedup();
+            out.push(finding(
+                Severity::Warning,
+                format!("bmc[{}].nodes", b.index),
+                format!(
+                    "{} is never used: every node its nodes {:?} match is matched first by {} (the first entry that matches a node is its only one); move this entry above, or narrow the earlier one",
+                    b.label(),
+                    b.nodes.iter().map(glob::Pattern::as_str).collect::<Vec<_>>(),
+                    earlier.join(" and ")
+                ),
+            ));
+        }
+        for p in &b.nodes {
+            if p.as_str().contains(GLOB) {
+                globs.push((p, b));
+            } else {
+                names.entry(p.as_str()).or_insert(b);
+            }
+        }
+    }
+    out
+}
+
+/// Whether every name glob `inner` matches is matched by glob `outer`, as far as can be told
+/// for sure: `outer` made of plain characters and `*` only, and matching `inner` with each of
+/// its wildcards (`*`, `?`, a `[...]` class) put as one stand-in character, which only a `*`
+/// of `outer` can match — and a `*` matches whatever that wildcard does.
+fn covers(outer: &str, inner: &str) -> bool {
+    const STAND_IN: char = '\u{1}';
+    if outer.contains(['?', '[', ']', '!', STAND_IN]) {
+        return false;
+    }
+    let mut text = String::new();
+    let mut chars = inner.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '*' | '?' => text.push(STAND_IN),
+            '[' => {
+                // A class: up to its closing bracket (a `]` first in it is a member).
+                let mut first = true;
+                for c in chars.by_ref() {
+                    if c == ']' && !first {
+                        break;
+                    }
+                    first = false;
+                }
+                text.push(STAND_IN);
+            }
+            c => text.push(c),
+        }
+    }
+    glob::Pattern::new(outer).is_ok_and(|p| p.matches(&text))
+}
+
+/// A password file of more than one non-empty line: the whole file is the password (one
+/// trailing newline left off), line breaks included, which is rarely what was meant.
+pub(super) fn password_lines(b: &BmcEntry) -> Option<Finding> {
+    let lines = b
+        .password
+        .expose()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .count();
+    if lines < 2 {
+        return None;
+    }
+    let (key, what) = match &b.password_file {
+        Some(f) => ("password_file", f.display().to_string()),
+        None => ("password_credential", "the credential".to_string()),
+    };
+    Some(finding(
+        Severity::Warning,
+        format!("bmc[{}].{key}", b.index),
+        format!(
+            "{what} holds {lines} non-empty lines: the whole file is the password (only one trailing newline is left off), line breaks included, so the BMC will most likely refuse it; write the password alone on one line"
+        ),
+    ))
+}
+
+/// `[server] listen` on an address other hosts can reach.
+pub(super) fn listen(cfg: &Config) -> Option<Finding> {
+    let addr = cfg.server.listen;
+    if addr.ip().is_loopback() {
+        return None;
+    }
+    Some(finding(
+        Severity::Warning,
+        "server.listen",
+        format!(
+            "{addr} is reachable from other hosts: it serves, without authentication, /metrics (every node's power state, BMC address and fencing), /nodes (each node's decision, its BMC address and why) and /guards; listen on 127.0.0.1:{} and scrape through a proxy, or firewall the port to the Prometheus hosts",
+            addr.port()
+        ),
+    ))
+}
+
+/// `check-config --probe`: entries that match none of the cluster's nodes (a typo in a
+/// pattern, a renamed rack, nodes not joined yet).
+pub fn unmatched(cfg: &Config, nodes: &[&str]) -> Vec<Finding> {
+    cfg.bmc
+        .iter()
+        .filter(|b| !nodes.iter().any(|n| b.matches(n)))
+        .map(|b| {
+            finding(
+                Severity::Warning,
+                format!("bmc[{}].nodes", b.index),
+                format!(
+                    "{} matches none of the cluster's {} nodes (nodes {:?}): a typo, a renamed rack, or nodes not joined yet",
+                    b.label(),
+                    nodes.len(),
+                    b.nodes.iter().map(glob::Pattern::as_str).collect::<Vec<_>>()
+                ),
+            )
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::covers;
+
+    #[test]
+    fn a_glob_covers_another_only_when_surely() {
+        assert!(covers("*", "rack1-*"));
+        assert!(covers("rack*", "rack1-[0-9]?"));
+        assert!(covers("rack1-*", "rack1-*"));
+        assert!(!covers("rack1-?", "rack1-*"));
+        assert!(!covers("rack1-*", "rack*"));
+        assert!(!covers("rack2-*", "rack1-*"));
+        assert!(!covers("*-a", "[ab]"));
+    }
+}
