@@ -25,6 +25,7 @@ pub mod checks;
 pub mod fence_agent;
 mod guards;
 mod ha;
+mod inventory;
 pub mod ipmi;
 mod located;
 mod pause;
@@ -38,6 +39,7 @@ pub use aws::AwsConfig;
 pub use bmc::{BmcEntry, BmcTls, Protocol};
 pub use guards::DEFAULT_GUARD_RECORD;
 pub use ha::HaConfig;
+pub use inventory::Inventory;
 pub use pause::{
     ANNOTATION_PAUSED, DEFAULT_PAUSE_CONFIGMAP, PauseConfig, datacenter_annotation,
     default_pause_file,
@@ -312,7 +314,12 @@ impl Config {
         };
         let (raw, lines, errors) = raw::parse_raw(text, path).map_err(|e| all(vec![e]))?;
         let mut cfg = raw.validate(path, secrets, errors, &lines).map_err(all)?;
-        cfg.digest = sha256_hex(text.as_bytes());
+        // An inventory is part of the config: a changed line is a changed config.
+        let mut hashed = text.to_string();
+        for inv in cfg.bmc.iter().filter_map(|b| b.inventory.as_ref()) {
+            hashed.push_str(&format!("\n# inventory {}\n", inv.digest));
+        }
+        cfg.digest = sha256_hex(hashed.as_bytes());
         Ok(cfg)
     }
 

@@ -124,6 +124,7 @@ impl RawBmc {
             index,
             line: None,
             nodes,
+            inventory: None,
             protocol: Protocol::FenceAgent,
             address: String::new(),
             system: None,

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::inventory::{self, Inventory};
 use super::{
     ConfigError, IdentityCheck, Secrets, compile_globs, fence_agent, humantime_serde, ipmi, redfish,
 };
@@ -89,7 +90,10 @@ pub struct BmcEntry {
     pub index: usize,
     /// The line of its `[[bmc]]` header in the config file.
     pub line: Option<usize>,
+    /// Empty for an entry with an inventory.
     pub nodes: Vec<glob::Pattern>,
+    /// `inventory`: each node's address from a file (`nodes` and `address` unset then).
+    pub inventory: Option<std::sync::Arc<Inventory>>,
     pub protocol: Protocol,
     /// Address template; `{node}` is replaced by the node name.
     pub address: String,
@@ -120,7 +124,10 @@ pub struct BmcEntry {
 impl BmcEntry {
     /// The address for one node, with `{node}` filled in.
     pub fn address_for(&self, node: &str) -> String {
-        self.address.replace("{node}", node)
+        match &self.inventory {
+            Some(inv) => inv.address(node).unwrap_or_default().to_string(),
+            None => self.address.replace("{node}", node),
+        }
     }
 
     /// The system path for one node, with `{node}` filled in.
@@ -175,7 +182,8 @@ impl BmcEntry {
     /// The machine key when this entry names one fixed machine whatever the node (no `{node}`
     /// in address or system).
     pub(super) fn fixed_target(&self) -> Option<String> {
-        let per_node = self.address.contains("{node}")
+        let per_node = self.inventory.is_some()
+            || self.address.contains("{node}")
             || self.system.as_deref().is_some_and(|s| s.contains("{node}"))
             || self.fence_agent.as_ref().is_some_and(|fa| fa.per_node());
         (!per_node).then(|| self.machine_key(""))
@@ -190,7 +198,10 @@ impl BmcEntry {
     }
 
     pub fn matches(&self, node: &str) -> bool {
-        self.nodes.iter().any(|p| p.matches(node))
+        match &self.inventory {
+            Some(inv) => inv.address(node).is_some(),
+            None => self.nodes.iter().any(|p| p.matches(node)),
+        }
     }
 }
 
@@ -199,7 +210,10 @@ impl BmcEntry {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawBmc {
+    #[serde(default)]
     pub(super) nodes: Vec<String>,
+    /// A file of `node = address` lines: the nodes and addresses of this entry.
+    pub(super) inventory: Option<PathBuf>,
     pub(super) protocol: Protocol,
     pub(super) address: Option<String>,
     pub(super) system: Option<String>,
@@ -302,9 +316,18 @@ impl RawBmc {
             key: format!("bmc[{index}].{key}"),
             problem,
         };
-        let nodes = compile_globs(&self.nodes).map_err(|e| err("nodes", e))?;
+        let nodes = match self.inventory {
+            Some(_) => Vec::new(),
+            None => compile_globs(&self.nodes).map_err(|e| err("nodes", e))?,
+        };
 
         if self.protocol == Protocol::FenceAgent {
+            if self.inventory.is_some() {
+                return Err(err(
+                    "inventory",
+                    "applies to protocol = \"redfish\" or \"ipmi\": a fence agent's entry names its machines with options and plug".into(),
+                ));
+            }
             return self.validate_fence_agent(index, nodes, path, secrets);
         }
         for (key, set) in [
@@ -319,66 +342,51 @@ impl RawBmc {
                 ));
             }
         }
-        let address = self
-            .address
-            .as_deref()
-            .ok_or_else(|| {
-                err(
-                    "address",
-                    "missing: the BMC's address (\"https://{node}-bmc.dc1.example\" for Redfish, \"{node}-ipmi.dc1.example\" for IPMI)".into(),
-                )
-            })?
-            .trim()
-            .to_string();
+        if self.inventory.is_some() {
+            for (key, set) in [
+                ("nodes", !self.nodes.is_empty()),
+                ("address", self.address.is_some()),
+            ] {
+                if set {
+                    return Err(err(
+                        key,
+                        "does not go with inventory: the inventory file lists the nodes and their BMC addresses (`node = address` lines); remove it from this entry".into(),
+                    ));
+                }
+            }
+        }
+        let address = match &self.inventory {
+            Some(_) => String::new(),
+            None => self
+                .address
+                .as_deref()
+                .ok_or_else(|| {
+                    err(
+                        "address",
+                        "missing: the BMC's address (\"https://{node}-bmc.dc1.example\" for Redfish, \"{node}-ipmi.dc1.example\" for IPMI), or an inventory file of `node = address` lines".into(),
+                    )
+                })?
+                .trim()
+                .to_string(),
+        };
         let username = self.username.clone().ok_or_else(|| {
             err(
                 "username",
                 "missing: the BMC account oobfence logs in as".into(),
             )
         })?;
+        if self.inventory.is_none() {
+            let probe = address.replace("{node}", "node");
+            inventory::check_address(self.protocol, &probe).map_err(|e| {
+                err(
+                    "address",
+                    e.replace(&format!("{probe:?}"), &format!("{address:?}")),
+                )
+            })?;
+        }
         match self.protocol {
-            Protocol::Redfish => {
-                let probe = address.replace("{node}", "node");
-                let url = reqwest::Url::parse(&probe).map_err(|e| {
-                    err(
-                        "address",
-                        format!("{address:?} is not a URL ({e}); example: \"https://{{node}}-bmc.dc1.example\""),
-                    )
-                })?;
-                if url.scheme() != "https" {
-                    return Err(err(
-                        "address",
-                        format!("{address:?} must use https:// (Redfish is served over TLS)"),
-                    ));
-                }
-                if url.host_str().is_none_or(str::is_empty) {
-                    return Err(err("address", format!("{address:?} has no host")));
-                }
-                if !url.username().is_empty() || url.password().is_some() {
-                    return Err(err(
-                        "address",
-                        "must not contain credentials; use username and password_file".into(),
-                    ));
-                }
-                if url.query().is_some() || url.fragment().is_some() {
-                    return Err(err(
-                        "address",
-                        format!(
-                            "{address:?} must be scheme://host[:port][/prefix] without ?query or #fragment"
-                        ),
-                    ));
-                }
-                redfish::check_address_path(url.path())
-                    .map_err(|e| err("address", format!("{address:?} {e}")))?;
-            }
+            Protocol::Redfish => {}
             Protocol::Ipmi => {
-                let probe = address.replace("{node}", "node");
-                ipmi::parse_address(&probe).map_err(|e| {
-                    err(
-                        "address",
-                        e.replace(&format!("{probe:?}"), &format!("{address:?}")),
-                    )
-                })?;
                 for (key, set) in [
                     ("system", self.system.is_some()),
                     ("ca_file", self.ca_file.is_some()),
@@ -437,8 +445,8 @@ impl RawBmc {
         };
         // One entry for many nodes must address each node's own machine: otherwise every node
         // it matches reads the same BMC, and one machine being off would fence them all.
-        let covers_many =
-            self.nodes.len() > 1 || self.nodes.iter().any(|g| g.contains(['*', '?', '[']));
+        let covers_many = self.inventory.is_none()
+            && (self.nodes.len() > 1 || self.nodes.iter().any(|g| g.contains(['*', '?', '['])));
         let per_node = address.contains("{node}")
             || self.system.as_deref().is_some_and(|s| s.contains("{node}"));
         if covers_many && !per_node {
@@ -538,6 +546,7 @@ impl RawBmc {
             index,
             line: None,
             nodes,
+            inventory: None,
             protocol: self.protocol,
             address,
             system: self.system,

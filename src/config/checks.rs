@@ -71,7 +71,10 @@ pub fn warnings(cfg: &Config) -> Vec<Finding> {
                 key("tls_insecure"),
                 format!(
                     "TLS certificate verification is off for {}: anyone on the management network could answer as this BMC (pin its certificate with ca_file instead)",
-                    b.address
+                    match &b.inventory {
+                        Some(inv) => format!("the {} BMCs listed in {}", inv.len(), inv.file.display()),
+                        None => b.address.clone(),
+                    }
                 ),
             ));
         }

@@ -372,10 +372,21 @@ impl RawConfig {
 
         let mut bmc: Vec<BmcEntry> = Vec::with_capacity(self.bmc.len());
         for (index, raw) in self.bmc {
+            let inventory = raw.inventory.clone();
             let Some(mut entry) = keep(errs, raw.validate(index, path, secrets)) else {
                 continue;
             };
             entry.line = lines.lookup(&format!("bmc[{index}]"));
+            if let Some(file) = inventory {
+                // Its good lines are kept, so that the checks across entries see them too.
+                let file = super::inventory::resolve(path, &file);
+                let (inventory, problems) = super::inventory::load(&file, entry.protocol);
+                errs.extend(problems);
+                match inventory {
+                    Some(inv) => entry.inventory = Some(std::sync::Arc::new(inv)),
+                    None => continue,
+                }
+            }
             // Two entries naming one fixed machine would fence both nodes when it is off.
             if let Some(target) = entry.fixed_target()
                 && let Some(other) = bmc
@@ -397,6 +408,8 @@ impl RawConfig {
             }
             bmc.push(entry);
         }
+
+        errs.extend(super::inventory::conflicts(&bmc, path));
 
         let aws = self.aws.and_then(|a| keep(errs, a.validate(path)));
 
@@ -449,7 +462,8 @@ impl RawConfig {
         let actuation = keep(errs, self.actuation.validate(path, policy.not_ready_grace));
 
         lines.locate(&mut errors);
-        errors.sort_by_key(|e| e.line.unwrap_or(usize::MAX));
+        // The config file's errors first, in its order; then those of the files it names.
+        errors.sort_by_key(|e| (e.file != path, e.line.unwrap_or(usize::MAX)));
         let (
             Some(listen),
             Some(journal_path),

@@ -16,23 +16,48 @@ pub(super) fn shadowed(cfg: &Config) -> Vec<Finding> {
     let mut names: std::collections::HashMap<&str, &BmcEntry> = Default::default();
     let mut globs: Vec<(&glob::Pattern, &BmcEntry)> = Vec::new();
     for b in &cfg.bmc {
-        let by: Vec<Option<&BmcEntry>> =
-            b.nodes
+        let listed: Vec<&str> = match &b.inventory {
+            Some(inv) => inv.nodes().into_iter().map(|(n, _)| n).collect(),
+            None => b.nodes.iter().map(glob::Pattern::as_str).collect(),
+        };
+        let by: Vec<Option<&BmcEntry>> = listed
+            .iter()
+            .map(|&text| {
+                if !text.contains(GLOB) {
+                    names
+                        .get(text)
+                        .copied()
+                        .or_else(|| globs.iter().find(|(g, _)| g.matches(text)).map(|(_, e)| *e))
+                } else {
+                    globs
+                        .iter()
+                        .find(|(g, _)| covers(g.as_str(), text))
+                        .map(|(_, e)| *e)
+                }
+            })
+            .collect();
+        let hidden = by.iter().filter(|e| e.is_some()).count();
+        if let Some(inv) = b
+            .inventory
+            .as_ref()
+            .filter(|_| hidden > 0 && hidden < by.len())
+        {
+            let (first, by_entry) = listed
                 .iter()
-                .map(|p| {
-                    let text = p.as_str();
-                    if !text.contains(GLOB) {
-                        names.get(text).copied().or_else(|| {
-                            globs.iter().find(|(g, _)| g.matches(text)).map(|(_, e)| *e)
-                        })
-                    } else {
-                        globs
-                            .iter()
-                            .find(|(g, _)| covers(g.as_str(), text))
-                            .map(|(_, e)| *e)
-                    }
-                })
-                .collect();
+                .zip(&by)
+                .find_map(|(n, e)| e.map(|e| (*n, e)))
+                .expect("some are hidden");
+            out.push(finding(
+                Severity::Warning,
+                format!("bmc[{}].inventory", b.index),
+                format!(
+                    "{hidden} of the {} nodes of {} are matched first by an earlier entry (the first: {first}, by {}), so their lines are never used; move this entry above, or narrow the earlier one",
+                    by.len(),
+                    inv.file.display(),
+                    by_entry.label()
+                ),
+            ));
+        }
         if !by.is_empty() && by.iter().all(Option::is_some) {
             let mut earlier: Vec<String> = by.iter().flatten().map(|e| e.label()).collect();
             earlier.dedup();
@@ -40,9 +65,9 @@ pub(super) fn shadowed(cfg: &Config) -> Vec<Finding> {
                 Severity::Warning,
                 format!("bmc[{}].nodes", b.index),
                 format!(
-                    "{} is never used: every node its nodes {:?} match is matched first by {} (the first entry that matches a node is its only one); move this entry above, or narrow the earlier one",
+                    "{} is never used: every node its nodes {} match is matched first by {} (the first entry that matches a node is its only one); move this entry above, or narrow the earlier one",
                     b.label(),
-                    b.nodes.iter().map(glob::Pattern::as_str).collect::<Vec<_>>(),
+                    describe_nodes(b),
                     earlier.join(" and ")
                 ),
             ));
@@ -54,8 +79,25 @@ pub(super) fn shadowed(cfg: &Config) -> Vec<Finding> {
                 names.entry(p.as_str()).or_insert(b);
             }
         }
+        for n in listed.iter().filter(|_| b.inventory.is_some()) {
+            names.entry(n).or_insert(b);
+        }
     }
     out
+}
+
+/// An entry's nodes as written: its patterns, or its inventory file.
+fn describe_nodes(b: &BmcEntry) -> String {
+    match &b.inventory {
+        Some(inv) => format!("listed in {}", inv.file.display()),
+        None => format!(
+            "{:?}",
+            b.nodes
+                .iter()
+                .map(glob::Pattern::as_str)
+                .collect::<Vec<_>>()
+        ),
+    }
 }
 
 /// Whether every name glob `inner` matches is matched by glob `outer`, as far as can be told
@@ -141,10 +183,10 @@ pub fn unmatched(cfg: &Config, nodes: &[&str]) -> Vec<Finding> {
                 Severity::Warning,
                 format!("bmc[{}].nodes", b.index),
                 format!(
-                    "{} matches none of the cluster's {} nodes (nodes {:?}): a typo, a renamed rack, or nodes not joined yet",
+                    "{} matches none of the cluster's {} nodes (nodes {}): a typo, a renamed rack, or nodes not joined yet",
                     b.label(),
                     nodes.len(),
-                    b.nodes.iter().map(glob::Pattern::as_str).collect::<Vec<_>>()
+                    describe_nodes(b)
                 ),
             )
         })
