@@ -72,7 +72,39 @@ fn an_inventory_of_5000_nodes_is_accepted() {
     let took = start.elapsed();
     support::bench::figure("check_config_5000_inventory_lines", took.as_millis(), "ms");
     assert!(o.status.success(), "{}", stderr(&o));
-    assert!(stdout(&o).contains("OK"), "{}", stdout(&o));
+    assert!(
+        stdout(&o)
+            .contains("OK (datacenter dc1, 1 [[bmc]] entries (5000 nodes from inventory files)"),
+        "{}",
+        stdout(&o)
+    );
+}
+
+/// An earlier glob that catches some of an inventory's nodes: a warning counting them and
+/// naming the first; the check passes.
+#[test]
+fn inventory_lines_an_earlier_glob_hides_are_warned_about() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("dc1.inventory"), lines(100)).unwrap();
+    let pw = d.join("pw").display().to_string();
+    let glob = format!(
+        "[[bmc]]\nnodes = [\"node-0001*\"]\nprotocol = \"redfish\"\naddress = \"https://{{node}}.example\"\nusername = \"u\"\npassword_file = \"{pw}\"\n{PIN}\n"
+    );
+    let text =
+        config(d, "dc1.inventory", PIN, "").replacen("[[bmc]]", &format!("{glob}[[bmc]]"), 1);
+    let path = d.join("dc1.toml");
+    std::fs::write(&path, &text).unwrap();
+    let o = oobfence(&["check-config"], &path);
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains(&format!(
+            "warning: [[bmc]] #2 inventory: 10 of the 100 nodes of {} are matched first by an earlier entry (the first: node-00010, by [[bmc]] #1 (line 4))",
+            d.join("dc1.inventory").display()
+        )),
+        "{err}"
+    );
 }
 
 /// Every bad line of an inventory in one pass, each named by the inventory file and line.
