@@ -220,7 +220,13 @@ fn a_duplicate_key_is_named() {
 fn a_near_miss_key_or_section_says_did_you_mean() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
+    let password = entry(d, "n1", "redfish", "https://10.0.0.1", "")
+        .replace("password_file = ", "password = ");
     for (extra, says) in [
+        (
+            password.as_str(),
+            "[[bmc]] #1 password: unknown key `password`: did you mean `password_file` or `password_credential`?",
+        ),
         (
             "[polcy]\ndry_run = true\n",
             "polcy: unknown key: did you mean `policy`?",

@@ -190,7 +190,7 @@ pub(super) fn plain(message: &str) -> String {
             };
             return match nearest(given, known) {
                 Some(near) => {
-                    format!("unknown {word} `{given}`: did you mean `{near}`? ({accepted})")
+                    format!("unknown {word} `{given}`: did you mean {near}? ({accepted})")
                 }
                 None => format!("unknown {word} `{given}` ({accepted})"),
             };
@@ -219,10 +219,12 @@ fn backquoted(s: &str) -> Vec<&str> {
     s.split('`').skip(1).step_by(2).collect()
 }
 
-/// The known name nearest to a mistyped one, if one is near enough to be what was meant.
-pub(super) fn nearest<'a>(given: &str, known: &[&'a str]) -> Option<&'a str> {
+/// The known names nearest to a mistyped one, quoted (`` `a` `` or `` `a` or `b` ``), if any
+/// is near enough to be what was meant: a few letters off (`confirm_read`), or one word of
+/// a longer key (`password`: `password_file` or `password_credential`).
+pub(super) fn nearest(given: &str, known: &[&str]) -> Option<String> {
     let given_l = given.to_ascii_lowercase().replace('-', "_");
-    known
+    let close = known
         .iter()
         .map(|k| {
             let d = strsim::damerau_levenshtein(&given_l, &k.to_ascii_lowercase());
@@ -230,7 +232,26 @@ pub(super) fn nearest<'a>(given: &str, known: &[&'a str]) -> Option<&'a str> {
         })
         .filter(|(d, k)| *d <= 2.max(k.len() / 4) && *d < k.len())
         .min_by_key(|(d, _)| *d)
-        .map(|(_, k)| k)
+        .map(|(_, k)| vec![k]);
+    let words = || {
+        let found: Vec<&str> = known
+            .iter()
+            .copied()
+            .filter(|k| {
+                given_l.len() >= 3
+                    && (k.starts_with(&format!("{given_l}_"))
+                        || k.ends_with(&format!("_{given_l}")))
+            })
+            .collect();
+        (!found.is_empty() && found.len() <= 3).then_some(found)
+    };
+    close.or_else(words).map(|found| {
+        found
+            .iter()
+            .map(|k| format!("`{k}`"))
+            .collect::<Vec<_>>()
+            .join(" or ")
+    })
 }
 
 /// A TOML syntax error: its line, and the key a duplicate-key error is about.
@@ -268,6 +289,13 @@ mod tests {
         );
         assert!(
             m.starts_with("unknown key `confirm_read`: did you mean `confirm_reads`?"),
+            "{m}"
+        );
+        let m = plain(
+            "unknown field `password`, expected one of `username`, `password_file`, `password_credential`",
+        );
+        assert!(
+            m.contains("did you mean `password_file` or `password_credential`?"),
             "{m}"
         );
         let m = plain("unknown field `zzzzzz`, expected `a` or `b`");

@@ -22,7 +22,7 @@ use super::{
 };
 use crate::decision::{FenceAction, Policy, Renewals};
 
-/// The file's sections, as `[section]` name and whether it is required.
+/// The top-level keys a config file may have: `datacenter` and the sections.
 const SECTIONS: [&str; 11] = [
     "datacenter",
     "kubernetes",
@@ -88,7 +88,7 @@ pub(super) fn parse_raw(
             other => {
                 let known: Vec<&str> = SECTIONS.to_vec();
                 let hint = match located::nearest(other, &known) {
-                    Some(near) => format!(": did you mean `{near}`?"),
+                    Some(near) => format!(": did you mean {near}?"),
                     None => String::new(),
                 };
                 errs.push(ConfigError {
