@@ -143,36 +143,59 @@ fn listen_off_loopback_is_warned_about() {
     assert!(!err.contains("server.listen"), "{err}");
 }
 
-/// `check-config --probe`: an entry that matches none of the cluster's Nodes is warned about;
-/// the one that matches a Node is not.
+/// `check-config --probe`: an entry that matches none of the cluster's Nodes is warned about,
+/// and so are an inventory's lines naming no Node; the entry that matches a Node is not.
 #[tokio::test(flavor = "multi_thread")]
 async fn probe_warns_of_an_entry_that_matches_no_node() {
     let s = Scenario::redfish("unmatched", 1).await;
     let a = s.node("a", 0).await;
+    let b = s
+        .node_reporting("b", "boot-1", support::k8s::KubeletIdentity::default())
+        .await;
     let pw = s.dir().join("pw-ghost");
     std::fs::write(&pw, "pw\n").unwrap();
     std::fs::set_permissions(&pw, std::fs::Permissions::from_mode(0o600)).unwrap();
     let ghost = s.name("ghost");
+    let inventory = s.dir().join("dc.inventory");
+    std::fs::write(
+        &inventory,
+        format!(
+            "{} = https://127.0.0.1:1/b\n{}-typo = https://127.0.0.1:1/c\n",
+            b.name, b.name
+        ),
+    )
+    .unwrap();
     let text = s.config_text(
         &kubeconfig_path(),
         "127.0.0.1:0",
         &format!(
-            "[[bmc]]\nnodes = [\"{ghost}\"]\nprotocol = \"redfish\"\naddress = \"https://127.0.0.1:1\"\nusername = \"u\"\npassword_file = \"{}\"\ntls_insecure = true\n",
-            pw.display()
+            "[[bmc]]\nnodes = [\"{ghost}\"]\nprotocol = \"redfish\"\naddress = \"https://127.0.0.1:1\"\nusername = \"u\"\npassword_file = \"{pw}\"\ntls_insecure = true\n[[bmc]]\ninventory = \"{}\"\nprotocol = \"redfish\"\nusername = \"u\"\npassword_file = \"{pw}\"\ntls_insecure = true\ntimeout = \"1s\"\n",
+            inventory.display(),
+            pw = pw.display()
         ),
     );
     let path = s.dir().join("dc.toml");
     std::fs::write(&path, &text).unwrap();
     let o = support::cli::oobfence_async(&["check-config", "--probe"], &path).await;
     let err = stderr(&o);
-    assert!(o.status.success(), "{err}");
+    // b's BMC does not answer: exit 1, and the warnings all the same.
+    assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(
         err.contains("warning: [[bmc]] #2 nodes: [[bmc]] #2 (line")
             && err.contains(&format!(
-                "matches none of the cluster's 1 nodes (nodes [\"{ghost}\"])"
+                "matches none of the cluster's 2 nodes (nodes [\"{ghost}\"])"
             )),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "warning: [[bmc]] #3 inventory: 1 of the 2 nodes of {} are not in the cluster (the first: {}-typo, line 2)",
+            inventory.display(),
+            b.name
+        )),
         "{err}"
     );
     assert!(!err.contains("[[bmc]] #1 nodes"), "{err}");
     a.delete().await;
+    b.delete().await;
 }

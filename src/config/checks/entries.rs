@@ -173,13 +173,12 @@ pub(super) fn listen(cfg: &Config) -> Option<Finding> {
 }
 
 /// `check-config --probe`: entries that match none of the cluster's nodes (a typo in a
-/// pattern, a renamed rack, nodes not joined yet).
+/// pattern, a renamed rack, nodes not joined yet), and inventory lines naming no node of it.
 pub fn unmatched(cfg: &Config, nodes: &[&str]) -> Vec<Finding> {
-    cfg.bmc
-        .iter()
-        .filter(|b| !nodes.iter().any(|n| b.matches(n)))
-        .map(|b| {
-            finding(
+    let mut out = Vec::new();
+    for b in &cfg.bmc {
+        if !nodes.iter().any(|n| b.matches(n)) {
+            out.push(finding(
                 Severity::Warning,
                 format!("bmc[{}].nodes", b.index),
                 format!(
@@ -188,9 +187,32 @@ pub fn unmatched(cfg: &Config, nodes: &[&str]) -> Vec<Finding> {
                     nodes.len(),
                     describe_nodes(b)
                 ),
-            )
-        })
-        .collect()
+            ));
+            continue;
+        }
+        let Some(inv) = &b.inventory else {
+            continue;
+        };
+        let in_cluster: std::collections::HashSet<&str> = nodes.iter().copied().collect();
+        let missing: Vec<(&str, usize)> = inv
+            .nodes()
+            .into_iter()
+            .filter(|(n, _)| !in_cluster.contains(n))
+            .collect();
+        if let Some((first, line)) = missing.first() {
+            out.push(finding(
+                Severity::Warning,
+                format!("bmc[{}].inventory", b.index),
+                format!(
+                    "{} of the {} nodes of {} are not in the cluster (the first: {first}, line {line}): a typo, a renamed node, or nodes not joined yet",
+                    missing.len(),
+                    inv.len(),
+                    inv.file.display()
+                ),
+            ));
+        }
+    }
+    out
 }
 
 #[cfg(test)]
