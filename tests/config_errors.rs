@@ -250,3 +250,36 @@ fn a_near_miss_key_or_section_says_did_you_mean() {
         assert!(err.contains(says), "{extra}: want {says} in {err}");
     }
 }
+
+/// One `[[bmc]]` entry with several problems: each of them, not the first.
+#[test]
+fn every_problem_of_one_entry_in_one_pass() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let text =
+        format!(
+        "{}{}",
+        head(d),
+        entry(
+            d,
+            "rack2-*",
+            "ipmi",
+            "{node}-ipmi.example",
+            "cipher_suite = 300\nauth = \"session\"\ntimeout = \"10m\"\ncorroborate = \"power\"\n",
+        )
+        .replace("username = \"admin\"", "username = \"a-name-longer-than-sixteen\"")
+    );
+    let (o, err, file) = check(d, &text);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    for (key, says) in [
+        ("username", "username = \"a-name"),
+        ("cipher_suite", "cipher_suite"),
+        ("auth", "auth"),
+        ("timeout", "timeout"),
+        ("corroborate", "corroborate"),
+    ] {
+        let want = format!("{file}:{}: [[bmc]] #1 {key}: ", line_of(&text, says, 0));
+        assert!(err.contains(&want), "want {want} in:\n{err}");
+    }
+    assert!(err.contains(&format!("5 errors in {file}")), "{err}");
+}

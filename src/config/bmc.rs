@@ -304,31 +304,56 @@ fn default_bmc_timeout() -> Duration {
 }
 
 impl RawBmc {
+    /// Every check of the entry: each of its problems (an error in one key does not hide the
+    /// others'), or the entry.
     pub(super) fn validate(
         self,
         index: usize,
         path: &Path,
         secrets: Secrets,
-    ) -> Result<BmcEntry, ConfigError> {
+    ) -> Result<BmcEntry, Vec<ConfigError>> {
         let err = |key: &str, problem: String| ConfigError {
             file: path.to_owned(),
             line: None,
             key: format!("bmc[{index}].{key}"),
             problem,
         };
+        let mut errs: Vec<ConfigError> = Vec::new();
+        // The value of a check that passed; a failed one's error joins the others.
+        macro_rules! check {
+            ($r:expr) => {
+                match $r {
+                    Ok(v) => Some(v),
+                    Err(e) => {
+                        errs.push(e);
+                        None
+                    }
+                }
+            };
+        }
         let nodes = match self.inventory {
             Some(_) => Vec::new(),
-            None => compile_globs(&self.nodes).map_err(|e| err("nodes", e))?,
+            None => {
+                check!(compile_globs(&self.nodes).map_err(|e| err("nodes", e))).unwrap_or_default()
+            }
         };
 
         if self.protocol == Protocol::FenceAgent {
             if self.inventory.is_some() {
-                return Err(err(
+                errs.push(err(
                     "inventory",
                     "applies to protocol = \"redfish\" or \"ipmi\": a fence agent's entry names its machines with options and plug".into(),
                 ));
+                return Err(errs);
             }
-            return self.validate_fence_agent(index, nodes, path, secrets);
+            return match self.validate_fence_agent(index, nodes, path, secrets) {
+                Ok(entry) if errs.is_empty() => Ok(entry),
+                Ok(_) => Err(errs),
+                Err(e) => {
+                    errs.push(e);
+                    Err(errs)
+                }
+            };
         }
         for (key, set) in [
             ("agent", self.agent.is_some()),
@@ -336,7 +361,7 @@ impl RawBmc {
             ("plug", self.plug.is_some()),
         ] {
             if set {
-                return Err(err(
+                errs.push(err(
                     key,
                     "applies to protocol = \"fence-agent\" only".into(),
                 ));
@@ -348,7 +373,7 @@ impl RawBmc {
                 ("address", self.address.is_some()),
             ] {
                 if set {
-                    return Err(err(
+                    errs.push(err(
                         key,
                         "does not go with inventory: the inventory file lists the nodes and their BMC addresses (`node = address` lines); remove it from this entry".into(),
                     ));
@@ -356,71 +381,72 @@ impl RawBmc {
             }
         }
         let address = match &self.inventory {
-            Some(_) => String::new(),
-            None => self
-                .address
-                .as_deref()
-                .ok_or_else(|| {
-                    err(
-                        "address",
-                        "missing: the BMC's address (\"https://{node}-bmc.dc1.example\" for Redfish, \"{node}-ipmi.dc1.example\" for IPMI), or an inventory file of `node = address` lines".into(),
-                    )
-                })?
-                .trim()
-                .to_string(),
+            Some(_) => Some(String::new()),
+            None => check!(self.address.as_deref().map(|a| a.trim().to_string()).ok_or_else(|| {
+                err(
+                    "address",
+                    "missing: the BMC's address (\"https://{node}-bmc.dc1.example\" for Redfish, \"{node}-ipmi.dc1.example\" for IPMI), or an inventory file of `node = address` lines".into(),
+                )
+            })),
         };
-        let username = self.username.clone().ok_or_else(|| {
+        let username = check!(self.username.clone().ok_or_else(|| {
             err(
                 "username",
                 "missing: the BMC account oobfence logs in as".into(),
             )
-        })?;
-        if self.inventory.is_none() {
+        }));
+        if let Some(address) = address.as_deref().filter(|_| self.inventory.is_none()) {
             let probe = address.replace("{node}", "node");
-            inventory::check_address(self.protocol, &probe).map_err(|e| {
-                err(
-                    "address",
-                    e.replace(&format!("{probe:?}"), &format!("{address:?}")),
-                )
-            })?;
+            check!(
+                inventory::check_address(self.protocol, &probe).map_err(|e| {
+                    err(
+                        "address",
+                        e.replace(&format!("{probe:?}"), &format!("{address:?}")),
+                    )
+                })
+            );
         }
-        match self.protocol {
-            Protocol::Redfish => {}
-            Protocol::Ipmi => {
-                for (key, set) in [
-                    ("system", self.system.is_some()),
-                    ("ca_file", self.ca_file.is_some()),
-                    ("tls_fingerprint", self.tls_fingerprint.is_some()),
-                    ("tls_insecure", self.tls_insecure),
-                    ("auth", self.auth.is_some()),
-                    ("tls_pin_validity", self.tls_pin_validity.is_some()),
-                ] {
-                    if set {
-                        return Err(err(
-                            key,
-                            "applies to protocol = \"redfish\" only (IPMI over LAN has no TLS, no system path and its own login)".into(),
-                        ));
-                    }
+        if self.protocol == Protocol::Ipmi {
+            for (key, set) in [
+                ("system", self.system.is_some()),
+                ("ca_file", self.ca_file.is_some()),
+                ("tls_fingerprint", self.tls_fingerprint.is_some()),
+                ("tls_insecure", self.tls_insecure),
+                ("auth", self.auth.is_some()),
+                ("tls_pin_validity", self.tls_pin_validity.is_some()),
+            ] {
+                if set {
+                    errs.push(err(
+                        key,
+                        "applies to protocol = \"redfish\" only (IPMI over LAN has no TLS, no system path and its own login)".into(),
+                    ));
                 }
-                ipmi::check_username(&username).map_err(|e| err("username", e))?;
             }
-            Protocol::FenceAgent => unreachable!("validated above"),
+            if let Some(u) = &username {
+                check!(ipmi::check_username(u).map_err(|e| err("username", e)));
+            }
         }
         let ipmi_options = match self.protocol {
             Protocol::Ipmi => {
                 let defaults = ipmi::IpmiOptions::default();
-                Some(ipmi::IpmiOptions {
-                    cipher_suites: match &self.cipher_suite {
-                        None => defaults.cipher_suites,
-                        Some(s) => {
-                            ipmi::check_cipher_suites(s).map_err(|e| err("cipher_suite", e))?
-                        }
-                    },
-                    privilege: match self.privilege.as_deref() {
-                        None => defaults.privilege,
-                        Some(p) => ipmi::check_privilege(p).map_err(|e| err("privilege", e))?,
-                    },
-                })
+                let cipher_suites = match &self.cipher_suite {
+                    None => Some(defaults.cipher_suites),
+                    Some(s) => {
+                        check!(ipmi::check_cipher_suites(s).map_err(|e| err("cipher_suite", e)))
+                    }
+                };
+                let privilege = match self.privilege.as_deref() {
+                    None => Some(defaults.privilege),
+                    Some(p) => check!(ipmi::check_privilege(p).map_err(|e| err("privilege", e))),
+                };
+                cipher_suites
+                    .zip(privilege)
+                    .map(|(cipher_suites, privilege)| {
+                        Some(ipmi::IpmiOptions {
+                            cipher_suites,
+                            privilege,
+                        })
+                    })
             }
             _ => {
                 for (key, set) in [
@@ -428,29 +454,30 @@ impl RawBmc {
                     ("privilege", self.privilege.is_some()),
                 ] {
                     if set {
-                        return Err(err(key, "applies to protocol = \"ipmi\" only".into()));
+                        errs.push(err(key, "applies to protocol = \"ipmi\" only".into()));
                     }
                 }
-                None
+                Some(None)
             }
         };
         let redfish_options = match self.protocol {
-            Protocol::Redfish => Some(redfish::RedfishOptions {
-                auth: match self.auth.as_deref() {
-                    None => redfish::RedfishAuth::default(),
-                    Some(a) => redfish::check_auth(a).map_err(|e| err("auth", e))?,
-                },
-            }),
-            _ => None,
+            Protocol::Redfish => match self.auth.as_deref() {
+                None => Some(Some(redfish::RedfishOptions {
+                    auth: redfish::RedfishAuth::default(),
+                })),
+                Some(a) => check!(redfish::check_auth(a).map_err(|e| err("auth", e)))
+                    .map(|auth| Some(redfish::RedfishOptions { auth })),
+            },
+            _ => Some(None),
         };
         // One entry for many nodes must address each node's own machine: otherwise every node
         // it matches reads the same BMC, and one machine being off would fence them all.
         let covers_many = self.inventory.is_none()
             && (self.nodes.len() > 1 || self.nodes.iter().any(|g| g.contains(['*', '?', '['])));
-        let per_node = address.contains("{node}")
+        let per_node = address.as_deref().is_some_and(|a| a.contains("{node}"))
             || self.system.as_deref().is_some_and(|s| s.contains("{node}"));
-        if covers_many && !per_node {
-            return Err(err(
+        if covers_many && address.is_some() && !per_node {
+            errs.push(err(
                 "address",
                 format!(
                     "this entry matches several nodes ({:?}) but neither address nor system contains {{node}}: every one of them would read the same machine's power; write one entry per node or use {{node}}",
@@ -461,87 +488,130 @@ impl RawBmc {
         if let Some(system) = &self.system
             && !system.starts_with('/')
         {
-            return Err(err(
+            errs.push(err(
                 "system",
                 format!("{system:?} must be a path such as \"/redfish/v1/Systems/1\""),
             ));
         }
-        if username.is_empty() {
-            return Err(err("username", "must not be empty".into()));
+        if username.as_deref() == Some("") {
+            errs.push(err("username", "must not be empty".into()));
         }
-        let password = self.password(secrets, &err)?.ok_or_else(|| {
-            err(
-                "password_file",
-                "missing: set password_file = \"/etc/oobfence/secrets/NAME\" or password_credential = \"NAME\"".into(),
-            )
-        })?;
-        if self.protocol == Protocol::Ipmi {
+        let password = check!(self.password(secrets, &err)).and_then(|p| {
+            check!(p.ok_or_else(|| {
+                err(
+                    "password_file",
+                    "missing: set password_file = \"/etc/oobfence/secrets/NAME\" or password_credential = \"NAME\"".into(),
+                )
+            }))
+        });
+        if self.protocol == Protocol::Ipmi
+            && let Some(password) = &password
+        {
             let key = if self.password_file.is_some() {
                 "password_file"
             } else {
                 "password_credential"
             };
-            ipmi::check_password(&password).map_err(|e| err(key, e))?;
+            check!(ipmi::check_password(password).map_err(|e| err(key, e)));
         }
-        let fingerprints = match self.tls_fingerprint {
+        let fingerprints = match &self.tls_fingerprint {
             None => Vec::new(),
-            Some(OneOrMany::One(f)) => vec![f],
-            Some(OneOrMany::Many(fs)) => fs,
+            Some(OneOrMany::One(f)) => vec![f.clone()],
+            Some(OneOrMany::Many(fs)) => fs.clone(),
         };
-        let fingerprints = fingerprints
-            .iter()
-            .map(|f| crate::pinning::parse_fingerprint(f))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| err("tls_fingerprint", e))?;
+        let fingerprints = check!(
+            fingerprints
+                .iter()
+                .map(|f| crate::pinning::parse_fingerprint(f))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| err("tls_fingerprint", e))
+        );
         let validity = match self.tls_pin_validity.as_deref() {
-            None | Some("warn") => crate::pinning::PinValidity::Warn,
-            Some("enforce") => crate::pinning::PinValidity::Enforce,
+            None | Some("warn") => Some(crate::pinning::PinValidity::Warn),
+            Some("enforce") => Some(crate::pinning::PinValidity::Enforce),
             Some(other) => {
-                return Err(err(
+                errs.push(err(
                     "tls_pin_validity",
                     format!(
                         "{other:?} is not a setting: use \"warn\" (a pinned certificate is read past its validity period, with a warning; the default) or \"enforce\" (refused then)"
                     ),
                 ));
+                None
             }
         };
-        if self.tls_pin_validity.is_some() && self.ca_file.is_none() && fingerprints.is_empty() {
-            return Err(err(
+        // Pins given (an empty list is none); a list in error counts as given.
+        let pinned = fingerprints
+            .as_ref()
+            .map_or(self.tls_fingerprint.is_some(), |f| !f.is_empty());
+        if self.tls_pin_validity.is_some() && self.ca_file.is_none() && !pinned {
+            errs.push(err(
                 "tls_pin_validity",
                 "applies to a pinned certificate only: set tls_fingerprint or ca_file too, or remove it".into(),
             ));
         }
-        let tls = match (self.ca_file, fingerprints.is_empty(), self.tls_insecure) {
-            (Some(_), _, true) | (_, false, true) => {
-                return Err(err(
+        let tls = match (self.ca_file.clone(), pinned, self.tls_insecure) {
+            (Some(_), _, true) | (_, true, true) => {
+                errs.push(err(
                     "tls_insecure",
                     "set ca_file or tls_fingerprint, or tls_insecure = true, not both".into(),
                 ));
+                None
             }
-            (None, true, true) => BmcTls::Insecure,
-            (None, true, false) => BmcTls::System,
+            (None, false, true) => Some(BmcTls::Insecure),
+            (None, false, false) => Some(BmcTls::System),
             (ca_file, _, false) => {
                 let ca_certs = match &ca_file {
-                    None => Vec::new(),
-                    Some(ca) => {
-                        let pem = std::fs::read(ca).map_err(|e| {
-                            err("ca_file", format!("cannot read {}: {e}", ca.display()))
-                        })?;
-                        crate::pinning::certificates_of_pem(&pem)
-                            .map_err(|e| err("ca_file", format!("{} {e}", ca.display())))?
-                    }
+                    None => Some(Vec::new()),
+                    Some(ca) => check!(
+                        std::fs::read(ca)
+                            .map_err(|e| err(
+                                "ca_file",
+                                format!("cannot read {}: {e}", ca.display())
+                            ))
+                            .and_then(|pem| {
+                                crate::pinning::certificates_of_pem(&pem)
+                                    .map_err(|e| err("ca_file", format!("{} {e}", ca.display())))
+                            })
+                    ),
                 };
-                BmcTls::Pinned {
-                    ca_file,
-                    ca_certs,
-                    fingerprints,
-                    validity,
+                match (ca_certs, fingerprints, validity) {
+                    (Some(ca_certs), Some(fingerprints), Some(validity)) => Some(BmcTls::Pinned {
+                        ca_file,
+                        ca_certs,
+                        fingerprints,
+                        validity,
+                    }),
+                    _ => None,
                 }
             }
         };
-        check_timeout(self.timeout).map_err(|e| err("timeout", e))?;
-        let corroborate = off_witness(self.corroborate.as_deref(), self.max_off_watts)
-            .map_err(|(key, problem)| err(key, problem))?;
+        check!(check_timeout(self.timeout).map_err(|e| err("timeout", e)));
+        let corroborate = check!(
+            off_witness(self.corroborate.as_deref(), self.max_off_watts)
+                .map_err(|(key, problem)| err(key, problem))
+        );
+        let (
+            Some(address),
+            Some(username),
+            Some(ipmi_options),
+            Some(redfish_options),
+            Some(password),
+            Some(tls),
+            Some(corroborate),
+            true,
+        ) = (
+            address,
+            username,
+            ipmi_options,
+            redfish_options,
+            password,
+            tls,
+            corroborate,
+            errs.is_empty(),
+        )
+        else {
+            return Err(errs);
+        };
         Ok(BmcEntry {
             index,
             line: None,

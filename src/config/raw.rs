@@ -373,8 +373,12 @@ impl RawConfig {
         let mut bmc: Vec<BmcEntry> = Vec::with_capacity(self.bmc.len());
         for (index, raw) in self.bmc {
             let inventory = raw.inventory.clone();
-            let Some(mut entry) = keep(errs, raw.validate(index, path, secrets)) else {
-                continue;
+            let mut entry = match raw.validate(index, path, secrets) {
+                Ok(entry) => entry,
+                Err(problems) => {
+                    errs.extend(problems);
+                    continue;
+                }
             };
             entry.line = lines.lookup(&format!("bmc[{index}]"));
             if let Some(file) = inventory {
