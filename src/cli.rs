@@ -79,7 +79,9 @@ pub enum Command {
         #[arg(long, short, env = "OOBFENCE_CONFIG")]
         config: PathBuf,
     },
-    /// Parse and validate a config file; with --probe, also read every mapped node's power once.
+    /// Parse and validate a config file: every error, each as FILE:LINE: KEY: PROBLEM (exit 2),
+    /// and the warnings; with --probe, also read every mapped node's power once and name the
+    /// entries no Node matches.
     CheckConfig {
         /// The datacenter's config file, /etc/oobfence/DC.toml.
         #[arg(long, short, env = "OOBFENCE_CONFIG")]
