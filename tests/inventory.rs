@@ -80,6 +80,38 @@ fn an_inventory_of_5000_nodes_is_accepted() {
     );
 }
 
+/// The same 5,000 nodes as one `[[bmc]]` entry each: accepted; the time check-config takes is
+/// printed beside the inventory's (each entry's fixed machine is looked up, not compared with
+/// every other entry's).
+#[test]
+fn five_thousand_bmc_entries_are_accepted() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mut text = config(d, "unused", "", "");
+    let cut = text.find("[[bmc]]").unwrap();
+    text.truncate(cut);
+    let pw = d.join("pw").display().to_string();
+    for (i, line) in lines(5000).lines().enumerate() {
+        let (node, address) = line.split_once(" = ").unwrap();
+        text.push_str(&format!(
+            "[[bmc]]\nnodes = [\"{node}\"]\nprotocol = \"redfish\"\naddress = \"{address}\"\nusername = \"u{}\"\npassword_file = \"{pw}\"\n{PIN}\n",
+            i % 3
+        ));
+    }
+    let path = d.join("dc1.toml");
+    std::fs::write(&path, &text).unwrap();
+    let start = Instant::now();
+    let o = oobfence(&["check-config"], &path);
+    let took = start.elapsed();
+    support::bench::figure("check_config_5000_bmc_entries", took.as_millis(), "ms");
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("OK (datacenter dc1, 5000 [[bmc]] entries, "),
+        "{}",
+        stdout(&o)
+    );
+}
+
 /// An earlier glob that catches some of an inventory's nodes: a warning counting them and
 /// naming the first; the check passes.
 #[test]

@@ -371,6 +371,7 @@ impl RawConfig {
         };
 
         let mut bmc: Vec<BmcEntry> = Vec::with_capacity(self.bmc.len());
+        let mut fixed: std::collections::HashMap<String, usize> = Default::default();
         for (index, raw) in self.bmc {
             let inventory = raw.inventory.clone();
             let mut entry = match raw.validate(index, path, secrets) {
@@ -392,10 +393,10 @@ impl RawConfig {
                 }
             }
             // Two entries naming one fixed machine would fence both nodes when it is off.
-            if let Some(target) = entry.fixed_target()
-                && let Some(other) = bmc
-                    .iter()
-                    .find(|b| b.fixed_target().as_ref() == Some(&target))
+            // (Looked up by machine, so that thousands of entries take no time.)
+            let target = entry.fixed_target();
+            if let Some(target) = &target
+                && let Some(other) = fixed.get(target).map(|&i| &bmc[i])
             {
                 let key = match entry.protocol {
                     super::Protocol::FenceAgent => "options",
@@ -409,6 +410,9 @@ impl RawConfig {
                     ),
                 ));
                 continue;
+            }
+            if let Some(target) = target {
+                fixed.insert(target, bmc.len());
             }
             bmc.push(entry);
         }
