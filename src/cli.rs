@@ -81,7 +81,9 @@ pub enum Command {
         #[arg(long, short, env = "OOBFENCE_CONFIG")]
         config: PathBuf,
     },
-    /// Parse and validate a config file; with --probe, also read every mapped node's power once.
+    /// Parse and validate a config file: every error, each as FILE:LINE: KEY: PROBLEM (exit 2),
+    /// and the warnings; with --probe, also read every mapped node's power once and name the
+    /// entries no Node matches.
     CheckConfig {
         /// The datacenter's config file, /etc/oobfence/DC.toml.
         #[arg(long, short, env = "OOBFENCE_CONFIG")]
@@ -215,10 +217,23 @@ fn say_error(message: impl std::fmt::Display) {
 }
 
 fn load(path: &Path) -> Result<Config, ExitCode> {
-    Config::load(path).map_err(|e| {
-        say_error(e);
-        ExitCode::from(2)
-    })
+    Config::load(path).map_err(say_config_errors)
+}
+
+/// Every problem of a config file, each on its own line, then how many (exit code 2: a config
+/// that will not work).
+fn say_config_errors(e: crate::config::ConfigErrors) -> ExitCode {
+    for one in &e.errors {
+        say_error(one);
+    }
+    if e.errors.len() > 1 {
+        say_error(format!(
+            "{}: fix them and run `oobfence check-config {}` again",
+            e.count_line(),
+            e.file.display()
+        ));
+    }
+    ExitCode::from(2)
 }
 
 async fn dispatch(command: Command) -> ExitCode {

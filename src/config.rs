@@ -25,7 +25,9 @@ pub mod checks;
 pub mod fence_agent;
 mod guards;
 mod ha;
+mod inventory;
 pub mod ipmi;
+mod located;
 mod pause;
 mod raw;
 pub mod redfish;
@@ -37,6 +39,7 @@ pub use aws::AwsConfig;
 pub use bmc::{BmcEntry, BmcTls, Protocol};
 pub use guards::DEFAULT_GUARD_RECORD;
 pub use ha::HaConfig;
+pub use inventory::Inventory;
 pub use pause::{
     ANNOTATION_PAUSED, DEFAULT_PAUSE_CONFIGMAP, PauseConfig, datacenter_annotation,
     default_pause_file,
@@ -48,14 +51,30 @@ pub use crate::identity::IdentityCheck;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError {
     pub file: PathBuf,
-    /// Dotted key path, with line number when known (`policy.confirm_reads`, `bmc[0].address`).
+    /// Dotted key path (`policy.confirm_reads`, `bmc[0].address`: the index 0-based as in
+    /// the code, shown 1-based as `[[bmc]] #1 address`).
     pub key: String,
+    /// The 1-based line of the key in `file`, when known.
+    pub line: Option<usize>,
     pub problem: String,
 }
 
+/// A key as an operator reads it: a `[[bmc]]` entry by its 1-based number in the file.
+pub fn display_key(key: &str) -> String {
+    if let Some(rest) = key.strip_prefix("bmc[")
+        && let Some((n, rest)) = rest.split_once(']')
+        && let Ok(n) = n.parse::<usize>()
+    {
+        let rest = rest.strip_prefix('.').unwrap_or(rest);
+        let sep = if rest.is_empty() { "" } else { " " };
+        return format!("[[bmc]] #{}{sep}{rest}", n + 1);
+    }
+    key.to_string()
+}
+
 impl fmt::Display for ConfigError {
-    /// Always one line: a problem that quotes a value from the file (which may hold a line
-    /// break or other control characters) shows them escaped.
+    /// Always one line, `FILE:LINE: KEY: PROBLEM`: a problem that quotes a value from the file
+    /// (which may hold a line break or other control characters) shows them escaped.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let problem: String = self
             .problem
@@ -68,15 +87,58 @@ impl fmt::Display for ConfigError {
                 }
             })
             .collect();
+        write!(f, "{}", self.file.display())?;
+        if let Some(line) = self.line {
+            write!(f, ":{line}")?;
+        }
         if self.key.is_empty() {
-            write!(f, "{}: {problem}", self.file.display())
+            write!(f, ": {problem}")
         } else {
-            write!(f, "{}: {}: {problem}", self.file.display(), self.key)
+            write!(f, ": {}: {problem}", display_key(&self.key))
         }
     }
 }
 
 impl std::error::Error for ConfigError {}
+
+/// Every problem of a config file found in one pass (at least one), in the file's order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigErrors {
+    pub file: PathBuf,
+    pub errors: Vec<ConfigError>,
+}
+
+impl ConfigErrors {
+    /// The closing line of a list of them: how many, in which file.
+    pub fn count_line(&self) -> String {
+        match self.errors.len() {
+            1 => format!("1 error in {}", self.file.display()),
+            n => format!("{n} errors in {}", self.file.display()),
+        }
+    }
+}
+
+impl fmt::Display for ConfigErrors {
+    /// One line: one error as itself, several joined by "; " after their count (a log
+    /// line); `check-config` prints each on its own line instead.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.errors.as_slice() {
+            [one] => write!(f, "{one}"),
+            all => {
+                write!(f, "{}: ", self.count_line())?;
+                for (i, e) in all.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str("; ")?;
+                    }
+                    write!(f, "{e}")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+impl std::error::Error for ConfigErrors {}
 
 /// A loaded, validated config.
 #[derive(Debug, Clone)]
@@ -225,37 +287,39 @@ pub fn sha256_hex(data: &[u8]) -> String {
 }
 
 impl Config {
-    /// Reads and validates a config file.
-    pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
-            file: path.to_owned(),
-            key: String::new(),
-            problem: format!("cannot read config file: {e}"),
-        })?;
-        Config::parse(&text, path)
+    /// Reads and validates a config file, finding every problem in one pass.
+    pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
+        let text = read_config(path)?;
+        Config::parse_all(&text, path, Secrets::Load)
     }
 
     /// Reads and validates a config file without reading any password: for commands that
     /// only talk to the running daemon or read its journal (`why`), so an operator can run
     /// them from a shell without the daemon's credentials. Every password is left empty.
-    pub fn load_without_secrets(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
-            file: path.to_owned(),
-            key: String::new(),
-            problem: format!("cannot read config file: {e}"),
-        })?;
-        Config::parse_with(&text, path, Secrets::Skip)
+    pub fn load_without_secrets(path: &Path) -> Result<Config, ConfigErrors> {
+        let text = read_config(path)?;
+        Config::parse_all(&text, path, Secrets::Skip)
     }
 
-    /// Validates config text; `path` is only used for messages and relative paths stay as given.
+    /// Validates config text; `path` is used for messages and for the files it names relative
+    /// to it. The first problem only: [`Config::load`] finds them all.
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
-        Config::parse_with(text, path, Secrets::Load)
+        Config::parse_all(text, path, Secrets::Load).map_err(|mut e| e.errors.swap_remove(0))
     }
 
-    fn parse_with(text: &str, path: &Path, secrets: Secrets) -> Result<Config, ConfigError> {
-        let raw = raw::parse_raw(text, path)?;
-        let mut cfg = raw.validate(path, secrets)?;
-        cfg.digest = sha256_hex(text.as_bytes());
+    fn parse_all(text: &str, path: &Path, secrets: Secrets) -> Result<Config, ConfigErrors> {
+        let all = |errors| ConfigErrors {
+            file: path.to_owned(),
+            errors,
+        };
+        let (raw, lines, errors) = raw::parse_raw(text, path).map_err(|e| all(vec![e]))?;
+        let mut cfg = raw.validate(path, secrets, errors, &lines).map_err(all)?;
+        // An inventory is part of the config: a changed line is a changed config.
+        let mut hashed = text.to_string();
+        for inv in cfg.bmc.iter().filter_map(|b| b.inventory.as_ref()) {
+            hashed.push_str(&format!("\n# inventory {}\n", inv.digest));
+        }
+        cfg.digest = sha256_hex(hashed.as_bytes());
         Ok(cfg)
     }
 
@@ -274,6 +338,18 @@ impl Config {
             .filter(|a| a.matches(node))
             .map(Mapping::Aws)
     }
+}
+
+fn read_config(path: &Path) -> Result<String, ConfigErrors> {
+    std::fs::read_to_string(path).map_err(|e| ConfigErrors {
+        file: path.to_owned(),
+        errors: vec![ConfigError {
+            file: path.to_owned(),
+            line: None,
+            key: String::new(),
+            problem: format!("cannot read config file: {e}"),
+        }],
+    })
 }
 
 /// Whether validation reads the passwords.

@@ -69,7 +69,11 @@ fn bad_configs_exit_2_with_one_line_naming_file_and_key() {
     let dir = tempfile::tempdir().unwrap();
     let good = good_config(dir.path());
     let cases: Vec<(&str, String, &str)> = vec![
-        ("malformed", "datacenter = \"dc1\n".to_string(), "line 1"),
+        (
+            "malformed",
+            "datacenter = \"dc1\n".to_string(),
+            "dc1.toml:1: ",
+        ),
         (
             "unknown key",
             good.replace("[server]", "[server]\nlisten_port = 1"),
@@ -81,12 +85,12 @@ fn bad_configs_exit_2_with_one_line_naming_file_and_key() {
                 &dir.path().join("pw").display().to_string(),
                 "/nonexistent/pw",
             ),
-            "bmc[0].password_file",
+            "[[bmc]] #1 password_file",
         ),
         (
             "bad glob",
             good.replace("rack1-*", "rack1-[*"),
-            "bmc[0].nodes",
+            "[[bmc]] #1 nodes",
         ),
         (
             "unknown witness",
@@ -94,7 +98,7 @@ fn bad_configs_exit_2_with_one_line_naming_file_and_key() {
                 "tls_insecure = true",
                 "tls_insecure = true\ncorroborate = \"power\"",
             ),
-            "bmc[0].corroborate",
+            "[[bmc]] #1 corroborate",
         ),
         (
             "max_off_watts out of range",
@@ -102,7 +106,7 @@ fn bad_configs_exit_2_with_one_line_naming_file_and_key() {
                 "tls_insecure = true",
                 "tls_insecure = true\ncorroborate = \"power-draw\"\nmax_off_watts = 5000",
             ),
-            "bmc[0].max_off_watts",
+            "[[bmc]] #1 max_off_watts",
         ),
     ];
     for (what, text, key) in cases {
@@ -184,11 +188,12 @@ fn check_config_covers_what_run_needs() {
     let err = stderr(&o);
     assert!(o.status.success(), "{err}");
     assert!(
-        err.contains("warning: bmc[0].tls_insecure: TLS certificate verification is off"),
+        err.contains("warning: [[bmc]] #1 tls_insecure: TLS certificate verification is off"),
         "{err}"
     );
     assert!(
-        err.contains("warning: bmc[0].password_file:") && err.contains("readable by every user"),
+        err.contains("warning: [[bmc]] #1 password_file:")
+            && err.contains("readable by every user"),
         "{err}"
     );
     assert!(!err.contains("sup3r-secret-pw"), "{err}");

@@ -126,7 +126,7 @@ fn an_agent_missing_or_an_option_it_does_not_declare_is_a_config_error() {
     let dir = tempfile::tempdir().unwrap();
     let e = entry(dir.path(), "agent = \"fence_no_such_agent\"\n", None).unwrap_err();
     assert!(
-        e.contains("bmc[0].agent") && e.contains("apt install fence-agents"),
+        e.contains("[[bmc]] #1 agent") && e.contains("apt install fence-agents"),
         "{e}"
     );
     let e = entry(
@@ -136,7 +136,7 @@ fn an_agent_missing_or_an_option_it_does_not_declare_is_a_config_error() {
     )
     .unwrap_err();
     assert!(
-        e.contains("bmc[0].options") && e.contains("declares no option \"colour\""),
+        e.contains("[[bmc]] #1 options") && e.contains("declares no option \"colour\""),
         "{e}"
     );
     assert!(e.contains("fence_ipmilan 4."), "names the version: {e}");
@@ -147,7 +147,7 @@ fn an_agent_missing_or_an_option_it_does_not_declare_is_a_config_error() {
     )
     .unwrap_err();
     assert!(
-        e.contains("bmc[0].address") && e.contains("does not apply"),
+        e.contains("[[bmc]] #1 address") && e.contains("does not apply"),
         "{e}"
     );
     // An agent's reads prove no machine: the entry must say so.
@@ -156,7 +156,7 @@ fn an_agent_missing_or_an_option_it_does_not_declare_is_a_config_error() {
         .unwrap_err()
         .to_string();
     assert!(
-        e.contains("bmc[0].identity") && e.contains("identity = \"unchecked\""),
+        e.contains("[[bmc]] #1 identity") && e.contains("identity = \"unchecked\""),
         "{e}"
     );
 }
@@ -318,7 +318,7 @@ fn two_entries_of_one_agent_endpoint_and_plug_are_one_machine() {
         .unwrap_err()
         .to_string();
     assert!(
-        e.contains("bmc[1].options") && e.contains("reads the same machine as bmc[0]"),
+        e.contains("[[bmc]] #2 options") && e.contains("reads the same machine as [[bmc]] #1"),
         "{e}"
     );
     assert!(Config::parse(&text(624), Path::new("test.toml")).is_ok());

@@ -38,11 +38,22 @@ pub(super) async fn check_config(path: &Path, probe: bool) -> Result<ExitCode, E
         );
         return Err(ExitCode::from(2));
     }
+    let listed: usize = cfg
+        .bmc
+        .iter()
+        .filter_map(|b| b.inventory.as_ref())
+        .map(|i| i.len())
+        .sum();
     println!(
-        "{}: OK (datacenter {}, {} [[bmc]] entries, action {}{})",
+        "{}: OK (datacenter {}, {} [[bmc]] entries{}, action {}{})",
         path.display(),
         cfg.datacenter,
         cfg.bmc.len(),
+        if listed > 0 {
+            format!(" ({listed} nodes from inventory files)")
+        } else {
+            String::new()
+        },
         cfg.policy.action,
         if cfg.policy.dry_run { ", dry run" } else { "" }
     );
@@ -59,6 +70,14 @@ pub(super) async fn check_config(path: &Path, probe: bool) -> Result<ExitCode, E
         })
         .await
         .map_err(|e| fail(format!("cannot list nodes: {}", ApiError(&e))))?;
+    let names: Vec<&str> = nodes
+        .items
+        .iter()
+        .filter_map(|n| n.metadata.name.as_deref())
+        .collect();
+    for f in checks::unmatched(&cfg, &names) {
+        eprintln!("{}: {f}", path.display());
+    }
     let cfg = Arc::new(cfg);
     let sources = Arc::new(PowerSources::new(cfg.clone(), Default::default()).await);
     let conflicts = daemon::mapping_conflicts(

@@ -25,10 +25,7 @@ pub(super) fn daemon_url(cfg: &Config) -> String {
 /// `pause` (with a reason) and `resume` (without): the pause file; with `[ha]`, the group's
 /// annotation on the pause ConfigMap.
 pub(super) async fn pause(path: &Path, reason: Option<&str>) -> Result<ExitCode, ExitCode> {
-    let cfg = Config::load_without_secrets(path).map_err(|e| {
-        say_error(e);
-        ExitCode::from(2)
-    })?;
+    let cfg = Config::load_without_secrets(path).map_err(super::say_config_errors)?;
     if cfg.ha.is_some() {
         return pause_group(&cfg, path, reason).await;
     }
@@ -141,10 +138,7 @@ async fn pause_group(
 
 pub(super) async fn why(path: &Path, node: &str, json: bool) -> Result<ExitCode, ExitCode> {
     // `why` needs the daemon's address and journal, never a password.
-    let cfg = Config::load_without_secrets(path).map_err(|e| {
-        eprintln!("oobfence: {e}");
-        ExitCode::from(2)
-    })?;
+    let cfg = Config::load_without_secrets(path).map_err(super::say_config_errors)?;
     let live = ask_daemon(&cfg, path, node, json).await;
     if !json {
         print_journal(&cfg, node, live.is_ok());
@@ -216,10 +210,7 @@ pub(super) async fn nodes(
         );
         return Err(ExitCode::from(2));
     }
-    let cfg = Config::load_without_secrets(path).map_err(|e| {
-        eprintln!("oobfence: {e}");
-        ExitCode::from(2)
-    })?;
+    let cfg = Config::load_without_secrets(path).map_err(super::say_config_errors)?;
     let base = daemon_url(&cfg);
     let (status, body) = daemon_get(&cfg, path, "/nodes").await?;
     if !status.is_success() {

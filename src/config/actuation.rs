@@ -53,6 +53,7 @@ impl RawActuation {
     ) -> Result<Option<ActuationConfig>, ConfigError> {
         let err = |key: &str, problem: String| ConfigError {
             file: path.to_owned(),
+            line: None,
             key: format!("actuation.{key}"),
             problem,
         };

@@ -47,6 +47,7 @@ impl RawBmc {
     ) -> Result<BmcEntry, ConfigError> {
         let err = |key: &str, problem: String| ConfigError {
             file: path.to_owned(),
+            line: None,
             key: format!("bmc[{index}].{key}"),
             problem,
         };
@@ -121,7 +122,9 @@ impl RawBmc {
         super::bmc::check_timeout(self.timeout).map_err(|e| err("timeout", e))?;
         Ok(BmcEntry {
             index,
+            line: None,
             nodes,
+            inventory: None,
             protocol: Protocol::FenceAgent,
             address: String::new(),
             system: None,

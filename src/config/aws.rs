@@ -63,6 +63,7 @@ impl RawAws {
     pub(super) fn validate(self, path: &Path) -> Result<AwsConfig, ConfigError> {
         let err = |key: &str, problem: String| ConfigError {
             file: path.to_owned(),
+            line: None,
             key: format!("aws.{key}"),
             problem,
         };

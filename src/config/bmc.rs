@@ -5,10 +5,17 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::inventory::{self, Inventory};
+
+mod limits;
 use super::{
     ConfigError, IdentityCheck, Secrets, compile_globs, fence_agent, humantime_serde, ipmi, redfish,
 };
 use crate::secret::Secret;
+#[cfg(test)]
+pub(super) use limits::DEFAULT_MAX_OFF_WATTS;
+pub(super) use limits::check_timeout;
+use limits::off_witness;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -73,7 +80,10 @@ impl std::fmt::Debug for BmcTls {
 
 /// `tls_fingerprint = "sha256:…"` or a list of them.
 #[derive(Deserialize)]
-#[serde(untagged)]
+#[serde(
+    untagged,
+    expecting = "must be a certificate fingerprint such as \"sha256:AB:CD:…\" (quoted), or a list of them"
+)]
 pub(super) enum OneOrMany {
     One(String),
     Many(Vec<String>),
@@ -82,9 +92,14 @@ pub(super) enum OneOrMany {
 /// One `[[bmc]]` entry: which nodes it covers and how to reach their BMCs.
 #[derive(Debug, Clone)]
 pub struct BmcEntry {
-    /// Position in the file, for messages (`bmc[3]`).
+    /// Position in the file, 0-based (`bmc[3]` in metrics; `[[bmc]] #4` in messages).
     pub index: usize,
+    /// The line of its `[[bmc]]` header in the config file.
+    pub line: Option<usize>,
+    /// Empty for an entry with an inventory.
     pub nodes: Vec<glob::Pattern>,
+    /// `inventory`: each node's address from a file (`nodes` and `address` unset then).
+    pub inventory: Option<std::sync::Arc<Inventory>>,
     pub protocol: Protocol,
     /// Address template; `{node}` is replaced by the node name.
     pub address: String,
@@ -115,7 +130,10 @@ pub struct BmcEntry {
 impl BmcEntry {
     /// The address for one node, with `{node}` filled in.
     pub fn address_for(&self, node: &str) -> String {
-        self.address.replace("{node}", node)
+        match &self.inventory {
+            Some(inv) => inv.address(node).unwrap_or_default().to_string(),
+            None => self.address.replace("{node}", node),
+        }
     }
 
     /// The system path for one node, with `{node}` filled in.
@@ -170,14 +188,26 @@ impl BmcEntry {
     /// The machine key when this entry names one fixed machine whatever the node (no `{node}`
     /// in address or system).
     pub(super) fn fixed_target(&self) -> Option<String> {
-        let per_node = self.address.contains("{node}")
+        let per_node = self.inventory.is_some()
+            || self.address.contains("{node}")
             || self.system.as_deref().is_some_and(|s| s.contains("{node}"))
             || self.fence_agent.as_ref().is_some_and(|fa| fa.per_node());
         (!per_node).then(|| self.machine_key(""))
     }
 
+    /// How messages name it: `[[bmc]] #4 (line 31)`, its number in the file counted from 1.
+    pub fn label(&self) -> String {
+        match self.line {
+            Some(line) => format!("[[bmc]] #{} (line {line})", self.index + 1),
+            None => format!("[[bmc]] #{}", self.index + 1),
+        }
+    }
+
     pub fn matches(&self, node: &str) -> bool {
-        self.nodes.iter().any(|p| p.matches(node))
+        match &self.inventory {
+            Some(inv) => inv.address(node).is_some(),
+            None => self.nodes.iter().any(|p| p.matches(node)),
+        }
     }
 }
 
@@ -186,7 +216,10 @@ impl BmcEntry {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawBmc {
+    #[serde(default)]
     pub(super) nodes: Vec<String>,
+    /// A file of `node = address` lines: the nodes and addresses of this entry.
+    pub(super) inventory: Option<PathBuf>,
     pub(super) protocol: Protocol,
     pub(super) address: Option<String>,
     pub(super) system: Option<String>,
@@ -216,82 +249,61 @@ pub(super) struct RawBmc {
     pub(super) plug: Option<String>,
 }
 
-/// `max_off_watts` unless set: a powered-off server's BMC reports its standby draw (often
-/// 0 W, some 5-15 W); a running one draws far more.
-pub const DEFAULT_MAX_OFF_WATTS: u32 = 20;
-
-/// The highest `max_off_watts` accepted: above it, many running machines would count as off.
-pub const MAX_MAX_OFF_WATTS: u32 = 500;
-
-/// `corroborate` and `max_off_watts`, checked.
-fn off_witness(
-    corroborate: Option<&str>,
-    max_off_watts: Option<f64>,
-) -> Result<Option<crate::decision::OffWitness>, (&'static str, String)> {
-    use crate::decision::{OffWitness, Watts};
-    match (corroborate, max_off_watts) {
-        (None, None) => Ok(None),
-        (None, Some(_)) => Err((
-            "max_off_watts",
-            "applies with corroborate = \"power-draw\" only".into(),
-        )),
-        (Some("power-draw"), max) => {
-            let max_off_watts = match max {
-                None => Watts::whole(DEFAULT_MAX_OFF_WATTS),
-                Some(w) if w.is_finite() && (0.0..=f64::from(MAX_MAX_OFF_WATTS)).contains(&w) => {
-                    Watts::from_f64(w).expect("finite and in range")
-                }
-                Some(w) => {
-                    return Err((
-                        "max_off_watts",
-                        format!(
-                            "{w} is out of range: use a number of watts from 0 to {MAX_MAX_OFF_WATTS}, below the machine's lowest draw while running"
-                        ),
-                    ));
-                }
-            };
-            Ok(Some(OffWitness::PowerDraw { max_off_watts }))
-        }
-        (Some(other), _) => Err((
-            "corroborate",
-            format!(
-                "{other:?} is not a witness oobfence knows: use \"power-draw\" (the system's power draw, read beside an Off)"
-            ),
-        )),
-    }
-}
-
-/// An entry's `timeout`: from 1 ms to 120 s, whatever the protocol.
-pub(super) fn check_timeout(timeout: Duration) -> Result<(), String> {
-    if timeout.is_zero() || timeout > Duration::from_secs(120) {
-        return Err(format!(
-            "{} is out of range: use between 1ms and 120s",
-            humantime::format_duration(timeout)
-        ));
-    }
-    Ok(())
-}
-
 fn default_bmc_timeout() -> Duration {
     Duration::from_secs(5)
 }
 
 impl RawBmc {
+    /// Every check of the entry: each of its problems (an error in one key does not hide the
+    /// others'), or the entry.
     pub(super) fn validate(
         self,
         index: usize,
         path: &Path,
         secrets: Secrets,
-    ) -> Result<BmcEntry, ConfigError> {
+    ) -> Result<BmcEntry, Vec<ConfigError>> {
         let err = |key: &str, problem: String| ConfigError {
             file: path.to_owned(),
+            line: None,
             key: format!("bmc[{index}].{key}"),
             problem,
         };
-        let nodes = compile_globs(&self.nodes).map_err(|e| err("nodes", e))?;
+        let mut errs: Vec<ConfigError> = Vec::new();
+        // The value of a check that passed; a failed one's error joins the others.
+        macro_rules! check {
+            ($r:expr) => {
+                match $r {
+                    Ok(v) => Some(v),
+                    Err(e) => {
+                        errs.push(e);
+                        None
+                    }
+                }
+            };
+        }
+        let nodes = match self.inventory {
+            Some(_) => Vec::new(),
+            None => {
+                check!(compile_globs(&self.nodes).map_err(|e| err("nodes", e))).unwrap_or_default()
+            }
+        };
 
         if self.protocol == Protocol::FenceAgent {
-            return self.validate_fence_agent(index, nodes, path, secrets);
+            if self.inventory.is_some() {
+                errs.push(err(
+                    "inventory",
+                    "applies to protocol = \"redfish\" or \"ipmi\": a fence agent's entry names its machines with options and plug".into(),
+                ));
+                return Err(errs);
+            }
+            return match self.validate_fence_agent(index, nodes, path, secrets) {
+                Ok(entry) if errs.is_empty() => Ok(entry),
+                Ok(_) => Err(errs),
+                Err(e) => {
+                    errs.push(e);
+                    Err(errs)
+                }
+            };
         }
         for (key, set) in [
             ("agent", self.agent.is_some()),
@@ -299,106 +311,92 @@ impl RawBmc {
             ("plug", self.plug.is_some()),
         ] {
             if set {
-                return Err(err(
+                errs.push(err(
                     key,
                     "applies to protocol = \"fence-agent\" only".into(),
                 ));
             }
         }
-        let address = self
-            .address
-            .as_deref()
-            .ok_or_else(|| {
+        if self.inventory.is_some() {
+            for (key, set) in [
+                ("nodes", !self.nodes.is_empty()),
+                ("address", self.address.is_some()),
+            ] {
+                if set {
+                    errs.push(err(
+                        key,
+                        "does not go with inventory: the inventory file lists the nodes and their BMC addresses (`node = address` lines); remove it from this entry".into(),
+                    ));
+                }
+            }
+        }
+        let address = match &self.inventory {
+            Some(_) => Some(String::new()),
+            None => check!(self.address.as_deref().map(|a| a.trim().to_string()).ok_or_else(|| {
                 err(
                     "address",
-                    "missing: the BMC's address (\"https://{node}-bmc.dc1.example\" for Redfish, \"{node}-ipmi.dc1.example\" for IPMI)".into(),
+                    "missing: the BMC's address (\"https://{node}-bmc.dc1.example\" for Redfish, \"{node}-ipmi.dc1.example\" for IPMI), or an inventory file of `node = address` lines".into(),
                 )
-            })?
-            .trim()
-            .to_string();
-        let username = self.username.clone().ok_or_else(|| {
+            })),
+        };
+        let username = check!(self.username.clone().ok_or_else(|| {
             err(
                 "username",
                 "missing: the BMC account oobfence logs in as".into(),
             )
-        })?;
-        match self.protocol {
-            Protocol::Redfish => {
-                let probe = address.replace("{node}", "node");
-                let url = reqwest::Url::parse(&probe).map_err(|e| {
-                    err(
-                        "address",
-                        format!("{address:?} is not a URL ({e}); example: \"https://{{node}}-bmc.dc1.example\""),
-                    )
-                })?;
-                if url.scheme() != "https" {
-                    return Err(err(
-                        "address",
-                        format!("{address:?} must use https:// (Redfish is served over TLS)"),
-                    ));
-                }
-                if url.host_str().is_none_or(str::is_empty) {
-                    return Err(err("address", format!("{address:?} has no host")));
-                }
-                if !url.username().is_empty() || url.password().is_some() {
-                    return Err(err(
-                        "address",
-                        "must not contain credentials; use username and password_file".into(),
-                    ));
-                }
-                if url.query().is_some() || url.fragment().is_some() {
-                    return Err(err(
-                        "address",
-                        format!(
-                            "{address:?} must be scheme://host[:port][/prefix] without ?query or #fragment"
-                        ),
-                    ));
-                }
-                redfish::check_address_path(url.path())
-                    .map_err(|e| err("address", format!("{address:?} {e}")))?;
-            }
-            Protocol::Ipmi => {
-                let probe = address.replace("{node}", "node");
-                ipmi::parse_address(&probe).map_err(|e| {
+        }));
+        if let Some(address) = address.as_deref().filter(|_| self.inventory.is_none()) {
+            let probe = address.replace("{node}", "node");
+            check!(
+                inventory::check_address(self.protocol, &probe).map_err(|e| {
                     err(
                         "address",
                         e.replace(&format!("{probe:?}"), &format!("{address:?}")),
                     )
-                })?;
-                for (key, set) in [
-                    ("system", self.system.is_some()),
-                    ("ca_file", self.ca_file.is_some()),
-                    ("tls_fingerprint", self.tls_fingerprint.is_some()),
-                    ("tls_insecure", self.tls_insecure),
-                    ("auth", self.auth.is_some()),
-                    ("tls_pin_validity", self.tls_pin_validity.is_some()),
-                ] {
-                    if set {
-                        return Err(err(
-                            key,
-                            "applies to protocol = \"redfish\" only (IPMI over LAN has no TLS, no system path and its own login)".into(),
-                        ));
-                    }
+                })
+            );
+        }
+        if self.protocol == Protocol::Ipmi {
+            for (key, set) in [
+                ("system", self.system.is_some()),
+                ("ca_file", self.ca_file.is_some()),
+                ("tls_fingerprint", self.tls_fingerprint.is_some()),
+                ("tls_insecure", self.tls_insecure),
+                ("auth", self.auth.is_some()),
+                ("tls_pin_validity", self.tls_pin_validity.is_some()),
+            ] {
+                if set {
+                    errs.push(err(
+                        key,
+                        "applies to protocol = \"redfish\" only (IPMI over LAN has no TLS, no system path and its own login)".into(),
+                    ));
                 }
-                ipmi::check_username(&username).map_err(|e| err("username", e))?;
             }
-            Protocol::FenceAgent => unreachable!("validated above"),
+            if let Some(u) = &username {
+                check!(ipmi::check_username(u).map_err(|e| err("username", e)));
+            }
         }
         let ipmi_options = match self.protocol {
             Protocol::Ipmi => {
                 let defaults = ipmi::IpmiOptions::default();
-                Some(ipmi::IpmiOptions {
-                    cipher_suites: match &self.cipher_suite {
-                        None => defaults.cipher_suites,
-                        Some(s) => {
-                            ipmi::check_cipher_suites(s).map_err(|e| err("cipher_suite", e))?
-                        }
-                    },
-                    privilege: match self.privilege.as_deref() {
-                        None => defaults.privilege,
-                        Some(p) => ipmi::check_privilege(p).map_err(|e| err("privilege", e))?,
-                    },
-                })
+                let cipher_suites = match &self.cipher_suite {
+                    None => Some(defaults.cipher_suites),
+                    Some(s) => {
+                        check!(ipmi::check_cipher_suites(s).map_err(|e| err("cipher_suite", e)))
+                    }
+                };
+                let privilege = match self.privilege.as_deref() {
+                    None => Some(defaults.privilege),
+                    Some(p) => check!(ipmi::check_privilege(p).map_err(|e| err("privilege", e))),
+                };
+                cipher_suites
+                    .zip(privilege)
+                    .map(|(cipher_suites, privilege)| {
+                        Some(ipmi::IpmiOptions {
+                            cipher_suites,
+                            privilege,
+                        })
+                    })
             }
             _ => {
                 for (key, set) in [
@@ -406,29 +404,30 @@ impl RawBmc {
                     ("privilege", self.privilege.is_some()),
                 ] {
                     if set {
-                        return Err(err(key, "applies to protocol = \"ipmi\" only".into()));
+                        errs.push(err(key, "applies to protocol = \"ipmi\" only".into()));
                     }
                 }
-                None
+                Some(None)
             }
         };
         let redfish_options = match self.protocol {
-            Protocol::Redfish => Some(redfish::RedfishOptions {
-                auth: match self.auth.as_deref() {
-                    None => redfish::RedfishAuth::default(),
-                    Some(a) => redfish::check_auth(a).map_err(|e| err("auth", e))?,
-                },
-            }),
-            _ => None,
+            Protocol::Redfish => match self.auth.as_deref() {
+                None => Some(Some(redfish::RedfishOptions {
+                    auth: redfish::RedfishAuth::default(),
+                })),
+                Some(a) => check!(redfish::check_auth(a).map_err(|e| err("auth", e)))
+                    .map(|auth| Some(redfish::RedfishOptions { auth })),
+            },
+            _ => Some(None),
         };
         // One entry for many nodes must address each node's own machine: otherwise every node
         // it matches reads the same BMC, and one machine being off would fence them all.
-        let covers_many =
-            self.nodes.len() > 1 || self.nodes.iter().any(|g| g.contains(['*', '?', '[']));
-        let per_node = address.contains("{node}")
+        let covers_many = self.inventory.is_none()
+            && (self.nodes.len() > 1 || self.nodes.iter().any(|g| g.contains(['*', '?', '['])));
+        let per_node = address.as_deref().is_some_and(|a| a.contains("{node}"))
             || self.system.as_deref().is_some_and(|s| s.contains("{node}"));
-        if covers_many && !per_node {
-            return Err(err(
+        if covers_many && address.is_some() && !per_node {
+            errs.push(err(
                 "address",
                 format!(
                     "this entry matches several nodes ({:?}) but neither address nor system contains {{node}}: every one of them would read the same machine's power; write one entry per node or use {{node}}",
@@ -439,90 +438,135 @@ impl RawBmc {
         if let Some(system) = &self.system
             && !system.starts_with('/')
         {
-            return Err(err(
+            errs.push(err(
                 "system",
                 format!("{system:?} must be a path such as \"/redfish/v1/Systems/1\""),
             ));
         }
-        if username.is_empty() {
-            return Err(err("username", "must not be empty".into()));
+        if username.as_deref() == Some("") {
+            errs.push(err("username", "must not be empty".into()));
         }
-        let password = self.password(secrets, &err)?.ok_or_else(|| {
-            err(
-                "password_file",
-                "missing: set password_file = \"/etc/oobfence/secrets/NAME\" or password_credential = \"NAME\"".into(),
-            )
-        })?;
-        if self.protocol == Protocol::Ipmi {
+        let password = check!(self.password(secrets, &err)).and_then(|p| {
+            check!(p.ok_or_else(|| {
+                err(
+                    "password_file",
+                    "missing: set password_file = \"/etc/oobfence/secrets/NAME\" or password_credential = \"NAME\"".into(),
+                )
+            }))
+        });
+        if self.protocol == Protocol::Ipmi
+            && let Some(password) = &password
+        {
             let key = if self.password_file.is_some() {
                 "password_file"
             } else {
                 "password_credential"
             };
-            ipmi::check_password(&password).map_err(|e| err(key, e))?;
+            check!(ipmi::check_password(password).map_err(|e| err(key, e)));
         }
-        let fingerprints = match self.tls_fingerprint {
+        let fingerprints = match &self.tls_fingerprint {
             None => Vec::new(),
-            Some(OneOrMany::One(f)) => vec![f],
-            Some(OneOrMany::Many(fs)) => fs,
+            Some(OneOrMany::One(f)) => vec![f.clone()],
+            Some(OneOrMany::Many(fs)) => fs.clone(),
         };
-        let fingerprints = fingerprints
-            .iter()
-            .map(|f| crate::pinning::parse_fingerprint(f))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| err("tls_fingerprint", e))?;
+        let fingerprints = check!(
+            fingerprints
+                .iter()
+                .map(|f| crate::pinning::parse_fingerprint(f))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| err("tls_fingerprint", e))
+        );
         let validity = match self.tls_pin_validity.as_deref() {
-            None | Some("warn") => crate::pinning::PinValidity::Warn,
-            Some("enforce") => crate::pinning::PinValidity::Enforce,
+            None | Some("warn") => Some(crate::pinning::PinValidity::Warn),
+            Some("enforce") => Some(crate::pinning::PinValidity::Enforce),
             Some(other) => {
-                return Err(err(
+                errs.push(err(
                     "tls_pin_validity",
                     format!(
                         "{other:?} is not a setting: use \"warn\" (a pinned certificate is read past its validity period, with a warning; the default) or \"enforce\" (refused then)"
                     ),
                 ));
+                None
             }
         };
-        if self.tls_pin_validity.is_some() && self.ca_file.is_none() && fingerprints.is_empty() {
-            return Err(err(
+        // Pins given (an empty list is none); a list in error counts as given.
+        let pinned = fingerprints
+            .as_ref()
+            .map_or(self.tls_fingerprint.is_some(), |f| !f.is_empty());
+        if self.tls_pin_validity.is_some() && self.ca_file.is_none() && !pinned {
+            errs.push(err(
                 "tls_pin_validity",
                 "applies to a pinned certificate only: set tls_fingerprint or ca_file too, or remove it".into(),
             ));
         }
-        let tls = match (self.ca_file, fingerprints.is_empty(), self.tls_insecure) {
-            (Some(_), _, true) | (_, false, true) => {
-                return Err(err(
+        let tls = match (self.ca_file.clone(), pinned, self.tls_insecure) {
+            (Some(_), _, true) | (_, true, true) => {
+                errs.push(err(
                     "tls_insecure",
                     "set ca_file or tls_fingerprint, or tls_insecure = true, not both".into(),
                 ));
+                None
             }
-            (None, true, true) => BmcTls::Insecure,
-            (None, true, false) => BmcTls::System,
+            (None, false, true) => Some(BmcTls::Insecure),
+            (None, false, false) => Some(BmcTls::System),
             (ca_file, _, false) => {
                 let ca_certs = match &ca_file {
-                    None => Vec::new(),
-                    Some(ca) => {
-                        let pem = std::fs::read(ca).map_err(|e| {
-                            err("ca_file", format!("cannot read {}: {e}", ca.display()))
-                        })?;
-                        crate::pinning::certificates_of_pem(&pem)
-                            .map_err(|e| err("ca_file", format!("{} {e}", ca.display())))?
-                    }
+                    None => Some(Vec::new()),
+                    Some(ca) => check!(
+                        std::fs::read(ca)
+                            .map_err(|e| err(
+                                "ca_file",
+                                format!("cannot read {}: {e}", ca.display())
+                            ))
+                            .and_then(|pem| {
+                                crate::pinning::certificates_of_pem(&pem)
+                                    .map_err(|e| err("ca_file", format!("{} {e}", ca.display())))
+                            })
+                    ),
                 };
-                BmcTls::Pinned {
-                    ca_file,
-                    ca_certs,
-                    fingerprints,
-                    validity,
+                match (ca_certs, fingerprints, validity) {
+                    (Some(ca_certs), Some(fingerprints), Some(validity)) => Some(BmcTls::Pinned {
+                        ca_file,
+                        ca_certs,
+                        fingerprints,
+                        validity,
+                    }),
+                    _ => None,
                 }
             }
         };
-        check_timeout(self.timeout).map_err(|e| err("timeout", e))?;
-        let corroborate = off_witness(self.corroborate.as_deref(), self.max_off_watts)
-            .map_err(|(key, problem)| err(key, problem))?;
+        check!(check_timeout(self.timeout).map_err(|e| err("timeout", e)));
+        let corroborate = check!(
+            off_witness(self.corroborate.as_deref(), self.max_off_watts)
+                .map_err(|(key, problem)| err(key, problem))
+        );
+        let (
+            Some(address),
+            Some(username),
+            Some(ipmi_options),
+            Some(redfish_options),
+            Some(password),
+            Some(tls),
+            Some(corroborate),
+            true,
+        ) = (
+            address,
+            username,
+            ipmi_options,
+            redfish_options,
+            password,
+            tls,
+            corroborate,
+            errs.is_empty(),
+        )
+        else {
+            return Err(errs);
+        };
         Ok(BmcEntry {
             index,
+            line: None,
             nodes,
+            inventory: None,
             protocol: self.protocol,
             address,
             system: self.system,

@@ -12,6 +12,9 @@ use kube::config::Kubeconfig;
 use super::{BmcTls, Config, KubernetesConfig};
 use crate::identity::IdentityCheck;
 
+mod entries;
+pub use entries::unmatched;
+
 /// A token expiring sooner than this is a warning.
 pub const TOKEN_EXPIRY_WARNING: jiff::SignedDuration = jiff::SignedDuration::from_hours(7 * 24);
 
@@ -40,7 +43,12 @@ impl fmt::Display for Finding {
             Severity::Warning => "warning",
             Severity::Note => "note",
         };
-        write!(f, "{word}: {}: {}", self.key, self.problem)
+        write!(
+            f,
+            "{word}: {}: {}",
+            super::display_key(&self.key),
+            self.problem
+        )
     }
 }
 
@@ -63,7 +71,10 @@ pub fn warnings(cfg: &Config) -> Vec<Finding> {
                 key("tls_insecure"),
                 format!(
                     "TLS certificate verification is off for {}: anyone on the management network could answer as this BMC (pin its certificate with ca_file instead)",
-                    b.address
+                    match &b.inventory {
+                        Some(inv) => format!("the {} BMCs listed in {}", inv.len(), inv.file.display()),
+                        None => b.address.clone(),
+                    }
                 ),
             ));
         }
@@ -98,7 +109,10 @@ pub fn warnings(cfg: &Config) -> Vec<Finding> {
         {
             out.push(finding(Severity::Warning, key("password_file"), problem));
         }
+        out.extend(entries::password_lines(b));
     }
+    out.extend(entries::shadowed(cfg));
+    out.extend(entries::listen(cfg));
     if let Some(a) = cfg
         .aws
         .as_ref()

@@ -14,7 +14,10 @@ pub const DEFAULT_GUARD_RECORD: &str = "oobfence/oobfence-guards";
 
 /// A limit as written: a count (`12` or `"12"`) or a share (`"50%"`).
 #[derive(Deserialize)]
-#[serde(untagged)]
+#[serde(
+    untagged,
+    expecting = "must be a count such as 12, or a share such as \"50%\" (quoted)"
+)]
 enum RawLimit {
     Count(u32),
     Text(String),
@@ -87,6 +90,7 @@ impl RawGuards {
     pub(super) fn validate(self, path: &Path) -> Result<GuardPolicy, ConfigError> {
         let err = |key: &str, problem: String| ConfigError {
             file: path.to_owned(),
+            line: None,
             key: format!("guards.{key}"),
             problem,
         };

@@ -93,6 +93,7 @@ impl RawHa {
         }
         let err = |key: &str, problem: String| ConfigError {
             file: path.to_owned(),
+            line: None,
             key: format!("ha.{key}"),
             problem,
         };

@@ -66,7 +66,10 @@ impl std::fmt::Display for CipherSuites {
 
 /// The `cipher_suite` key: one suite, or a list of two tried in order.
 #[derive(Clone, Debug, serde::Deserialize)]
-#[serde(untagged)]
+#[serde(
+    untagged,
+    expecting = "must be a cipher suite number such as 17 or 3 (unquoted), or a list of two tried in order such as [17, 3]"
+)]
 pub enum CipherSuiteSetting {
     One(i64),
     InOrder(Vec<i64>),

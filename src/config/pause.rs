@@ -54,6 +54,7 @@ impl RawPause {
     ) -> Result<PauseConfig, ConfigError> {
         let err = |key: &str, problem: String| ConfigError {
             file: path.to_owned(),
+            line: None,
             key: format!("pause.{key}"),
             problem,
         };
@@ -112,6 +113,7 @@ impl RawPause {
             if name.len() > 63 || name.ends_with('-') {
                 return Err(ConfigError {
                     file: path.to_owned(),
+                    line: None,
                     key: "datacenter".into(),
                     problem: format!(
                         "{dc:?}: with [ha] the group's pause annotation {key} must be a valid annotation name (at most 63 characters after the '/', ending in a letter or digit): use a shorter datacenter name"

@@ -13,6 +13,7 @@ use super::aws::RawAws;
 use super::bmc::RawBmc;
 use super::guards::{DEFAULT_GUARD_RECORD, RawGuards};
 use super::ha::RawHa;
+use super::located::{self, Lines, section};
 use super::pause::RawPause;
 use super::{
     BmcEntry, Config, ConfigError, ConfigMapRef, DEFAULT_HEALTH_READ_INTERVAL, DEFAULT_LISTEN,
@@ -21,61 +22,112 @@ use super::{
 };
 use crate::decision::{FenceAction, Policy, Renewals};
 
-pub(super) fn parse_raw(text: &str, path: &Path) -> Result<RawConfig, ConfigError> {
-    let line_of = |span: Option<std::ops::Range<usize>>| {
-        span.map(|s| {
-            text.as_bytes()[..s.start.min(text.len())]
-                .iter()
-                .filter(|&&b| b == b'\n')
-                .count()
-                + 1
-        })
-    };
-    let de = toml::Deserializer::parse(text).map_err(|e| ConfigError {
-        file: path.to_owned(),
-        key: line_of(e.span())
-            .map(|l| format!("line {l}"))
-            .unwrap_or_default(),
-        problem: format!("invalid TOML: {}", e.message().trim()),
-    })?;
-    serde_path_to_error::deserialize(de).map_err(|e| {
-        let key = e.path().to_string();
-        let key = if key == "." { String::new() } else { key };
-        let line = line_of(e.inner().span());
-        ConfigError {
-            file: path.to_owned(),
-            key: match (key.is_empty(), line) {
-                (false, Some(l)) => format!("{key} (line {l})"),
-                (false, None) => key,
-                (true, Some(l)) => format!("line {l}"),
-                (true, None) => String::new(),
+/// The top-level keys a config file may have: `datacenter` and the sections.
+const SECTIONS: [&str; 11] = [
+    "datacenter",
+    "kubernetes",
+    "policy",
+    "server",
+    "bmc",
+    "aws",
+    "journal",
+    "guards",
+    "pause",
+    "ha",
+    "actuation",
+];
+
+/// The file as written, and the line of each key. A TOML syntax error stops here (the one
+/// error); every section is read on its own, so the errors of all of them come back together
+/// with what could be read (a section in error left at its default, an entry left out).
+pub(super) fn parse_raw(
+    text: &str,
+    path: &Path,
+) -> Result<(RawConfig, Lines, Vec<ConfigError>), ConfigError> {
+    let doc = toml::de::DeTable::parse(text).map_err(|e| located::syntax_error(&e, text, path))?;
+    let mut lines = Lines::new(text);
+    lines.index("", doc.get_ref());
+    let mut errors = Vec::new();
+    let mut raw = RawConfig::default();
+    for (key, value) in doc.get_ref() {
+        let name: &str = key.get_ref();
+        let errs = &mut errors;
+        let lines = &lines;
+        match name {
+            "datacenter" => raw.datacenter = section(value, name, path, lines, errs),
+            "kubernetes" => {
+                raw.kubernetes = section(value, name, path, lines, errs).unwrap_or_default()
+            }
+            "policy" => raw.policy = section(value, name, path, lines, errs).unwrap_or_default(),
+            "server" => raw.server = section(value, name, path, lines, errs).unwrap_or_default(),
+            "aws" => raw.aws = section(value, name, path, lines, errs),
+            "journal" => raw.journal = section(value, name, path, lines, errs).unwrap_or_default(),
+            "guards" => raw.guards = section(value, name, path, lines, errs).unwrap_or_default(),
+            "pause" => raw.pause = section(value, name, path, lines, errs).unwrap_or_default(),
+            "ha" => raw.ha = section(value, name, path, lines, errs),
+            "actuation" => {
+                raw.actuation = section(value, name, path, lines, errs).unwrap_or_default()
+            }
+            "bmc" => match value.get_ref().as_array() {
+                Some(entries) => {
+                    for (i, entry) in entries.iter().enumerate() {
+                        if let Some(b) = section(entry, &format!("bmc[{i}]"), path, lines, errs) {
+                            raw.bmc.push((i, b));
+                        }
+                    }
+                }
+                None => errs.push(ConfigError {
+                    file: path.to_owned(),
+                    key: "bmc".into(),
+                    line: Some(lines.line_of(key.span().start)),
+                    problem:
+                        "must be [[bmc]] entries (an array of tables), not a single value or [bmc]"
+                            .into(),
+                }),
             },
-            problem: e.inner().message().trim().to_string(),
+            other => {
+                let known: Vec<&str> = SECTIONS.to_vec();
+                let hint = match located::nearest(other, &known) {
+                    Some(near) => format!(": did you mean {near}?"),
+                    None => String::new(),
+                };
+                errs.push(ConfigError {
+                    file: path.to_owned(),
+                    key: other.to_string(),
+                    line: Some(lines.line_of(key.span().start)),
+                    problem: format!(
+                        "unknown key{hint} (the top level takes `datacenter` and the sections [kubernetes], [policy], [server], [[bmc]], [aws], [journal], [guards], [pause], [ha], [actuation])"
+                    ),
+                });
+            }
         }
-    })
+    }
+    if !doc.get_ref().keys().any(|k| k.get_ref() == "datacenter") {
+        errors.push(ConfigError {
+            file: path.to_owned(),
+            key: "datacenter".into(),
+            line: None,
+            problem: "missing: the datacenter's name (datacenter = \"dc1\"), at the top of the file before any [section]".into(),
+        });
+    }
+    Ok((raw, lines, errors))
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+/// The file as written; a section in error is at its default, an entry in error left out.
+#[derive(Default)]
 pub(super) struct RawConfig {
-    datacenter: String,
-    #[serde(default)]
+    /// `None`: missing or in error (already reported).
+    datacenter: Option<String>,
     kubernetes: RawKubernetes,
-    #[serde(default)]
     policy: RawPolicy,
-    #[serde(default)]
     server: RawServer,
-    #[serde(default)]
-    bmc: Vec<RawBmc>,
+    /// Each entry with its position in the file.
+    bmc: Vec<(usize, RawBmc)>,
     aws: Option<RawAws>,
-    #[serde(default)]
     journal: RawJournal,
-    #[serde(default)]
     guards: RawGuards,
-    #[serde(default)]
     pause: RawPause,
     ha: Option<RawHa>,
-    #[serde(default)]
     actuation: RawActuation,
 }
 
@@ -163,20 +215,40 @@ fn default_listen() -> String {
     DEFAULT_LISTEN.to_string()
 }
 
+/// The value of a check that passed; a failed one's error joins the others.
+fn keep<T>(errors: &mut Vec<ConfigError>, r: Result<T, ConfigError>) -> Option<T> {
+    r.map_err(|e| errors.push(e)).ok()
+}
+
 impl RawConfig {
-    pub(super) fn validate(self, path: &Path, secrets: Secrets) -> Result<Config, ConfigError> {
+    /// Every check of every section, each error collected (with `errors`, those of reading the
+    /// file), located by `lines` and sorted by line.
+    pub(super) fn validate(
+        self,
+        path: &Path,
+        secrets: Secrets,
+        mut errors: Vec<ConfigError>,
+        lines: &Lines,
+    ) -> Result<Config, Vec<ConfigError>> {
+        let errs = &mut errors;
         let err = |key: &str, problem: String| ConfigError {
             file: path.to_owned(),
+            line: None,
             key: key.to_string(),
             problem,
         };
-        let dc = self.datacenter.trim();
-        if dc.is_empty()
-            || !dc
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        let dc = self
+            .datacenter
+            .as_deref()
+            .map(str::trim)
+            .unwrap_or_default();
+        if self.datacenter.is_some()
+            && (dc.is_empty()
+                || !dc
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
         {
-            return Err(err(
+            errs.push(err(
                 "datacenter",
                 format!("{dc:?} must be a non-empty name of letters, digits, '-', '_' or '.'"),
             ));
@@ -184,7 +256,7 @@ impl RawConfig {
 
         let p = &self.policy;
         if p.confirm_reads == 0 {
-            return Err(err(
+            errs.push(err(
                 "policy.confirm_reads",
                 "must be at least 1 (2 or more is recommended)".into(),
             ));
@@ -196,11 +268,11 @@ impl RawConfig {
             ("policy.recheck_interval", p.recheck_interval),
         ] {
             if value.is_zero() {
-                return Err(err(key, "must be longer than 0s".into()));
+                errs.push(err(key, "must be longer than 0s".into()));
             }
         }
         if p.max_concurrent_reads == 0 {
-            return Err(err(
+            errs.push(err(
                 "policy.max_concurrent_reads",
                 "must be at least 1".into(),
             ));
@@ -221,7 +293,7 @@ impl RawConfig {
             None
         };
         if let Some((word, bound, why)) = out_of_range {
-            return Err(err(
+            errs.push(err(
                 "policy.health_read_interval",
                 format!(
                     "{} is {word} than {}: {why}",
@@ -230,15 +302,18 @@ impl RawConfig {
                 ),
             ));
         }
-        let lease_stale_after = Renewals::new(p.lease_stale_after).ok_or_else(|| {
-            err(
-                "policy.lease_stale_after",
-                format!(
-                    "{} is not a number of kubelet renewal intervals between 1.5 and 100 (2.5 rides out one missed renewal)",
-                    p.lease_stale_after
-                ),
-            )
-        })?;
+        let lease_stale_after = keep(
+            errs,
+            Renewals::new(p.lease_stale_after).ok_or_else(|| {
+                err(
+                    "policy.lease_stale_after",
+                    format!(
+                        "{} is not a number of kubelet renewal intervals between 1.5 and 100 (2.5 rides out one missed renewal)",
+                        p.lease_stale_after
+                    ),
+                )
+            }),
+        );
         let policy = Policy {
             not_ready_grace: p.not_ready_grace,
             confirm_reads: p.confirm_reads,
@@ -251,84 +326,121 @@ impl RawConfig {
             dry_run: p.dry_run,
             flap_limit: p.flap_limit,
             flap_window: p.flap_window,
-            pre_attest_after: p.pre_attest.then_some(lease_stale_after),
+            pre_attest_after: if p.pre_attest {
+                lease_stale_after
+            } else {
+                None
+            },
             release_at_attestation: p.release_at_attestation,
             actuation: None,
         };
 
-        let listen: SocketAddr = self.server.listen.parse().map_err(|_| {
-            err(
-                "server.listen",
-                format!(
-                    "{:?} is not an IP:port address (example: \"127.0.0.1:9464\")",
-                    self.server.listen
-                ),
-            )
-        })?;
+        let listen: Option<SocketAddr> = keep(
+            errs,
+            self.server.listen.parse().map_err(|_| {
+                err(
+                    "server.listen",
+                    format!(
+                        "{:?} is not an IP:port address (example: \"127.0.0.1:9464\")",
+                        self.server.listen
+                    ),
+                )
+            }),
+        );
 
         let node_selector = match self.kubernetes.node_selector.as_deref().map(str::trim) {
             None | Some("") => None,
-            Some(sel) => {
-                if sel.contains(['\n', '\r']) {
-                    return Err(err(
-                        "kubernetes.node_selector",
-                        "must be a single-line label selector such as \"topology.kubernetes.io/zone=dc1\"".into(),
-                    ));
-                }
-                selector::check(sel).map_err(|problem| {
-                    err(
-                        "kubernetes.node_selector",
-                        format!("{sel:?} is not a label selector: {problem}"),
-                    )
-                })?;
-                Some(sel.to_string())
+            Some(sel) if sel.contains(['\n', '\r']) => {
+                errs.push(err(
+                    "kubernetes.node_selector",
+                    "must be a single-line label selector such as \"topology.kubernetes.io/zone=dc1\"".into(),
+                ));
+                None
             }
+            Some(sel) => keep(
+                errs,
+                selector::check(sel)
+                    .map(|()| sel.to_string())
+                    .map_err(|problem| {
+                        err(
+                            "kubernetes.node_selector",
+                            format!("{sel:?} is not a label selector: {problem}"),
+                        )
+                    }),
+            ),
         };
 
         let mut bmc: Vec<BmcEntry> = Vec::with_capacity(self.bmc.len());
-        for (index, raw) in self.bmc.into_iter().enumerate() {
-            let entry = raw.validate(index, path, secrets)?;
+        let mut fixed: std::collections::HashMap<String, usize> = Default::default();
+        for (index, raw) in self.bmc {
+            let inventory = raw.inventory.clone();
+            let mut entry = match raw.validate(index, path, secrets) {
+                Ok(entry) => entry,
+                Err(problems) => {
+                    errs.extend(problems);
+                    continue;
+                }
+            };
+            entry.line = lines.lookup(&format!("bmc[{index}]"));
+            if let Some(file) = inventory {
+                // Its good lines are kept, so that the checks across entries see them too.
+                let file = super::inventory::resolve(path, &file);
+                let (inventory, problems) = super::inventory::load(&file, entry.protocol);
+                errs.extend(problems);
+                match inventory {
+                    Some(inv) => entry.inventory = Some(std::sync::Arc::new(inv)),
+                    None => continue,
+                }
+            }
             // Two entries naming one fixed machine would fence both nodes when it is off.
-            if let Some(target) = entry.fixed_target()
-                && let Some(other) = bmc
-                    .iter()
-                    .find(|b| b.fixed_target().as_ref() == Some(&target))
+            // (Looked up by machine, so that thousands of entries take no time.)
+            let target = entry.fixed_target();
+            if let Some(target) = &target
+                && let Some(other) = fixed.get(target).map(|&i| &bmc[i])
             {
                 let key = match entry.protocol {
                     super::Protocol::FenceAgent => "options",
                     _ => "address",
                 };
-                return Err(err(
+                errs.push(err(
                     &format!("bmc[{index}].{key}"),
                     format!(
-                        "reads the same machine as bmc[{}] ({target}): one machine cannot be two nodes, and its being off would fence both",
-                        other.index
+                        "reads the same machine as {} ({target}): one machine cannot be two nodes, and its being off would fence both",
+                        other.label()
                     ),
                 ));
+                continue;
+            }
+            if let Some(target) = target {
+                fixed.insert(target, bmc.len());
             }
             bmc.push(entry);
         }
 
-        let aws = self.aws.map(|a| a.validate(path)).transpose()?;
+        errs.extend(super::inventory::conflicts(&bmc, path));
+
+        let aws = self.aws.and_then(|a| keep(errs, a.validate(path)));
 
         let journal_path = match self.journal.path {
-            None => default_journal_path(dc),
+            None => Some(default_journal_path(dc)),
             Some(p) if !p.is_absolute() => {
-                return Err(err(
+                errs.push(err(
                     "journal.path",
                     format!(
                         "{:?} must be an absolute path (example: \"/var/lib/oobfence/{dc}.journal.jsonl\")",
                         p.display().to_string()
                     ),
                 ));
+                None
             }
             Some(p) if p.is_dir() => {
-                return Err(err(
+                errs.push(err(
                     "journal.path",
                     format!("{} is a directory; name a file in it", p.display()),
                 ));
+                None
             }
-            Some(p) => p,
+            Some(p) => Some(p),
         };
 
         let guard_record = match self.guards.record.as_deref().map(str::trim) {
@@ -337,22 +449,51 @@ impl RawConfig {
             Some(c) => Some(c),
         }
         .map(|c| {
-            ConfigMapRef::parse(c).ok_or_else(|| ConfigError {
-                file: path.to_owned(),
-                key: "guards.record".into(),
-                problem: format!(
-                    "{c:?} must be NAMESPACE/NAME (example: \"{DEFAULT_GUARD_RECORD}\"), or \"\" for none"
-                ),
+            ConfigMapRef::parse(c).ok_or_else(|| {
+                err(
+                    "guards.record",
+                    format!(
+                        "{c:?} must be NAMESPACE/NAME (example: \"{DEFAULT_GUARD_RECORD}\"), or \"\" for none"
+                    ),
+                )
             })
         })
-        .transpose()?;
-        let guards = self.guards.validate(path)?;
+        .transpose();
+        let guard_record = keep(errs, guard_record);
+        let guards = keep(errs, self.guards.validate(path));
         let ha = match self.ha {
-            Some(h) => h.validate(path)?,
-            None => None,
+            Some(h) => keep(errs, h.validate(path)),
+            None => Some(None),
         };
-        let pause = self.pause.validate(path, dc, ha.is_some())?;
-        let actuation = self.actuation.validate(path, policy.not_ready_grace)?;
+        let has_ha = !matches!(ha, Some(None));
+        let pause = keep(errs, self.pause.validate(path, dc, has_ha));
+        let actuation = keep(errs, self.actuation.validate(path, policy.not_ready_grace));
+
+        lines.locate(&mut errors);
+        // The config file's errors first, in its order; then those of the files it names.
+        errors.sort_by_key(|e| (e.file != path, e.line.unwrap_or(usize::MAX)));
+        let (
+            Some(listen),
+            Some(journal_path),
+            Some(guard_record),
+            Some(guards),
+            Some(ha),
+            Some(pause),
+            Some(actuation),
+            true,
+        ) = (
+            listen,
+            journal_path,
+            guard_record,
+            guards,
+            ha,
+            pause,
+            actuation,
+            errors.is_empty(),
+        )
+        else {
+            return Err(errors);
+        };
         let policy = Policy {
             actuation: actuation.as_ref().map(|a| a.policy),
             ..policy

@@ -151,39 +151,43 @@ fn unsupported_ipmi_settings_are_config_errors() {
     let cases: Vec<(String, &str, &str)> = vec![
         (
             suite("5"),
-            "bmc[0].cipher_suite",
+            "[[bmc]] #1 cipher_suite",
             "cipher suite 5 is not spoken by oobfence: use 17",
         ),
-        (suite("0"), "bmc[0].cipher_suite", "refused"),
-        (suite("[3, 3]"), "bmc[0].cipher_suite", "two different ones"),
+        (suite("0"), "[[bmc]] #1 cipher_suite", "refused"),
+        (
+            suite("[3, 3]"),
+            "[[bmc]] #1 cipher_suite",
+            "two different ones",
+        ),
         (
             with("privilege = \"root\""),
-            "bmc[0].privilege",
+            "[[bmc]] #1 privilege",
             "\"root\" is not a privilege",
         ),
         (
             with("system = \"/redfish/v1/Systems/1\""),
-            "bmc[0].system",
+            "[[bmc]] #1 system",
             "redfish",
         ),
         (
             with("tls_insecure = true"),
-            "bmc[0].tls_insecure",
+            "[[bmc]] #1 tls_insecure",
             "redfish",
         ),
         (
             good.replace("{node}-ipmi.dc1.example", "ipmi.dc1.example"),
-            "bmc[0].address",
+            "[[bmc]] #1 address",
             "same machine",
         ),
         (
             good.replace("{node}-ipmi.dc1.example", "https://{node}-ipmi.dc1.example"),
-            "bmc[0].address",
+            "[[bmc]] #1 address",
             "without a scheme",
         ),
         (
             good.replace("{node}-ipmi.dc1.example", "{node}-ipmi.dc1.example:99999"),
-            "bmc[0].address",
+            "[[bmc]] #1 address",
             "bad port",
         ),
         (
@@ -191,7 +195,7 @@ fn unsupported_ipmi_settings_are_config_errors() {
                 "username = \"admin\"",
                 "username = \"a-very-long-user-name\"",
             ),
-            "bmc[0].username",
+            "[[bmc]] #1 username",
             "at most 16",
         ),
     ];
@@ -215,7 +219,7 @@ fn unsupported_ipmi_settings_are_config_errors() {
     let err = text(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(
-        err.contains("bmc[0].password_file") && err.contains("21 bytes"),
+        err.contains("[[bmc]] #1 password_file") && err.contains("21 bytes"),
         "{err}"
     );
     assert!(!err.contains("ppppp"), "{err}");

@@ -114,7 +114,11 @@ async fn reload_applies_a_whole_config_and_refuses_a_broken_one() {
 
     // 3. A broken file and a change only a restart applies: refused, the old config runs on.
     for (what, text, says) in [
-        ("broken", "datacenter = \"dc1\n".to_string(), "line 1"),
+        (
+            "broken",
+            "datacenter = \"dc1\n".to_string(),
+            ":1: invalid TOML",
+        ),
         (
             "listen changed",
             dry.replace(&listen, &format!("127.0.0.1:{}", free_port())),

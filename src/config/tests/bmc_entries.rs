@@ -86,17 +86,20 @@ fn ipmi_entries_get_defaults_and_keep_to_their_keys() {
     let e = parse(&format!("{ipmi}ca_file = \"/x\"\n"))
         .unwrap_err()
         .to_string();
-    assert!(e.contains("bmc[0].ca_file") && e.contains("redfish"), "{e}");
+    assert!(
+        e.contains("[[bmc]] #1 ca_file: ") && e.contains("redfish"),
+        "{e}"
+    );
     let e = parse(&format!("{ipmi}cipher_suite = 300\n"))
         .unwrap_err()
         .to_string();
-    assert!(e.contains("bmc[0].cipher_suite"), "{e}");
+    assert!(e.contains("[[bmc]] #1 cipher_suite: "), "{e}");
     // Redfish entries refuse the IPMI keys.
     let e = parse(&format!("{}privilege = \"administrator\"\n", minimal(&pw)))
         .unwrap_err()
         .to_string();
     assert!(
-        e.contains("bmc[0].privilege") && e.contains("\"ipmi\" only"),
+        e.contains("[[bmc]] #1 privilege: ") && e.contains("\"ipmi\" only"),
         "{e}"
     );
     assert_eq!(parse(&minimal(&pw)).unwrap().bmc[0].ipmi, None);
@@ -125,7 +128,8 @@ fn two_entries_for_one_machine_are_refused() {
     );
     let e = parse(&dup).unwrap_err().to_string();
     assert!(
-        e.contains("bmc[1].address") && e.contains("same machine as bmc[0]"),
+        e.contains("dc1.toml:12: [[bmc]] #2 address: ")
+            && e.contains("same machine as [[bmc]] #1 (line 2)"),
         "{e}"
     );
 }
@@ -153,7 +157,10 @@ fn two_spellings_of_one_bmc_are_refused() {
             redfish("n2", b)
         );
         let e = parse(&dup).unwrap_err().to_string();
-        assert!(e.contains("same machine as bmc[0]"), "{a} vs {b}: {e}");
+        assert!(
+            e.contains("same machine as [[bmc]] #1 (line 2)"),
+            "{a} vs {b}: {e}"
+        );
     }
     let other_port = format!(
         "datacenter = \"dc1\"\n{}{}",
@@ -175,7 +182,7 @@ fn two_spellings_of_one_bmc_are_refused() {
         redfish("n2", "https://proxy.example:443/bmc1")
     );
     let e = parse(&one_prefix).unwrap_err().to_string();
-    assert!(e.contains("same machine as bmc[0]"), "{e}");
+    assert!(e.contains("same machine as [[bmc]] #1"), "{e}");
     let ipmi = |node: &str, address: &str| {
         format!(
             "[[bmc]]\nnodes = [\"{node}\"]\nprotocol = \"ipmi\"\naddress = \"{address}\"\nusername = \"u\"\npassword_file = \"{}\"\n",
@@ -188,7 +195,7 @@ fn two_spellings_of_one_bmc_are_refused() {
         ipmi("n2", "ipmi1.example:623")
     );
     let e = parse(&dup).unwrap_err().to_string();
-    assert!(e.contains("same machine as bmc[0]"), "{e}");
+    assert!(e.contains("same machine as [[bmc]] #1"), "{e}");
 }
 
 #[test]
@@ -222,7 +229,7 @@ fn redfish_auth_and_address_paths() {
     assert_eq!(auth("auth = \"basic\"\n").unwrap(), RedfishAuth::Basic);
     let e = auth("auth = \"token\"\n").unwrap_err().to_string();
     assert!(
-        e.contains("bmc[0].auth") && e.contains("\"session\""),
+        e.contains("dc1.toml:9: [[bmc]] #1 auth: ") && e.contains("\"session\""),
         "{e}"
     );
     let ipmi = minimal(&pw)
@@ -231,7 +238,10 @@ fn redfish_auth_and_address_paths() {
     let e = parse(&format!("{ipmi}auth = \"session\"\n"))
         .unwrap_err()
         .to_string();
-    assert!(e.contains("bmc[0].auth") && e.contains("redfish"), "{e}");
+    assert!(
+        e.contains("dc1.toml:9: [[bmc]] #1 auth: ") && e.contains("redfish"),
+        "{e}"
+    );
     assert_eq!(parse(&ipmi).unwrap().bmc[0].redfish, None);
 
     let with_address =
@@ -243,7 +253,7 @@ fn redfish_auth_and_address_paths() {
     ] {
         let e = with_address(bad).unwrap_err().to_string();
         assert!(
-            e.contains("bmc[0].address") && e.contains("without /redfish/v1"),
+            e.contains("[[bmc]] #1 address: ") && e.contains("without /redfish/v1"),
             "{bad}: {e}"
         );
     }

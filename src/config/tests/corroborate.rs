@@ -60,7 +60,7 @@ fn a_typo_or_a_value_out_of_range_is_an_error_naming_the_key() {
     let err = |extra: &str| parse("redfish", extra).unwrap_err();
     let e = err("corroborate = \"power_draw\"\n");
     assert!(
-        e.contains("bmc[0].corroborate") && e.contains("\"power_draw\" is not a witness"),
+        e.contains("[[bmc]] #1 corroborate: ") && e.contains("\"power_draw\" is not a witness"),
         "{e}"
     );
     assert!(e.contains("use \"power-draw\""), "{e}");
@@ -69,13 +69,13 @@ fn a_typo_or_a_value_out_of_range_is_an_error_naming_the_key() {
             "corroborate = \"power-draw\"\nmax_off_watts = {value}\n"
         ));
         assert!(
-            e.contains("bmc[0].max_off_watts") && e.contains("out of range"),
+            e.contains("[[bmc]] #1 max_off_watts: ") && e.contains("out of range"),
             "{value}: {e}"
         );
     }
     let e = err("max_off_watts = 20\n");
     assert!(
-        e.contains("bmc[0].max_off_watts")
+        e.contains("[[bmc]] #1 max_off_watts: ")
             && e.contains("applies with corroborate = \"power-draw\" only"),
         "{e}"
     );

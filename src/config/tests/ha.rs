@@ -44,7 +44,7 @@ fn ha_is_off_by_default_and_checks_its_timings() {
         ),
         ("namespace = \"Oobfence\"", "ha.namespace", "namespace name"),
         ("identity = \"a b\"", "ha.identity", "without spaces"),
-        ("leader = true", "ha", "unknown field"),
+        ("leader = true", "ha", "unknown key"),
     ] {
         let e = parse(&format!("{base}\n[ha]\nenabled = true\n{body}\n")).unwrap_err();
         assert!(e.key.starts_with(key), "{body}: {e}");

@@ -142,7 +142,11 @@ fn guards_take_counts_and_shares_and_name_a_bad_one() {
             "pause.configmap",
             "NAMESPACE/NAME",
         ),
-        ("[guards]\nmax_unhealthyy = 3", "guards", "unknown field"),
+        (
+            "[guards]\nmax_unhealthyy = 3",
+            "guards",
+            "unknown key `max_unhealthyy`: did you mean `max_unhealthy`?",
+        ),
     ] {
         let e = parse(&format!("{base}\n{body}\n")).unwrap_err();
         assert!(e.key.starts_with(key), "{body}: {e}");
