@@ -91,6 +91,10 @@ pub enum Command {
         /// Also list the cluster's nodes and read the power state of each mapped one.
         #[arg(long)]
         probe: bool,
+        /// Print one JSON document (errors with their lines, warnings, and with --probe the
+        /// cluster's version, permissions and every node's read) instead of lines.
+        #[arg(long)]
+        json: bool,
     },
     /// Read one node's power state once, from the config alone.
     Probe {
@@ -239,7 +243,11 @@ fn say_config_errors(e: crate::config::ConfigErrors) -> ExitCode {
 async fn dispatch(command: Command) -> ExitCode {
     let result = match command {
         Command::Run { config } => run(&config).await,
-        Command::CheckConfig { config, probe } => check_config(&config, probe).await,
+        Command::CheckConfig {
+            config,
+            probe,
+            json,
+        } => check_config(&config, probe, json).await,
         Command::Probe { config, node, json } => probe(&config, &node, json).await,
         Command::Why { config, node, json } => why(&config, &node, json).await,
         Command::Drill { config, node, json } => drill(&config, &node, json).await,

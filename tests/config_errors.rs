@@ -283,3 +283,57 @@ fn every_problem_of_one_entry_in_one_pass() {
     }
     assert!(err.contains(&format!("5 errors in {file}")), "{err}");
 }
+
+/// `check-config --json`: one document on stdout, nothing on stderr, the same exit codes: a
+/// broken file's errors each with its line; a good one's summary and warnings.
+#[test]
+fn check_config_json_holds_the_errors_with_their_lines_and_the_findings() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mut text = head(d);
+    text.push_str("[policy]\nconfirm_reads = 0\n[journal]\npath = \"relative.jsonl\"\n");
+    text.push_str(&entry(d, "a", "redfish", "https://10.0.0.1", ""));
+    let path = d.join("dc1.toml");
+    std::fs::write(&path, &text).unwrap();
+    let o = oobfence(&["check-config", "--json"], &path);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    assert!(o.stderr.is_empty(), "{}", stderr(&o));
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).expect("one JSON document");
+    assert_eq!(doc["ok"], false);
+    assert_eq!(doc["exit_code"], 2);
+    let errors = doc["errors"].as_array().expect("errors");
+    assert_eq!(errors.len(), 2, "{doc:#}");
+    assert_eq!(errors[0]["key"], "policy.confirm_reads");
+    assert_eq!(errors[0]["line"], line_of(&text, "confirm_reads", 0));
+    assert_eq!(errors[1]["key"], "journal.path");
+
+    // Fixed, with a warning (TLS verification off): exit 0, the summary and the finding.
+    let text = format!(
+        "{}{}",
+        head(d),
+        entry(
+            d,
+            "a",
+            "redfish",
+            "https://10.0.0.1",
+            "tls_insecure = true\n"
+        )
+    );
+    std::fs::write(&path, &text).unwrap();
+    let o = oobfence(&["check-config", "--json"], &path);
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).expect("one JSON document");
+    assert_eq!(doc["ok"], true);
+    assert_eq!(doc["config"]["datacenter"], "dc1");
+    assert_eq!(doc["config"]["bmc_entries"], 1);
+    assert!(
+        doc["findings"]
+            .as_array()
+            .is_some_and(|f| f.iter().any(|f| f["severity"] == "warning"
+                && f["key"]
+                    .as_str()
+                    .is_some_and(|k| k.contains("tls_insecure")))),
+        "{doc:#}"
+    );
+    assert!(!String::from_utf8_lossy(&o.stdout).contains("sup3r-secret-pw"));
+}

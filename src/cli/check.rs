@@ -16,9 +16,37 @@ use crate::daemon;
 use crate::power::{MappedSource, PowerSources};
 use crate::report::short_state;
 
-pub(super) async fn check_config(path: &Path, probe: bool) -> Result<ExitCode, ExitCode> {
+/// `check-config [--probe] [--json]`: the text lines, or with `json` one document on stdout
+/// holding the same (see [`Say`]); the exit code is the same either way.
+pub(super) async fn check_config(
+    path: &Path,
+    probe: bool,
+    json: bool,
+) -> Result<ExitCode, ExitCode> {
+    let mut say = Say::new(path, json);
+    let code = check_config_into(&mut say, path, probe).await;
+    let code = code.unwrap_or_else(|c| c);
+    Ok(say.finish(code))
+}
+
+async fn check_config_into(say: &mut Say, path: &Path, probe: bool) -> Result<ExitCode, ExitCode> {
     use crate::config::checks::{self, Severity};
-    let cfg = load(path)?;
+    let cfg = match crate::config::Config::load(path) {
+        Ok(cfg) => cfg,
+        Err(e) if say.json() => {
+            for one in &e.errors {
+                say.push(
+                    "errors",
+                    serde_json::json!({
+                        "file": one.file, "line": one.line, "key": one.key,
+                        "problem": one.problem, "text": one.to_string(),
+                    }),
+                );
+            }
+            return Err(ExitCode::from(2));
+        }
+        Err(e) => return Err(super::say_config_errors(e)),
+    };
     let mut findings = checks::kubeconfig(&cfg.kubernetes, jiff::Timestamp::now());
     findings.extend(checks::warnings(&cfg));
     let errors = findings
@@ -26,16 +54,17 @@ pub(super) async fn check_config(path: &Path, probe: bool) -> Result<ExitCode, E
         .filter(|f| f.severity == Severity::Error)
         .count();
     for f in &findings {
+        say.push("findings", finding_json(f));
         match f.severity {
-            Severity::Note => println!("{}: {f}", path.display()),
-            _ => eprintln!("{}: {f}", path.display()),
+            Severity::Note => say.out(format!("{}: {f}", path.display())),
+            _ => say.err(format!("{}: {f}", path.display())),
         }
     }
     if errors > 0 {
-        eprintln!(
+        say.err(format!(
             "{}: {errors} error(s): `oobfence run` would not work with this config",
             path.display()
-        );
+        ));
         return Err(ExitCode::from(2));
     }
     let listed: usize = cfg
@@ -44,7 +73,17 @@ pub(super) async fn check_config(path: &Path, probe: bool) -> Result<ExitCode, E
         .filter_map(|b| b.inventory.as_ref())
         .map(|i| i.len())
         .sum();
-    println!(
+    say.set(
+        "config",
+        serde_json::json!({
+            "datacenter": cfg.datacenter,
+            "bmc_entries": cfg.bmc.len(),
+            "inventory_nodes": listed,
+            "action": cfg.policy.action.to_string(),
+            "dry_run": cfg.policy.dry_run,
+        }),
+    );
+    say.out(format!(
         "{}: OK (datacenter {}, {} [[bmc]] entries{}, action {}{})",
         path.display(),
         cfg.datacenter,
@@ -56,13 +95,13 @@ pub(super) async fn check_config(path: &Path, probe: bool) -> Result<ExitCode, E
         },
         cfg.policy.action,
         if cfg.policy.dry_run { ", dry run" } else { "" }
-    );
+    ));
     if !probe {
         return Ok(ExitCode::SUCCESS);
     }
     let client = daemon::client_for(&cfg).await.map_err(fail)?;
-    kubernetes_version(&client, &cfg).await;
-    let lacking = permissions(&client, &cfg).await;
+    kubernetes_version(say, &client, &cfg).await;
+    let lacking = permissions(say, &client, &cfg).await;
     let nodes = Api::<Node>::all(client)
         .list(&match &cfg.kubernetes.node_selector {
             Some(sel) => ListParams::default().labels(sel),
@@ -76,7 +115,8 @@ pub(super) async fn check_config(path: &Path, probe: bool) -> Result<ExitCode, E
         .filter_map(|n| n.metadata.name.as_deref())
         .collect();
     for f in checks::unmatched(&cfg, &names) {
-        eprintln!("{}: {f}", path.display());
+        say.push("findings", finding_json(&f));
+        say.err(format!("{}: {f}", path.display()));
     }
     let cfg = Arc::new(cfg);
     let sources = Arc::new(PowerSources::new(cfg.clone(), Default::default()).await);
@@ -193,32 +233,39 @@ pub(super) async fn check_config(path: &Path, probe: bool) -> Result<ExitCode, E
         w(|r| r.address.len(), 7),
         w(|r| r.state.len(), 5),
     );
-    println!(
+    say.out(format!(
         "{:w0$}  {:w1$}  {:w2$}  {:w3$}  IDENTITY",
         "NODE", "BACKEND", "ADDRESS", "STATE"
-    );
+    ));
     for r in &rows {
-        println!(
+        say.push(
+            "nodes",
+            serde_json::json!({
+                "node": r.node, "backend": r.backend, "address": r.address,
+                "state": r.state, "identity": r.identity, "ok": r.ok, "actuation": r.actions,
+            }),
+        );
+        say.out(format!(
             "{:w0$}  {:w1$}  {:w2$}  {:w3$}  {}",
             r.node, r.backend, r.address, r.state, r.identity
-        );
+        ));
     }
     for r in rows.iter().filter(|r| r.actions.is_some()) {
-        println!(
+        say.out(format!(
             "actuation: {}: {}",
             r.node,
             r.actions.as_deref().unwrap_or_default()
-        );
+        ));
     }
     let failed = rows.iter().filter(|r| !r.ok).count();
     if lacking {
         return Ok(ExitCode::from(1));
     }
     if failed > 0 {
-        eprintln!(
+        say.err(format!(
             "oobfence: {failed} of {} nodes could not be read or not tied to their machine (see STATE and IDENTITY)",
             rows.len()
-        );
+        ));
         return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)
@@ -227,48 +274,83 @@ pub(super) async fn check_config(path: &Path, probe: bool) -> Result<ExitCode, E
 /// `check-config --probe`: whether the cluster acts on the out-of-service taint (1.26 or
 /// later). A warning, not a failure: a 1.24 or 1.25 cluster may have the gate on by hand, and
 /// `delete-node` does not need it.
-async fn kubernetes_version(client: &kube::Client, cfg: &crate::config::Config) {
+async fn kubernetes_version(say: &mut Say, client: &kube::Client, cfg: &crate::config::Config) {
     use crate::cluster::version;
     let info = match client.apiserver_version().await {
         Ok(info) => info,
         Err(e) => {
-            eprintln!("kubernetes: cannot read the version: {}", ApiError(&e));
+            let text = format!("cannot read the version: {}", ApiError(&e));
+            say.set("kubernetes", serde_json::json!({ "error": text }));
+            say.err(format!("kubernetes: {text}"));
             return;
         }
     };
     let Some(v) = version::parse(&info.major, &info.minor) else {
-        eprintln!(
-            "kubernetes: warning: version {:?}.{:?} is not numbers: cannot tell whether the              out-of-service taint is acted on (it is from 1.26)",
+        let text = format!(
+            "version {:?}.{:?} is not numbers: cannot tell whether the out-of-service taint \
+             is acted on (it is from 1.26)",
             info.major, info.minor
         );
+        say.set(
+            "kubernetes",
+            serde_json::json!({ "version": info.git_version, "warning": text }),
+        );
+        say.err(format!("kubernetes: warning: {text}"));
         return;
     };
-    match (
+    let (acted_on, text) = match (
         version::out_of_service_words(&info.git_version, v),
         cfg.policy.action,
     ) {
-        (Ok(words), _) => println!("kubernetes: {words}"),
-        (Err(words), crate::decision::FenceAction::Taint) => {
-            eprintln!("kubernetes: warning: {words}")
-        }
-        (Err(_), crate::decision::FenceAction::DeleteNode) => println!(
-            "kubernetes: {}: action delete-node needs no out-of-service support",
-            info.git_version
+        (Ok(words), _) => (true, words),
+        (Err(words), crate::decision::FenceAction::Taint) => (false, words),
+        (Err(_), crate::decision::FenceAction::DeleteNode) => (
+            false,
+            format!(
+                "{}: action delete-node needs no out-of-service support",
+                info.git_version
+            ),
         ),
+    };
+    let warn = !acted_on && cfg.policy.action == crate::decision::FenceAction::Taint;
+    say.set(
+        "kubernetes",
+        serde_json::json!({
+            "version": info.git_version,
+            "out_of_service_acted_on": acted_on,
+            "warning": warn,
+            "text": text,
+        }),
+    );
+    if warn {
+        say.err(format!("kubernetes: warning: {text}"));
+    } else {
+        say.out(format!("kubernetes: {text}"));
     }
 }
 
 /// `check-config --probe`: whether the kubeconfig's identity may do everything the daemon
 /// does with this config, as the API server's authorizer says (SelfSubjectAccessReview).
 /// Prints the answer; `true` when something is lacking.
-async fn permissions(client: &kube::Client, cfg: &crate::config::Config) -> bool {
+async fn permissions(say: &mut Say, client: &kube::Client, cfg: &crate::config::Config) -> bool {
     let needed = crate::kubeconfig::needed_by(cfg);
-    match crate::kubeconfig::lacking(client, &needed).await {
+    let answer = crate::kubeconfig::lacking(client, &needed).await;
+    say.set(
+        "permissions",
+        match &answer {
+            Ok(missing) => serde_json::json!({
+                "needed": needed.len(),
+                "missing": missing.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            }),
+            Err(e) => serde_json::json!({ "needed": needed.len(), "error": e }),
+        },
+    );
+    match answer {
         Ok(missing) if missing.is_empty() => {
-            println!(
+            say.out(format!(
                 "permissions: the kubeconfig may do all {} things the daemon does with this config",
                 needed.len()
-            );
+            ));
             false
         }
         Ok(missing) => {
@@ -279,17 +361,17 @@ async fn permissions(client: &kube::Client, cfg: &crate::config::Config) -> bool
                     }
                     _ => "",
                 };
-                eprintln!("permissions: MISSING: {p}{why}");
+                say.err(format!("permissions: MISSING: {p}{why}"));
             }
-            eprintln!(
+            say.err(format!(
                 "oobfence: the kubeconfig lacks {} of the {} permissions the daemon uses: apply the shipped RBAC again (kubectl apply -f /usr/share/doc/oobfence/examples/rbac.yaml, or deploy/rbac.yaml from the source)",
                 missing.len(),
                 needed.len()
-            );
+            ));
             true
         }
         Err(e) => {
-            eprintln!("permissions: cannot be checked: {e}");
+            say.err(format!("permissions: cannot be checked: {e}"));
             false
         }
     }
@@ -390,4 +472,88 @@ pub(super) async fn probe(path: &Path, node: &str, json: bool) -> Result<ExitCod
     }
     println!("{out}");
     Ok(ExitCode::SUCCESS)
+}
+
+/// Where `check-config` says what it found: lines on stdout (all is well) and stderr (what is
+/// not), or with `--json` one JSON document on stdout at the end, holding the same: `file`,
+/// `errors` (the config's, each with its line), `findings` (warnings and notes), `config`,
+/// and with `--probe` `kubernetes`, `permissions` and `nodes`; `exit_code` last.
+struct Say {
+    doc: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+impl Say {
+    fn new(path: &Path, json: bool) -> Say {
+        Say {
+            doc: json.then(|| {
+                let mut doc = serde_json::Map::new();
+                doc.insert("file".into(), path.display().to_string().into());
+                doc
+            }),
+        }
+    }
+
+    fn json(&self) -> bool {
+        self.doc.is_some()
+    }
+
+    fn out(&self, line: String) {
+        if self.doc.is_none() {
+            println!("{line}");
+        }
+    }
+
+    fn err(&self, line: String) {
+        if self.doc.is_none() {
+            eprintln!("{line}");
+        }
+    }
+
+    fn set(&mut self, key: &str, value: serde_json::Value) {
+        if let Some(doc) = &mut self.doc {
+            doc.insert(key.into(), value);
+        }
+    }
+
+    fn push(&mut self, key: &str, value: serde_json::Value) {
+        if let Some(doc) = &mut self.doc
+            && let serde_json::Value::Array(items) = doc
+                .entry(key)
+                .or_insert_with(|| serde_json::Value::Array(Vec::new()))
+        {
+            items.push(value);
+        }
+    }
+
+    /// Prints the document (with `exit_code`), and passes the exit code on.
+    fn finish(self, code: ExitCode) -> ExitCode {
+        if let Some(mut doc) = self.doc {
+            let n = if code == ExitCode::SUCCESS {
+                0
+            } else if code == ExitCode::from(2) {
+                2
+            } else {
+                1
+            };
+            doc.insert("ok".into(), (n == 0).into());
+            doc.insert("exit_code".into(), n.into());
+            match serde_json::to_string_pretty(&doc) {
+                Ok(text) => println!("{text}"),
+                Err(e) => eprintln!("oobfence: cannot print the JSON: {e}"),
+            }
+        }
+        code
+    }
+}
+
+fn finding_json(f: &crate::config::checks::Finding) -> serde_json::Value {
+    serde_json::json!({
+        "severity": match f.severity {
+            crate::config::checks::Severity::Error => "error",
+            crate::config::checks::Severity::Warning => "warning",
+            crate::config::checks::Severity::Note => "note",
+        },
+        "key": f.key,
+        "problem": f.problem,
+    })
 }

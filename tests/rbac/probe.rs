@@ -185,6 +185,37 @@ async fn check_config_probe_says_whether_the_cluster_acts_on_the_taint() {
         "says what to do: {warning}"
     );
 
+    // --json: the same, in one document.
+    let config = s.write_config(&admin_kubeconfig, "127.0.0.1:0");
+    let o = tokio::process::Command::new(env!("CARGO_BIN_EXE_oobfence"))
+        .args(["check-config", "--probe", "--json", "--config"])
+        .arg(&config)
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).expect("one JSON document");
+    assert_eq!(
+        doc["kubernetes"]["out_of_service_acted_on"], false,
+        "{doc:#}"
+    );
+    assert_eq!(doc["kubernetes"]["warning"], true, "{doc:#}");
+    assert!(
+        doc["kubernetes"]["version"]
+            .as_str()
+            .unwrap()
+            .starts_with("v1.20")
+    );
+    assert_eq!(
+        doc["permissions"]["missing"],
+        serde_json::json!([]),
+        "{doc:#}"
+    );
+    assert!(
+        doc["nodes"].is_array() || doc.get("nodes").is_none(),
+        "{doc:#}"
+    );
+
     let o = probe_with(&s, &admin_kubeconfig, "action = \"delete-node\"\n").await;
     assert_eq!(o.status.code(), Some(0), "{o:?}");
     assert!(
