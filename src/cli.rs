@@ -1,12 +1,12 @@
 //! Command line: `run`, `check-config`, `probe`, `why`, `nodes`, `pause`, `resume`,
-//! `make-kubeconfig`.
+//! `make-kubeconfig`, `completions`.
 //!
 //! Exit codes: 0 success, 1 a runtime failure (cluster, BMC, no daemon), 2 a bad config.
 //!
 //! This file holds the arguments and the dispatch, and `run`; beside it, `logging` sets up
 //! the daemon's log lines, `check` is `check-config` and `probe`, `daemon_commands` the
 //! commands an operator runs beside a running daemon (`why`, `nodes`, `pause`, `resume`),
-//! and `setup` the man pages and `make-kubeconfig`.
+//! `setup` is `make-kubeconfig`, and `man` the man pages and shell completions.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -20,13 +20,15 @@ mod check;
 mod daemon_commands;
 mod drill;
 mod logging;
+mod man;
 mod setup;
 
 use check::{check_config, probe};
 use daemon_commands::{nodes, pause, why};
 use drill::drill;
 use logging::{init_logging, stderr_is_journal};
-use setup::{make_kubeconfig, man_pages};
+use man::{completions, man_pages};
+use setup::make_kubeconfig;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -146,8 +148,8 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Write the man pages (oobfence.1 and one per command) into a directory: what the
-    /// package ships.
+    /// Write the man pages (oobfence.1, one per command, oobfence.toml.5) into a directory:
+    /// what the packages ship.
     #[command(hide = true)]
     Man {
         /// The directory to write them into (created if missing).
@@ -172,6 +174,12 @@ pub enum Command {
         /// The datacenter's config file, /etc/oobfence/DC.toml.
         #[arg(long, short, env = "OOBFENCE_CONFIG")]
         config: PathBuf,
+    },
+    /// Print the shell completion script for bash, zsh or fish (the packages install them).
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
     },
     /// Write a kubeconfig for oobfence's ServiceAccount (deploy/rbac.yaml), with a token from
     /// the TokenRequest API; run it with an administrator's kubeconfig.
@@ -257,6 +265,7 @@ async fn dispatch(command: Command) -> ExitCode {
             json,
         } => nodes(&config, state.as_deref(), json).await,
         Command::Man { output } => man_pages(&output),
+        Command::Completions { shell } => completions(shell),
         Command::Pause { config, reason } => pause(&config, Some(&reason)).await,
         Command::Resume { config } => pause(&config, None).await,
         Command::MakeKubeconfig {

@@ -1,38 +1,9 @@
-//! Setting oobfence up: the man pages, and `make-kubeconfig` (a ServiceAccount token for the
-//! daemon, written as a kubeconfig).
+//! Setting oobfence up: `make-kubeconfig` (a ServiceAccount token for the daemon, written as
+//! a kubeconfig).
 
-use std::path::Path;
 use std::process::ExitCode;
 
-use super::{Cli, fail};
-
-/// oobfence.1, and oobfence-COMMAND.1 for each command that is not hidden.
-pub(super) fn man_pages(dir: &Path) -> Result<ExitCode, ExitCode> {
-    use clap::CommandFactory;
-    std::fs::create_dir_all(dir)
-        .map_err(|e| fail(format!("cannot create {}: {e}", dir.display())))?;
-    let cmd = Cli::command();
-    let write = |name: &str, cmd: clap::Command| -> Result<(), ExitCode> {
-        let path = dir.join(format!("{name}.1"));
-        let mut out = Vec::new();
-        clap_mangen::Man::new(cmd)
-            .render(&mut out)
-            .map_err(|e| fail(format!("cannot render {name}.1: {e}")))?;
-        std::fs::write(&path, out)
-            .map_err(|e| fail(format!("cannot write {}: {e}", path.display())))
-    };
-    write("oobfence", cmd.clone())?;
-    for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
-        let name = format!("oobfence-{}", sub.get_name());
-        write(
-            &name,
-            sub.clone()
-                .display_name(name.clone())
-                .bin_name(format!("oobfence {}", sub.get_name())),
-        )?;
-    }
-    Ok(ExitCode::SUCCESS)
-}
+use super::fail;
 
 pub(super) async fn make_kubeconfig(
     req: &crate::kubeconfig::Request,

@@ -1,0 +1,327 @@
+//! `oobfence man` and `oobfence completions`: what the packages ship beside the binary.
+//!
+//! The man pages are clap_mangen's rendering of the command line, with the sections it cannot
+//! know added: EXIT STATUS, ENVIRONMENT, FILES, EXAMPLES and SEE ALSO; and oobfence.toml(5),
+//! made from config/example-dc.toml by `config_page`.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use super::{Cli, fail};
+
+mod config_page;
+
+/// A roff entry list: `.TP`, the tag in bold, then its description.
+fn entries(out: &mut String, items: &[(&str, &str)]) {
+    for (tag, text) in items {
+        out.push_str(&format!(".TP\n\\fB{}\\fR\n{}\n", escape(tag), escape(text)));
+    }
+}
+
+/// Text made safe for roff: backslashes escaped, other than ASCII as groff's Unicode escapes,
+/// no line starting with a control character.
+pub(super) fn escape(text: &str) -> String {
+    let text: String = text
+        .chars()
+        .map(|c| match c {
+            '\\' => "\\e".to_owned(),
+            c if c.is_ascii() => c.to_string(),
+            c => format!("\\[u{:04X}]", u32::from(c)),
+        })
+        .collect();
+    text.lines()
+        .map(|l| {
+            if l.starts_with(['.', '\'']) {
+                format!("\\&{l}")
+            } else {
+                l.to_owned()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+const EXIT_STATUS: &[(&str, &str)] = &[
+    (
+        "0",
+        "Success. check-config: the config is valid (with --probe, every mapped node was \
+         read); run: the daemon stopped on SIGTERM or SIGINT.",
+    ),
+    (
+        "1",
+        "A failure at run time: the API server or a BMC could not be reached or read, no \
+         daemon answered (why, nodes), a file could not be written, the token lacks a \
+         permission the daemon needs (make-kubeconfig, check-config --probe); run: the daemon \
+         stopped on an error, such as an API server unreachable at start or a [server] listen \
+         address that cannot be bound. The unit restarts it (Restart=on-failure).",
+    ),
+    (
+        "2",
+        "The config or the command line is wrong: the file does not parse or a key is \
+         invalid, a password file, credential or the kubeconfig it names cannot be read, the \
+         kubeconfig's token has expired, an unknown option or value. Restarting cannot mend \
+         that: the unit says RestartPreventExitStatus=2, so oobfence@DC stays failed and \
+         `journalctl -u oobfence@DC` shows the one line that says what is wrong.",
+    ),
+];
+
+const ENVIRONMENT: &[(&str, &str)] = &[
+    (
+        "OOBFENCE_CONFIG",
+        "The config file, for every command that takes --config.",
+    ),
+    (
+        "OOBFENCE_LOG",
+        "A full log filter (\"info,kube=warn\"); it wins over --log-level. The unit sets one \
+         that keeps the libraries quiet.",
+    ),
+    (
+        "CREDENTIALS_DIRECTORY",
+        "Set by systemd for LoadCredential= and LoadCredentialEncrypted=: \
+         password_credential = \"NAME\" reads $CREDENTIALS_DIRECTORY/NAME.",
+    ),
+    (
+        "KUBECONFIG",
+        "The kubeconfig used when [kubernetes] kubeconfig is not set, and by make-kubeconfig \
+         without --kubeconfig; then ~/.kube/config (HOME).",
+    ),
+    (
+        "KUBERNETES_SERVICE_HOST",
+        "In a pod, with no kubeconfig found: the pod's ServiceAccount is used.",
+    ),
+    (
+        "JOURNAL_STREAM",
+        "Set by systemd: when it names stderr, every log line carries its journal priority \
+         and no time stamp.",
+    ),
+    (
+        "NOTIFY_SOCKET",
+        "Set by systemd for Type=notify: READY=1, STATUS= and the watchdog's WATCHDOG=1 go \
+         there. Without it nothing is sent.",
+    ),
+    (
+        "AWS_ACCESS_KEY_ID",
+        "With AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_PROFILE, AWS_CONFIG_FILE, \
+         AWS_SHARED_CREDENTIALS_FILE, AWS_EC2_METADATA_DISABLED: the standard AWS credential \
+         chain, for [aws] without a profile key. The region is always the config's.",
+    ),
+    (
+        "PATH",
+        "Where a fence agent named without a directory is looked for (then /usr/sbin, /sbin).",
+    ),
+    (
+        "SUDO_USER",
+        "With USER: who paused, recorded with the pause (pause).",
+    ),
+    (
+        "MALLOC_ARENA_MAX",
+        "glibc's; the unit sets 2, which keeps a mostly idle daemon's memory small.",
+    ),
+];
+
+const FILES: &[(&str, &str)] = &[
+    (
+        "/etc/oobfence/DC.toml",
+        "The config of datacenter DC, read by oobfence@DC.service; see oobfence.toml(5).",
+    ),
+    (
+        "/etc/oobfence/example.toml",
+        "A starting config, kept across upgrades once edited.",
+    ),
+    (
+        "/etc/oobfence/DC.kubeconfig",
+        "The daemon's kubeconfig, written by make-kubeconfig; mode 0640, group oobfence.",
+    ),
+    (
+        "/etc/oobfence/secrets/",
+        "BMC password files (password_file); the directory is 0750 root:oobfence.",
+    ),
+    (
+        "/etc/oobfence/DC.paused",
+        "The default pause file: while it exists the daemon writes nothing.",
+    ),
+    (
+        "/var/lib/oobfence/DC.journal.jsonl",
+        "The decision journal (the unit's StateDirectory=), one JSON line per action taken or \
+         refused; kept when the package is removed.",
+    ),
+    (
+        "/usr/lib/systemd/system/oobfence@.service",
+        "The unit template: the instance is the datacenter.",
+    ),
+    (
+        "/usr/lib/sysusers.d/oobfence.conf",
+        "The system user oobfence the daemon runs as.",
+    ),
+    (
+        "/usr/lib/tmpfiles.d/oobfence.conf",
+        "/etc/oobfence and /etc/oobfence/secrets, 0750 root:oobfence.",
+    ),
+    (
+        "/usr/share/doc/oobfence/",
+        "README.md, runbook.md, and examples/: example-dc.toml (every key), rbac.yaml, \
+         oobfence-rules.yaml (alert rules), oobfence-dashboard.json (Grafana).",
+    ),
+];
+
+/// Each command's examples: (what it does, the command line).
+fn examples(command: &str) -> &'static [(&'static str, &'static str)] {
+    match command {
+        "oobfence" => &[
+            (
+                "Check a datacenter's config, then start its daemon:",
+                "oobfence check-config --config /etc/oobfence/dc1.toml\n\
+                 systemctl enable --now oobfence@dc1",
+            ),
+            (
+                "Why a node is (not) fenced, and every fenced node:",
+                "oobfence why --config /etc/oobfence/dc1.toml rack1-node3\n\
+                 oobfence nodes --config /etc/oobfence/dc1.toml --state fenced",
+            ),
+            (
+                "Stop every write during maintenance, then resume:",
+                "oobfence pause --config /etc/oobfence/dc1.toml --reason \"rack 7 rewiring\"\n\
+                 oobfence resume --config /etc/oobfence/dc1.toml",
+            ),
+            ("The daemon's log:", "journalctl -u oobfence@dc1"),
+        ],
+        "run" => &[
+            (
+                "What oobfence@dc1.service runs:",
+                "oobfence run --config /etc/oobfence/dc1.toml",
+            ),
+            (
+                "In the foreground, with debug logs:",
+                "oobfence run --log-level debug --config ./dc1.toml",
+            ),
+        ],
+        "check-config" => &[
+            (
+                "Validate a config:",
+                "oobfence check-config --config /etc/oobfence/dc1.toml",
+            ),
+            (
+                "Also list the nodes and read every mapped machine's power once:",
+                "oobfence check-config --probe --config /etc/oobfence/dc1.toml",
+            ),
+        ],
+        "probe" => &[(
+            "Read one node's power state, login and TLS version:",
+            "oobfence probe --config /etc/oobfence/dc1.toml rack1-node3",
+        )],
+        "why" => &[(
+            "What the daemon thinks of a node, and its last journal records:",
+            "oobfence why --config /etc/oobfence/dc1.toml rack1-node3",
+        )],
+        "nodes" => &[(
+            "Every fenced node:",
+            "oobfence nodes --config /etc/oobfence/dc1.toml --state fenced",
+        )],
+        "pause" => &[(
+            "Hold every write while a rack is rewired:",
+            "oobfence pause --config /etc/oobfence/dc1.toml --reason \"rack 7 rewiring\"",
+        )],
+        "resume" => &[(
+            "Let the daemon write again:",
+            "oobfence resume --config /etc/oobfence/dc1.toml",
+        )],
+        "make-kubeconfig" => &[(
+            "A year's token for the ServiceAccount of deploy/rbac.yaml, installed for dc1:",
+            "oobfence make-kubeconfig --kubeconfig admin.conf --duration 8760h --output dc1.kubeconfig\n\
+             install -m 0640 -g oobfence dc1.kubeconfig /etc/oobfence/dc1.kubeconfig",
+        )],
+        "completions" => &[(
+            "Completions for the current user's bash, zsh and fish (the packages install \
+             them system-wide):",
+            "oobfence completions bash > ~/.local/share/bash-completion/completions/oobfence\n\
+             oobfence completions zsh > ~/.zfunc/_oobfence\n\
+             oobfence completions fish > ~/.config/fish/completions/oobfence.fish",
+        )],
+        _ => &[],
+    }
+}
+
+/// The sections clap_mangen cannot know, for COMMAND ("oobfence" for the main page).
+fn extra_sections(command: &str, subcommands: &[String]) -> String {
+    let mut out = String::from(".SH \"EXIT STATUS\"\n");
+    entries(&mut out, EXIT_STATUS);
+    if command == "oobfence" {
+        out.push_str(".SH ENVIRONMENT\n");
+        entries(&mut out, ENVIRONMENT);
+        out.push_str(".SH FILES\n");
+        entries(&mut out, FILES);
+    }
+    out.push_str(".SH EXAMPLES\n");
+    for (what, lines) in examples(command) {
+        out.push_str(&format!(
+            ".PP\n{}\n.PP\n.RS 4\n.EX\n{}\n.EE\n.RE\n",
+            escape(what),
+            escape(lines)
+        ));
+    }
+    let mut see_also: Vec<String> = if command == "oobfence" {
+        subcommands
+            .iter()
+            .map(|s| format!("oobfence-{s}(1)"))
+            .collect()
+    } else {
+        vec!["oobfence(1)".into()]
+    };
+    see_also.extend(["oobfence.toml(5)", "systemctl(1)", "journalctl(1)"].map(String::from));
+    out.push_str(&format!(
+        ".SH \"SEE ALSO\"\n{}\n.PP\n/usr/share/doc/oobfence/README.md, \
+         /usr/share/doc/oobfence/runbook.md\n",
+        see_also.join(", ")
+    ));
+    out
+}
+
+/// COMMAND's page: clap_mangen's, with `extra_sections` before its VERSION section.
+fn render(command: &str, cmd: clap::Command, subcommands: &[String]) -> Result<String, String> {
+    let mut out = Vec::new();
+    clap_mangen::Man::new(cmd)
+        .render(&mut out)
+        .map_err(|e| e.to_string())?;
+    let mut page = String::from_utf8(out).map_err(|e| e.to_string())?;
+    let extra = extra_sections(command, subcommands);
+    match page.find("\n.SH VERSION") {
+        Some(at) => page.insert_str(at + 1, &extra),
+        None => page.push_str(&extra),
+    }
+    Ok(page)
+}
+
+/// oobfence.1, oobfence-COMMAND.1 for each command that is not hidden, and oobfence.toml.5.
+pub(super) fn man_pages(dir: &Path) -> Result<ExitCode, ExitCode> {
+    use clap::CommandFactory;
+    std::fs::create_dir_all(dir)
+        .map_err(|e| fail(format!("cannot create {}: {e}", dir.display())))?;
+    let cmd = Cli::command();
+    let write = |file: &str, page: Result<String, String>| -> Result<(), ExitCode> {
+        let page = page.map_err(|e| fail(format!("cannot render {file}: {e}")))?;
+        let path = dir.join(file);
+        std::fs::write(&path, page)
+            .map_err(|e| fail(format!("cannot write {}: {e}", path.display())))
+    };
+    let visible: Vec<&clap::Command> = cmd.get_subcommands().filter(|s| !s.is_hide_set()).collect();
+    let names: Vec<String> = visible.iter().map(|s| s.get_name().to_owned()).collect();
+    write("oobfence.1", render("oobfence", cmd.clone(), &names))?;
+    for sub in visible {
+        let name = format!("oobfence-{}", sub.get_name());
+        let page = sub
+            .clone()
+            .display_name(name.clone())
+            .bin_name(format!("oobfence {}", sub.get_name()));
+        write(&format!("{name}.1"), render(sub.get_name(), page, &names))?;
+    }
+    write("oobfence.toml.5", Ok(config_page::render()))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `oobfence completions SHELL`: the completion script on stdout.
+pub(super) fn completions(shell: clap_complete::Shell) -> Result<ExitCode, ExitCode> {
+    use clap::CommandFactory;
+    let mut cmd = Cli::command();
+    clap_complete::generate(shell, &mut cmd, "oobfence", &mut std::io::stdout());
+    Ok(ExitCode::SUCCESS)
+}
