@@ -51,15 +51,17 @@ const EXIT_STATUS: &[(&str, &str)] = &[
         "1",
         "A failure at run time: the API server or a BMC could not be reached or read, no \
          daemon answered (why, nodes), a file could not be written, the token lacks a \
-         permission the daemon needs (make-kubeconfig, check-config --probe); run: the daemon \
-         stopped on an error, such as an API server unreachable at start or a [server] listen \
-         address that cannot be bound. The unit restarts it (Restart=on-failure).",
+         permission the daemon needs (make-kubeconfig, check-config --probe); drill: \
+         something stands in the way of a fence of the node (its FAIL lines); run: the daemon \
+         stopped on an error, such as an API server unreachable at start. The unit restarts \
+         it (Restart=on-failure).",
     ),
     (
         "2",
         "The config or the command line is wrong: the file does not parse or a key is \
          invalid, a password file, credential or the kubeconfig it names cannot be read, the \
-         kubeconfig's token has expired, an unknown option or value. Restarting cannot mend \
+         kubeconfig's token has expired, an unknown option or value; run: a [server] listen \
+         address that cannot be bound. Restarting cannot mend \
          that: the unit says RestartPreventExitStatus=2, so oobfence@DC stays failed and \
          `journalctl -u oobfence@DC` shows the one line that says what is wrong.",
     ),
@@ -160,7 +162,8 @@ const FILES: &[(&str, &str)] = &[
     (
         "/usr/share/doc/oobfence/",
         "README.md, runbook.md, and examples/: example-dc.toml (every key), rbac.yaml, \
-         oobfence-rules.yaml (alert rules), oobfence-dashboard.json (Grafana).",
+         oobfence-rules.yaml (alert rules), alertmanager-example.yaml (routing, grouping, \
+         inhibitions), oobfence-dashboard.json (Grafana).",
     ),
 ];
 
@@ -201,6 +204,10 @@ fn examples(command: &str) -> &'static [(&'static str, &'static str)] {
                 "oobfence check-config --config /etc/oobfence/dc1.toml",
             ),
             (
+                "The same as one JSON document (errors with their lines, warnings):",
+                "oobfence check-config --json --config /etc/oobfence/dc1.toml",
+            ),
+            (
                 "Also list the nodes and read every mapped machine's power once:",
                 "oobfence check-config --probe --config /etc/oobfence/dc1.toml",
             ),
@@ -209,6 +216,18 @@ fn examples(command: &str) -> &'static [(&'static str, &'static str)] {
             "Read one node's power state, login and TLS version:",
             "oobfence probe --config /etc/oobfence/dc1.toml rack1-node3",
         )],
+        "drill" => &[
+            (
+                "The fire drill for one node, after a change of its BMC, the config or the RBAC:",
+                "oobfence drill --config /etc/oobfence/dc1.toml rack1-node3",
+            ),
+            (
+                "As JSON, for a script that drills every node:",
+                "for n in $(kubectl get nodes -o name); do\n\
+                 \x20   oobfence drill --json --config /etc/oobfence/dc1.toml \"${n#node/}\"\n\
+                 done",
+            ),
+        ],
         "why" => &[(
             "What the daemon thinks of a node, and its last journal records:",
             "oobfence why --config /etc/oobfence/dc1.toml rack1-node3",
