@@ -127,12 +127,15 @@ async fn delete_node_action_deletes_the_node_and_keeps_a_backup() {
             .then_some(())
     })
     .await;
-    let released = oobfence::journal::tail(&s.journal(), &name, 100)
-        .unwrap()
-        .records
-        .into_iter()
-        .find(|r| r.action == "release_pods")
-        .expect("a release record");
+    // The record is written once the deletions are done, after the pod is seen gone.
+    let released = wait_for("a release record in the journal", DECISION, || async {
+        oobfence::journal::tail(&s.journal(), &name, 100)
+            .ok()?
+            .records
+            .into_iter()
+            .find(|r| r.action == "release_pods")
+    })
+    .await;
     assert_eq!(released.result, "success", "{released:?}");
     assert!(released.message.contains(&pod), "{}", released.message);
     let events = events_for(&client, &name).await;
