@@ -20,7 +20,6 @@ use kube::api::Api;
 
 use crate::decision::Holds;
 
-pub mod api_error;
 mod connect;
 pub mod credentials;
 mod events;
@@ -34,7 +33,7 @@ mod tests;
 pub mod version;
 mod writes;
 
-pub use api_error::{ApiError, WatchError, watch_forbidden};
+pub use crate::api_error::{ApiError, WatchError, watch_forbidden};
 pub use connect::{USER_AGENT, connect, connect_with_credentials, load_kube_config};
 pub use credentials::Credentials;
 pub use events::{EventType, reasons};

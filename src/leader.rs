@@ -18,7 +18,7 @@
 //! `leaseTransitions`: the term, which every write records (`oobfence.io/fenced-by`, the
 //! journal), so two actors never both claim one fence.
 
-use crate::cluster::ApiError;
+use crate::api_error::ApiError;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 

@@ -11,7 +11,8 @@
 //! - [`identity`]: whether the machine that answered a read is the node's machine.
 //! - [`power`]: power sources (Redfish, IPMI, EC2), one file each, behind one trait;
 //!   [`pinning`]: the BMC certificates an operator pinned (the config reads the pins).
-//! - [`cluster`]: every Kubernetes read and write.
+//! - [`cluster`]: every Kubernetes read and write; [`api_error`]: what a failed request means,
+//!   in an operator's words.
 //! - [`daemon`]: the loop that ties them together; it publishes [`status`], which [`http`]
 //!   serves; [`cli`] faces the operator.
 //! - [`pause`]: the operator's switch that holds every write; [`leader`]: which of two hosts
@@ -19,6 +20,7 @@
 //! - [`metrics`], [`journal`], [`volumes`]: what oobfence reports about what it did and what
 //!   followed (Prometheus metrics, the decision journal, VolumeAttachment release).
 
+pub mod api_error;
 pub mod cli;
 pub mod cluster;
 pub mod config;

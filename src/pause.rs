@@ -12,7 +12,7 @@
 //! Both fail closed: a pause file that exists but cannot be read pauses, and a ConfigMap that
 //! cannot be read (other than "not found") makes the view stale, which holds every write too.
 
-use crate::cluster::ApiError;
+use crate::api_error::ApiError;
 use std::io;
 use std::path::Path;
 use std::sync::Arc;

@@ -4,7 +4,8 @@
 use kube::Client;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
-use super::{ClusterError, Credentials, api_error};
+use super::{ClusterError, Credentials};
+use crate::api_error;
 use crate::config::KubernetesConfig;
 use crate::metrics::{KUBERNETES_REQUESTS, MethodLabels};
 

@@ -4,8 +4,10 @@
 //! certificate from another cluster and a name that does not resolve alike, and print a 401 as
 //! a Rust struct. Here a connection failure is named by the API server's address and its cause
 //! (refused, DNS, TLS and why, timeout), and an answer by its status and what to do about it.
-//! [`NamedServer`] is a client layer, so every request of every caller carries the address;
-//! [`ApiError`] and [`WatchError`] are the words every log line and message uses.
+//! The daemon's client (`cluster::connect`) wraps every failed connection in [`Unreachable`],
+//! so every request of every caller carries the address; [`ApiError`] and [`WatchError`] are
+//! the words every log line and message uses. It stands apart from `cluster` because `leader`
+//! and `pause`, which `cluster` uses, speak these words too.
 
 use std::error::Error as StdError;
 use std::fmt;
