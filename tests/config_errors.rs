@@ -9,7 +9,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Output;
 
-use support::cli::oobfence;
+use support::cli::{check_config_text as check, oobfence};
 
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
@@ -43,14 +43,6 @@ fn line_of(text: &str, start: &str, after: usize) -> usize {
         .find(|(_, l)| l.starts_with(start))
         .map(|(i, _)| i + 1)
         .unwrap_or_else(|| panic!("no line {start:?} in\n{text}"))
-}
-
-fn check(dir: &Path, text: &str) -> (Output, String, String) {
-    let path = dir.join("dc1.toml");
-    std::fs::write(&path, text).unwrap();
-    let o = oobfence(&["check-config"], &path);
-    let err = stderr(&o);
-    (o, err, path.display().to_string())
 }
 
 /// A file with seven mistakes in five sections and entries: all seven reported in one run,

@@ -8,7 +8,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Output;
 
-use support::cli::oobfence;
+use support::cli::check_config_text as check;
 use support::k8s::kubeconfig_path;
 use support::scenario::Scenario;
 
@@ -37,14 +37,6 @@ fn config(dir: &Path, listen: &str, entries: &[(&str, &str)]) -> String {
         ));
     }
     text
-}
-
-fn check(dir: &Path, text: &str) -> (Output, String, String) {
-    let path = dir.join("dc1.toml");
-    std::fs::write(&path, text).unwrap();
-    let o = oobfence(&["check-config"], &path);
-    let err = stderr(&o);
-    (o, err, path.display().to_string())
 }
 
 /// The line of `[[bmc]]` entry `n` (1-based) of `text`.

@@ -17,6 +17,16 @@ pub async fn oobfence_async(args: &[&str], config: &Path) -> Output {
         .expect("run oobfence")
 }
 
+/// Writes `text` as `dir/dc1.toml` and runs `check-config` on it: its output, its stderr, and
+/// the file's path as the messages name it.
+pub fn check_config_text(dir: &Path, text: &str) -> (Output, String, String) {
+    let path = dir.join("dc1.toml");
+    std::fs::write(&path, text).unwrap();
+    let o = oobfence(&["check-config"], &path);
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    (o, err, path.display().to_string())
+}
+
 fn oobfence_command(args: &[&str], config: &Path) -> std::process::Command {
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_oobfence"));
     cmd.args(&args[..1])
