@@ -153,7 +153,7 @@ async fn many_plugs(dir: &Path, plugs: usize) {
     )
     .unwrap();
     let e = parse_entry(&format!(
-        "[[bmc]]\nnodes = [\"n*\"]\nprotocol = \"fence-agent\"\nidentity = \"unchecked\"\nagent = \"{}\"\nplug = \"vm-{{node}}\"\ntimeout = \"120s\"\n",
+        "[[bmc]]\nnodes = [\"n*\"]\nprotocol = \"fence-agent\"\nidentity = \"unchecked\"\nagent = \"{}\"\nunlisted_agent_off_means = \"no power and no saved state\"\nplug = \"vm-{{node}}\"\ntimeout = \"120s\"\n",
         agent.display()
     ));
     let want = |i: usize| {

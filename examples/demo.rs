@@ -13,11 +13,15 @@
 //! turns opt-in actuation on for a third machine, and its kernel hangs: its kubelet goes
 //! silent while the machine stays On; oobfence powers it off after `[actuation] after`, fences
 //! it, powers it on and lifts the fence on its new boot. Then an EC2 instance is stopped and
-//! another terminated.
+//! another terminated. Last, a power cord is pulled: the machine's BMC goes dark with it, and
+//! oobfence fences it through the Redfish PDU outlet that feeds it (level 2), switched On but
+//! drawing 0 W.
 //!
 //! Needs OOBFENCE_TEST_KUBECONFIG (scripts/demo starts the cluster) and the emulator venv
 //! (scripts/install-deps).
 
+#[path = "demo/cord_pulled.rs"]
+mod cord_pulled;
 #[path = "demo/hung.rs"]
 mod hung;
 #[path = "demo/power_cut.rs"]
@@ -31,17 +35,21 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use power_cut::{PowerCut, db_pod, follow};
+use support::gate::Gate;
 use support::k8s::{FakeNode, KubeletIdentity, free_port};
+use support::redfish_pdu::RedfishPdu;
 use support::sushy::SushyEmulator;
 use tokio::sync::Mutex;
 
-/// Three bare-metal nodes with Redfish BMCs, then two EC2 instances.
-const NODES: [&str; 5] = [
+/// Three bare-metal nodes with Redfish BMCs, two EC2 instances, and a bare-metal node fed by
+/// a Redfish PDU outlet besides its BMC.
+const NODES: [&str; 6] = [
     "rack1-01",
     "rack1-02",
     "rack1-03",
     "ip-10-0-1-17",
     "ip-10-0-1-18",
+    "rack1-04",
 ];
 const BMC_NODES: usize = 3;
 const VICTIM: usize = 1;
@@ -51,6 +59,10 @@ const SECOND_VICTIM: usize = 2;
 const HUNG: usize = 0;
 const EC2_STOPPED: usize = 3;
 const EC2_TERMINATED: usize = 4;
+/// Its power cord is pulled: its BMC goes dark with it, its PDU outlet (level 2) draws 0 W.
+const CORD: usize = 5;
+/// The Redfish system of [`CORD`]'s machine.
+const CORD_SYSTEM: usize = BMC_NODES;
 
 struct Clock(Instant);
 
@@ -67,8 +79,12 @@ async fn main() {
     let dir = tempfile::tempdir().unwrap();
     let group = support::k8s::unique("demo");
 
-    clock.say("starting the Redfish emulator (sushy-tools) with 3 BMCs on 127.0.0.1");
-    let emu = SushyEmulator::start(BMC_NODES).await;
+    clock.say("starting the Redfish emulator (sushy-tools) with 4 BMCs on 127.0.0.1");
+    let emu = SushyEmulator::start(BMC_NODES + 1).await;
+    clock.say("starting a Redfish rack PDU (the project's test server) on 127.0.0.1, outlet A4 feeding rack1-04");
+    let pdu = RedfishPdu::start(&[(cord_pulled::OUTLET, "On", Some(212.0))]);
+    // rack1-04's BMC, reached through a relay the pulled cord closes.
+    let cord_bmc = Gate::start(emu.port(), true).await;
     clock.say("starting the EC2 emulator (moto) with 2 instances, one with a data volume");
     let moto = support::moto::MotoServer::start().await;
     let ec2 = moto.client();
@@ -99,6 +115,7 @@ async fn main() {
     for instance in &instances {
         identities.push(support::moto::kubelet_of(&ec2, instance).await);
     }
+    identities.push(KubeletIdentity::uuid(&emu.uuid(CORD_SYSTEM)));
     let mut nodes = Vec::new();
     for (name, identity) in NODES.iter().zip(&identities) {
         nodes.push(FakeNode::create_as(&client, name, &group, "boot-1", identity.clone()).await);
@@ -146,7 +163,7 @@ async fn main() {
         support::k8s::bound_pod(&client, NODES[i], &pod, support::k8s::with_claim).await;
     }
     clock.say(
-        "registered Nodes rack1-01..03 and ip-10-0-1-17/18 (EC2 providerIDs), Ready, each with a Lease; pods db-1 on rack1-02 and db-2 on rack1-03, each mounting its claim",
+        "registered Nodes rack1-01..04 and ip-10-0-1-17/18 (EC2 providerIDs), Ready, each with a Lease; pods db-1 on rack1-02 and db-2 on rack1-03, each mounting its claim",
     );
 
     // The stand-in kubelets: renew Leases and post Ready for every node still "alive".
@@ -225,6 +242,17 @@ ca_file = "{}"
             emu.cert_pem_path().display()
         ));
     }
+    let pdu_pw = dir.path().join("pdu.password");
+    std::fs::write(&pdu_pw, format!("{}\n", support::redfish_pdu::PASSWORD)).unwrap();
+    config.push_str(&cord_pulled::config_entries(
+        NODES[CORD],
+        &cord_bmc,
+        &emu.system_path(CORD_SYSTEM),
+        &emu.cert_pem_path(),
+        &pdu,
+        &pw,
+        &pdu_pw,
+    ));
     let config_path = dir.path().join("demo.toml");
     std::fs::write(&config_path, &config).unwrap();
     let bin = std::env::var("OOBFENCE_BIN").unwrap_or_else(|_| "target/debug/oobfence".into());
@@ -243,7 +271,7 @@ ca_file = "{}"
         .expect("start oobfence (build it first: cargo build)");
     let http = reqwest::Client::new();
     support::k8s::wait_ready(&listen, Duration::from_secs(30)).await;
-    clock.say("oobfence is watching 5 nodes");
+    clock.say("oobfence is watching 6 nodes");
 
     let victim = &nodes[VICTIM];
     let cut = PowerCut {
@@ -450,6 +478,19 @@ ca_file = "{}"
         seen.push_str(" ec2");
     }
 
+    let cord = cord_pulled::CordPulled {
+        clock: &clock,
+        http: &http,
+        listen: &listen,
+        client: &client,
+        alive: &alive,
+        bin: &bin,
+        config_path: &config_path,
+    };
+    if cord.run(&nodes[CORD], CORD, cord_bmc, &pdu).await {
+        seen.push_str(" cord");
+    }
+
     let metrics = support::k8s::scrape(&listen).await;
     println!("\nmetrics (excerpt):");
     for l in metrics.lines().filter(|l| {
@@ -473,7 +514,7 @@ ca_file = "{}"
     for n in &nodes {
         n.delete().await;
     }
-    if still_oos || seen != "fenced released unfenced fenced-at-not-ready hung ec2" {
+    if still_oos || seen != "fenced released unfenced fenced-at-not-ready hung ec2 cord" {
         eprintln!("demo did not complete: {seen}");
         std::process::exit(1);
     }
@@ -481,7 +522,8 @@ ca_file = "{}"
         "\ndemo complete: a bare-metal node fenced on proven power-off, its pod released at once, and unfenced after a new boot; \
          with release_at_attestation off, another fenced at NotReady; \
          a hung node powered off, fenced, powered on and unfenced (opt-in actuation); \
-         a stopped EC2 instance's node fenced; a terminated one's Node and VolumeAttachment deleted"
+         a stopped EC2 instance's node fenced; a terminated one's Node and VolumeAttachment deleted; \
+         a node whose cord was pulled (its BMC dark with it) fenced through its PDU outlet at level 2"
     );
 }
 

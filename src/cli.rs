@@ -1,12 +1,12 @@
 //! Command line: `run`, `check-config`, `probe`, `why`, `nodes`, `pause`, `resume`,
-//! `make-kubeconfig`, `completions`.
+//! `confirm-off`, `make-kubeconfig`, `completions`.
 //!
 //! Exit codes: 0 success, 1 a runtime failure (cluster, BMC, no daemon), 2 a bad config.
 //!
 //! This file holds the arguments and the dispatch, and `run`; beside it, `logging` sets up
 //! the daemon's log lines, `check` is `check-config` and `probe`, `daemon_commands` the
 //! commands an operator runs beside a running daemon (`why`, `nodes`, `pause`, `resume`),
-//! `setup` is `make-kubeconfig`, and `man` the man pages and shell completions.
+//! `confirm` a person's word that a node's machine is off (`confirm-off`), `setup` is `make-kubeconfig`, and `man` the man pages and shell completions.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -17,6 +17,7 @@ use crate::config::Config;
 use crate::daemon;
 
 mod check;
+mod confirm;
 mod daemon_commands;
 mod drill;
 mod logging;
@@ -24,6 +25,7 @@ mod man;
 mod setup;
 
 use check::{check_config, probe};
+use confirm::{ConfirmOff, confirm_off};
 use daemon_commands::{nodes, pause, why};
 use drill::drill;
 use logging::{init_logging, stderr_is_journal};
@@ -175,6 +177,37 @@ pub enum Command {
         #[arg(long, short, env = "OOBFENCE_CONFIG")]
         config: PathBuf,
     },
+    /// A person's word on record that a node's machine is off (you looked: the power cord is
+    /// out, the rack is dark), for the boot it reports now: writes the Node annotation
+    /// oobfence.io/confirmed-off with your own kubeconfig, so the API server's audit log names
+    /// you. Refused unless the node is NotReady and its Lease unrenewed for the Lease's
+    /// duration. The daemon then fences it where no power source can answer, every hold still
+    /// in force. Exit 1: refused or not written.
+    ConfirmOff {
+        /// The Node's name, as `kubectl get nodes` shows it.
+        node: String,
+        /// Who looked at what, and what they saw (shown in `why`, the journal and the Event).
+        #[arg(long, required_unless_present = "withdraw")]
+        reason: Option<String>,
+        /// Who confirms (default: $SUDO_USER, then $USER); the audit log has the identity the
+        /// API server checked.
+        #[arg(long)]
+        by: Option<String>,
+        /// The datacenter's config file, for what to run next (its kubeconfig is the
+        /// daemon's and is not used: the write carries yours).
+        #[arg(long, short, env = "OOBFENCE_CONFIG")]
+        config: Option<PathBuf>,
+        /// Your kubeconfig (default: $KUBECONFIG, then ~/.kube/config); it needs `patch
+        /// nodes`.
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+        /// Context of that kubeconfig (default: its current context).
+        #[arg(long)]
+        context: Option<String>,
+        /// Remove the confirmation instead.
+        #[arg(long, conflicts_with_all = ["reason", "by"])]
+        withdraw: bool,
+    },
     /// Print the shell completion script for bash, zsh or fish (the packages install them).
     Completions {
         /// The shell.
@@ -268,6 +301,25 @@ async fn dispatch(command: Command) -> ExitCode {
         Command::Completions { shell } => completions(shell),
         Command::Pause { config, reason } => pause(&config, Some(&reason)).await,
         Command::Resume { config } => pause(&config, None).await,
+        Command::ConfirmOff {
+            node,
+            reason,
+            by,
+            config,
+            kubeconfig,
+            context,
+            withdraw,
+        } => {
+            confirm_off(ConfirmOff {
+                node,
+                reason: if withdraw { None } else { reason },
+                by,
+                config,
+                kubeconfig,
+                context,
+            })
+            .await
+        }
         Command::MakeKubeconfig {
             kubeconfig,
             context,

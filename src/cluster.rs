@@ -20,9 +20,11 @@ use kube::api::Api;
 
 use crate::decision::Holds;
 
+mod confirm;
 mod connect;
 pub mod credentials;
 mod events;
+mod fenced_on;
 mod guard_record;
 mod node_facts;
 mod node_view;
@@ -34,15 +36,17 @@ pub mod version;
 mod writes;
 
 pub use crate::api_error::{ApiError, WatchError, watch_forbidden};
+pub use confirm::{confirm_off, withdraw_confirmation};
 pub use connect::{USER_AGENT, connect, connect_with_credentials, load_kube_config};
 pub use credentials::Credentials;
 pub use events::{EventType, reasons};
-pub use guard_record::GuardStore;
+pub use fenced_on::FencedOn;
+pub use guard_record::{GuardStore, StoredRecord};
 pub use node_facts::{
     ANNOTATION_CAPI_MACHINE, ANNOTATION_EXCLUDE, LABEL_MEDIK8S_EXCLUDE, LeaseTimes, actor_name,
-    boot_id, fence_record, foreign_out_of_service, ha_actor_name, is_out_of_service,
-    lease_duration, lease_renewed, leases_by_node, node_facts, node_identity, opted_out,
-    other_remediator, power_record, provider_id, readiness, ready_heartbeat,
+    boot_id, confirmation_note, fence_record, foreign_out_of_service, ha_actor_name,
+    is_out_of_service, lease_duration, lease_renewed, leases_by_node, node_facts, node_identity,
+    opted_out, other_remediator, power_record, provider_id, readiness, ready_heartbeat,
 };
 pub use node_view::{NodeView, Pairs, ReadyCondition};
 pub use pods::{BoundPod, PodRelease};
@@ -61,6 +65,9 @@ pub const ANNOTATION_ACTION: &str = "oobfence.io/action";
 pub const ANNOTATION_FENCED_BY: &str = "oobfence.io/fenced-by";
 /// The rule and evidence summary behind the fence.
 pub const ANNOTATION_REASON: &str = "oobfence.io/reason";
+/// What the fence rests on: `power` (the machine's power proven off) or `person` (a person's
+/// confirmation, `oobfence.io/confirmed-off`, no power source being able to answer).
+pub const ANNOTATION_FENCED_ON: &str = "oobfence.io/fenced-on";
 /// Opt-in actuation: when oobfence powered the machine off (RFC 3339), written on the Node
 /// before the command is sent, so that no restart or other `[ha]` instance sends it twice.
 pub const ANNOTATION_POWERED_OFF_AT: &str = "oobfence.io/powered-off-at";
@@ -70,7 +77,8 @@ pub const ANNOTATION_POWERED_OFF_BOOT_ID: &str = "oobfence.io/powered-off-boot-i
 pub const ANNOTATION_POWERED_OFF_BY: &str = "oobfence.io/powered-off-by";
 /// When oobfence powered it on again.
 pub const ANNOTATION_POWERED_ON_AT: &str = "oobfence.io/powered-on-at";
-/// Every annotation of a power record: removed with the fence record.
+/// Every annotation of a power record: removed with the fence record once the node reports
+/// another boot than the one powered off (never while it may still read On in that boot).
 pub const POWER_ANNOTATIONS: [&str; 4] = [
     ANNOTATION_POWERED_OFF_AT,
     ANNOTATION_POWERED_OFF_BOOT_ID,

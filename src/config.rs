@@ -219,6 +219,9 @@ pub struct JournalConfig {
     pub path: PathBuf,
 }
 
+/// The highest fencing level a `[[bmc]]` entry may take (Pacemaker's topology has 9 too).
+pub const MAX_LEVEL: u32 = 9;
+
 /// Where a node's power state comes from.
 #[derive(Debug, Clone, Copy)]
 pub enum Mapping<'a> {
@@ -227,6 +230,31 @@ pub enum Mapping<'a> {
 }
 
 impl Mapping<'_> {
+    /// The fencing level its reads prove at; `[aws]` is level 1.
+    pub fn level(&self) -> u32 {
+        match self {
+            Mapping::Bmc(b) => b.level,
+            Mapping::Aws(_) => 1,
+        }
+    }
+
+    /// A source that reads the machine itself and can prove which one it is (a Redfish
+    /// system, an IPMI BMC, an EC2 instance), as opposed to a fence agent's plug or outlet.
+    pub fn reads_the_machine(&self) -> bool {
+        match self {
+            Mapping::Bmc(b) => matches!(b.protocol, Protocol::Redfish | Protocol::Ipmi),
+            Mapping::Aws(_) => true,
+        }
+    }
+
+    /// How messages name it: `[[bmc]] #4 (line 31)`, `[aws]`.
+    pub fn label(&self) -> String {
+        match self {
+            Mapping::Bmc(b) => b.label(),
+            Mapping::Aws(_) => "[aws]".into(),
+        }
+    }
+
     pub fn identity(&self) -> IdentityCheck {
         match self {
             Mapping::Bmc(b) => b.identity,
@@ -328,15 +356,69 @@ impl Config {
         self.bmc.iter().find(|b| b.matches(node))
     }
 
-    /// Where `node`'s power state comes from: a matching `[[bmc]]` entry first, then `[aws]`.
+    /// `node`'s first power source: the first of [`Config::mappings_for`].
     pub fn mapping_for(&self, node: &str) -> Option<Mapping<'_>> {
-        if let Some(b) = self.bmc_for(node) {
-            return Some(Mapping::Bmc(b));
+        self.mappings_for(node).into_iter().next()
+    }
+
+    /// Every power source of `node`, by level (within a level, in the file's order, `[aws]`
+    /// after the `[[bmc]]` entries): each matching entry is one, and a level proves the
+    /// machine off only when all of its sources do (a machine fed by two outlets). One
+    /// exception keeps configs written before levels as they were: of the level-1 sources
+    /// that read the machine itself (Redfish, IPMI, `[aws]`), only the first that matches is
+    /// the node's — a machine has one BMC, so a second one is an entry written for other
+    /// nodes whose globs reach this one too, and `check-config` warns of it
+    /// ([`Config::shadowed_sources`]).
+    pub fn mappings_for(&self, node: &str) -> Vec<Mapping<'_>> {
+        let matching = self.matching(node);
+        let mut machine_read = false;
+        let mut out: Vec<Mapping<'_>> = Vec::new();
+        for m in matching {
+            if m.level() == 1 && m.reads_the_machine() {
+                if machine_read {
+                    continue;
+                }
+                machine_read = true;
+            }
+            out.push(m);
         }
-        self.aws
-            .as_ref()
-            .filter(|a| a.matches(node))
-            .map(Mapping::Aws)
+        // Stable: the file's order within a level.
+        out.sort_by_key(Mapping::level);
+        out
+    }
+
+    /// Every entry whose names match `node`, `[[bmc]]` in the file's order, then `[aws]`.
+    fn matching<'a, 'n>(
+        &'a self,
+        node: &'n str,
+    ) -> impl Iterator<Item = Mapping<'a>> + use<'a, 'n> {
+        self.bmc
+            .iter()
+            .filter(move |b| b.matches(node))
+            .map(Mapping::Bmc)
+            .chain(
+                self.aws
+                    .iter()
+                    .filter(move |a| a.matches(node))
+                    .map(Mapping::Aws),
+            )
+    }
+
+    /// The level-1 sources that read the machine itself and match `node` after the first one
+    /// that does: never its sources (see [`Config::mappings_for`]), each with the one that is.
+    pub fn shadowed_sources(&self, node: &str) -> Vec<(Mapping<'_>, Mapping<'_>)> {
+        let mut first: Option<Mapping<'_>> = None;
+        let mut out = Vec::new();
+        let matching = self
+            .matching(node)
+            .filter(|m| m.level() == 1 && m.reads_the_machine());
+        for m in matching {
+            match first {
+                None => first = Some(m),
+                Some(f) => out.push((m, f)),
+            }
+        }
+        out
     }
 }
 

@@ -34,6 +34,7 @@ mod reads;
 mod release;
 mod reload;
 mod reports;
+mod sources;
 mod start;
 mod state;
 mod tracker;
@@ -48,7 +49,6 @@ pub use tracker::mapping_conflicts;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use jiff::Timestamp;
 use kube::Client;
 use tokio::sync::mpsc;
 
@@ -93,7 +93,7 @@ pub async fn run(
     }
     shared.synced.store(true, Ordering::Relaxed);
     tracing::info!(nodes = daemon.nodes.len(), "node cache synced");
-    daemon.restore_guards(Timestamp::now()).await;
+    daemon.restore_guards(crate::clock::now()).await;
     // READY=1 only now: both caches hold a full list, so the API server answered.
     let synced_status = format!(
         "node cache synced: {} nodes; starting the decision loop",
@@ -107,7 +107,7 @@ pub async fn run(
     shared
         .metrics
         .config_reload_time
-        .set(Timestamp::now().as_millisecond() as f64 / 1000.0);
+        .set(jiff::Timestamp::now().as_millisecond() as f64 / 1000.0);
     // `systemctl reload` sends SIGHUP (ExecReload=): the config and its secrets are read again.
     let mut hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
     let (reloads_tx, mut reloads_rx) = mpsc::channel(4);
@@ -153,7 +153,7 @@ pub async fn run(
                 match result {
                     Ok(summary) => {
                         m.config_reload_ok.set(1);
-                        m.config_reload_time.set(Timestamp::now().as_millisecond() as f64 / 1000.0);
+                        m.config_reload_time.set(jiff::Timestamp::now().as_millisecond() as f64 / 1000.0);
                         tracing::info!("{summary}");
                     }
                     Err(why) => {

@@ -32,6 +32,18 @@
 //!   Lease GET that shows it still in place, the Lease unrenewed, the bootID and uid the same
 //!   and no hold ([`recheck`] as [`GuardPurpose::ReleasePods`]); grace period 0 and a uid
 //!   precondition on each pod.
+//! - A node of several power sources ([`levels`]: its BMC at level 1, the PDU outlets that
+//!   feed it at level 2): each source is judged by every rule here on its own; a level proves
+//!   the machine off only when every source in it does, the first level that can answer
+//!   decides, an answer other than Off ends the question, and a level is skipped only when a
+//!   source of it cannot answer (unreachable, timeout, credentials refused). A level that
+//!   cannot tell whose machine it reads (an outlet) proves only the config's mapping, and the
+//!   outcome says so.
+//! - [`Step::Fence`] on a person's word ([`confirmation`], `oobfence confirm-off`): only where
+//!   no source can answer (none maps the node, or every level is silent or unknown, none
+//!   answering anything but Off), for the boot the node runs now, on a NotReady node with no
+//!   sign of life since the word was given (the writer re-checks the Lease). Every hold holds
+//!   it but a freeze, which distrusts reads, and this rests on none.
 //! - [`Step::Fence`] with `on_terminated` (a cloud instance terminated or unknown): the same,
 //!   but the streak is of such answers alone (an unknown one needs at least two), and each
 //!   counts only through the reader — region, endpoint, credentials — that once found the
@@ -39,13 +51,39 @@
 //! - [`Step::Unfence`]: oobfence's own fence, its taint still there, the node Ready again
 //!   with a new bootID, and a fresh On read from the node's machine.
 //! - [`Step::ClearRecord`]: oobfence's own fence record whose taint someone else removed.
+//!   Only the fence record goes: the record of a power-off of that boot stays, so a person's
+//!   untaint never opens the way to a second power-off of one boot.
+//! - [`Step::PowerOff`] (opt-in actuation, [`actuation`]): both opt-ins (`[actuation]
+//!   enabled`, the entry's `actuate`), a NotReady node whose newest read is a fresh On from
+//!   the node's own machine by identity (`identity = "unchecked"` never waives it), a hang and
+//!   not an abandoned node — oobfence watched the kubelet alive (a Lease it saw change, not the
+//!   one it first found) and the node Ready at or after its last sign of life, silent for at
+//!   least `after` and at most `max_silence` — no maintenance (cordoned, a NodeMaintenance
+//!   taint, a `MaintenanceInProgress` condition), no opt-out, no other remediator, a bootID,
+//!   and no power-off of this boot recorded before. Every fence hold and the power budget
+//!   hold it; the writer records it on a fresh Node and Lease GET ([`recheck`] as
+//!   [`GuardPurpose::PowerOff`]) and the source reads the machine once more, right before the
+//!   command, on the same connection.
+//! - [`Step::PowerOn`]: this daemon's own fence, the node still NotReady, a power-off of the
+//!   fenced boot recorded by this daemon and not yet undone, `power_on`, a fresh Off read from
+//!   the node's own machine taken after the fence; and, as for a power-off, no opt-out, no
+//!   other remediator, no maintenance, and the entry still saying `actuate` (a reload may
+//!   have turned it off). A pause, a stale view, standby and the power budget hold it.
 //!
-//! Every write, all three, is then held when something bigger than the node says so
+//! Every write is then held when something bigger than the node says so
 //! ([`holds`]: a pause, a stale view, standby under `[ha]`; and for a fence also a storm, a
 //! freeze, a cooldown or a spent budget — which a restart or a new leader reads back from the
 //! guards' record; reads from before a thaw never count), and `dry_run` writes nothing: a
 //! fence or an unfence becomes its `Would…` step, a record to clear is left as it is.
 //! Everything else waits, re-reads, or refuses.
+//!
+//! The guards' record fails closed: an instance that started or took over and has not read its
+//! predecessor's record holds every new fence and power-off (`fence-budget`), never taking an
+//! unreadable record for an empty one; power actions are kept in it beside the fences, so
+//! `[actuation] max_per_hour` survives a restart or a takeover after an unfence or a
+//! delete-node fence erased the Node's own record; entries dated after the reader's clock
+//! count from its now. The daemon decides a write made between passes on a fresh census, never
+//! on the last pass's count.
 //!
 //! A decision to write carries a [`WriteGuard`]: what it was based on. The writer checks it on
 //! the fresh GET right before the write ([`recheck`]) and aborts when anything moved.
@@ -57,9 +95,11 @@
 //! bottom in one place; that is why it runs past 600 lines.
 
 pub mod actuation;
+pub mod confirmation;
 pub mod facts;
 pub mod guard;
 pub mod holds;
+pub mod levels;
 pub mod reading;
 mod silence;
 #[cfg(test)]
@@ -142,6 +182,17 @@ pub enum Step {
     WouldPowerOn,
 }
 
+impl Step {
+    /// Whether carrying it out writes: to a Node (a fence, which may release its pods; an
+    /// unfence; a record cleared) or to a machine's power.
+    pub fn writes(self) -> bool {
+        matches!(
+            self,
+            Step::Fence(_) | Step::Unfence | Step::ClearRecord | Step::PowerOff | Step::PowerOn
+        )
+    }
+}
+
 /// The rule that produced a decision. Its name is stable: it shows in `why`, logs, Events and
 /// the journal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -176,6 +227,7 @@ pub enum Rule {
     ConfirmingOff,
     ConfirmedOff,
     ConfirmedGone,
+    ConfirmedOffByPerson,
     DryRun,
     FencedAwaitingRecovery,
     FencedByAnother,
@@ -231,6 +283,7 @@ impl Rule {
             Rule::ConfirmingOff => "confirming-off",
             Rule::ConfirmedOff => "confirmed-off",
             Rule::ConfirmedGone => "confirmed-gone",
+            Rule::ConfirmedOffByPerson => "confirmed-off-by-person",
             Rule::DryRun => "dry-run",
             Rule::FencedAwaitingRecovery => "fenced-awaiting-recovery",
             Rule::FencedByAnother => "fenced-by-another",
@@ -961,6 +1014,7 @@ fn attest(
                     while_ready: ahead,
                     ready_heartbeat: facts.ready_heartbeat.filter(|_| ahead),
                     release_pods: policy.release_at_attestation,
+                    on_word: false,
                 })
             }
         }
@@ -1022,13 +1076,7 @@ fn on_reading(
             "{NEVER}; not powered off: this On read does not prove it comes from the node's machine"
         ));
     };
-    match actuation::off_verdict(
-        Some(actuation),
-        &facts.actuation,
-        &facts.boot_id,
-        last_sign_of_life(facts),
-        now,
-    ) {
+    match actuation::off_verdict(Some(actuation), facts, now) {
         actuation::OffVerdict::PowerOff => {
             let reason = format!(
                 "{}, the power source says On from the node's machine ({machine}) and oobfence has seen no sign of life from its kubelet for at least {} ([actuation] after): a hung node",
@@ -1059,6 +1107,7 @@ fn on_reading(
                     while_ready: false,
                     ready_heartbeat: None,
                     release_pods: false,
+                    on_word: false,
                 })
             }
         }
@@ -1132,6 +1181,7 @@ fn power_on(
         while_ready: false,
         ready_heartbeat: None,
         release_pods: false,
+        on_word: false,
     })
 }
 
@@ -1178,6 +1228,14 @@ fn identity_counts(facts: &NodeFacts, r: &PowerReading) -> Result<(), NotCounted
         return Err(NotCounted::new(Rule::IdentityUnverified, d));
     }
     match &facts.identity_binding {
+        // Equal words from two readers that each could not tell their key prove nothing.
+        _ if !reading::reader_is_known(&r.reader) => Err(NotCounted::new(
+            Rule::IdentityUnverified,
+            format!(
+                "{d}; this answer came through {}: a reader whose key is unknown names no account, so its \"gone\" proves nothing",
+                r.reader
+            ),
+        )),
         Some(b) if b.verdict.is_match() && b.reader == r.reader => Ok(()),
         Some(b) if b.verdict.is_match() => Err(NotCounted::new(
             Rule::ReaderChanged,
@@ -1279,15 +1337,20 @@ fn decide_fenced(
         );
     }
     if facts.readiness != Readiness::Ready {
-        if actuation::on_due(policy.actuation.as_ref(), &facts.actuation, &record.boot_id) {
-            return power_on(facts, record, reads, policy, now);
-        }
+        let not_powered_on =
+            match actuation::on_verdict(policy.actuation.as_ref(), facts, &record.boot_id) {
+                actuation::OnVerdict::Due => return power_on(facts, record, reads, policy, now),
+                actuation::OnVerdict::No(why) => {
+                    format!("; oobfence powered its machine off but does not power it on: {why}")
+                }
+                actuation::OnVerdict::NotDue => String::new(),
+            };
         return Decision::new(
             S::Fenced,
             Step::Idle,
             Rule::FencedAwaitingRecovery,
             format!(
-                "fenced at {}; waiting for the node to return Ready",
+                "fenced at {}; waiting for the node to return Ready{not_powered_on}",
                 record.at.strftime("%Y-%m-%dT%H:%M:%SZ")
             ),
         );
@@ -1382,6 +1445,7 @@ fn decide_fenced(
                 while_ready: false,
                 ready_heartbeat: None,
                 release_pods: false,
+                on_word: false,
             },
         )
     }

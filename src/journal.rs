@@ -33,7 +33,9 @@ mod tests;
 mod writer;
 
 pub use reader::{Tail, recent_fences, render, tail};
-pub use record::{FenceInput, IdentityInput, Inputs, ReadInput, Record, RecordKind, refusal};
+pub use record::{
+    ConfirmationInput, FenceInput, IdentityInput, Inputs, ReadInput, Record, RecordKind, refusal,
+};
 pub use writer::open_append;
 use writer::write_loop;
 

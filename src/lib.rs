@@ -22,6 +22,7 @@
 
 pub mod api_error;
 pub mod cli;
+pub mod clock;
 pub mod cluster;
 pub mod config;
 pub mod daemon;

@@ -32,6 +32,9 @@ mod tests;
 
 pub use labels::*;
 
+/// The `cause` values of `oobfence_guard_record_repairs_total`.
+pub const GUARD_RECORD_REPAIRS: [&str; 2] = ["corrupt", "missing"];
+
 /// Every request oobfence's clients sent to the API server, by HTTP method (GET counts lists,
 /// watches and fresh reads alike): what oobfence costs the control plane. Process-wide, since
 /// a client exists before the metrics do; `metrics::Metrics` serves it.
@@ -105,6 +108,8 @@ pub struct Metrics {
     pub nodes: Family<StateLabels, Gauge>,
     pub actions: Family<ActionLabels, Counter>,
     pub power_actions: Family<PowerActionLabels, Counter>,
+    /// Fences that landed, by action and what they rest on.
+    pub fences: Family<FenceLabels, Counter>,
     pub fence_agent_reads: Family<AgentReadLabels, Counter>,
     pub would_act: Family<WouldActLabels, Counter>,
     pub power_reads: Family<ReadLabels, Counter>,
@@ -128,6 +133,9 @@ pub struct Metrics {
     pub fenced_volume_attachments: Family<NodeLabels, Gauge>,
     pub volume_watch_up: Gauge,
     pub guard_record_ok: Gauge,
+    /// By cause: [`GUARD_RECORD_REPAIRS`].
+    pub guard_record_repairs: Family<CauseLabels, Counter>,
+    pub guard_record_pending: Gauge,
     pub journal_records: Family<JournalLabels, Counter>,
     pub last_sync: FloatGauge,
     pub kubeconfig_token_expiry: FloatGauge,

@@ -5,9 +5,17 @@ use std::fmt::Write as _;
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
+use crate::decision::PowerReading;
 use crate::decision::{Decision, NodeFacts, Readiness};
-use crate::decision::{PowerReading, PowerState};
 use crate::identity::IdentityCheck;
+
+mod confirmation;
+mod table;
+
+pub use confirmation::ConfirmationReport;
+pub use table::{render_table, short_age, short_state};
+mod levels;
+pub use levels::LevelSourceReport;
 
 /// One node's facts, reads and decision. Owned strings only, so the CLI can parse it back
 /// without knowing the daemon's internal types.
@@ -34,6 +42,10 @@ pub struct NodeReport {
     pub not_ready_since: Option<Timestamp>,
     /// When oobfence (by its own clock) last saw the node's Lease renewed.
     pub lease_renewed: Option<Timestamp>,
+    /// Whether that is a renewal oobfence watched happen, not the Lease as it first found it
+    /// (after a start or a takeover): only a silence watched begin is a hang to power off.
+    #[serde(default)]
+    pub lease_watched: bool,
     /// When oobfence (by its own clock) last saw a new Ready heartbeat.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub heartbeat_seen: Option<Timestamp>,
@@ -60,6 +72,16 @@ pub struct NodeReport {
     /// as `rule: reason`, whether or not the node is at the point of a write.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub holds: Vec<String>,
+    /// A person's confirmation on the Node (`oobfence.io/confirmed-off`), and whether it
+    /// stands, whether or not the decision consulted it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirmation: Option<ConfirmationReport>,
+    /// Every power source of the node, level by level.
+    #[serde(default)]
+    pub levels: Vec<LevelSourceReport>,
+    /// What the decision rests on: `none`, `attested`, `unattested`, `person`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub basis: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -164,6 +186,9 @@ pub struct ReportInputs<'a> {
     pub action_retry_at: Option<Timestamp>,
     /// `lease_stale_after` renewal intervals of the node's Lease (none: pre-attestation off).
     pub lease_stale_after: Option<std::time::Duration>,
+    pub confirmation: Option<ConfirmationReport>,
+    pub levels: Vec<LevelSourceReport>,
+    pub basis: Option<String>,
 }
 
 impl NodeReport {
@@ -201,6 +226,7 @@ impl NodeReport {
             ready: ready.to_string(),
             not_ready_since: since,
             lease_renewed: i.facts.lease_renewal_seen,
+            lease_watched: i.facts.lease_renewal_seen.is_some() && !i.facts.lease_first_sight,
             heartbeat_seen: i.facts.heartbeat_seen,
             lease_stale_after_seconds: i
                 .lease_stale_after
@@ -248,6 +274,9 @@ impl NodeReport {
             last_action_error: i.last_action_error,
             action_retry_at: i.action_retry_at,
             holds: describe_holds(&i.facts.holds),
+            confirmation: i.confirmation,
+            levels: i.levels,
+            basis: i.basis,
         }
     }
 
@@ -284,9 +313,14 @@ impl NodeReport {
         let _ = writeln!(
             s,
             "  lease:        {}",
-            self.lease_renewed
-                .map(|t| format!("renewal last seen by oobfence {}", ago(t)))
-                .unwrap_or_else(|| "none in kube-node-lease".into())
+            match (self.lease_renewed, self.lease_watched) {
+                (Some(t), true) => format!("renewal last seen by oobfence {}", ago(t)),
+                (Some(t), false) => format!(
+                    "first seen by oobfence {}, no renewal watched since (a silence that began before is not one oobfence saw begin)",
+                    ago(t)
+                ),
+                (None, _) => "none in kube-node-lease".into(),
+            }
         );
         if let Some(t) = self.heartbeat_seen {
             let _ = writeln!(
@@ -330,6 +364,7 @@ impl NodeReport {
                 })
                 .unwrap_or_else(|| "none: no [[bmc]] entry matches this node".into())
         );
+        levels::render(&mut s, &self.levels, ago);
         if let Some(o) = self
             .power_source
             .as_ref()
@@ -400,6 +435,9 @@ impl NodeReport {
                 }
             );
         }
+        if let Some(c) = &self.confirmation {
+            c.render(&mut s);
+        }
         for h in &self.holds {
             let _ = writeln!(s, "  held:         {h}");
         }
@@ -457,123 +495,6 @@ fn describe_holds(h: &crate::decision::Holds) -> Vec<String> {
         out.push(format!(
             "power reads from before {} do not count (a freeze thawed or the view recovered then)",
             t.strftime("%Y-%m-%dT%H:%M:%SZ")
-        ));
-    }
-    out
-}
-
-/// A read's state as a short word for tables.
-pub fn short_state(state: &PowerState) -> String {
-    match state {
-        PowerState::On => "On".into(),
-        PowerState::Off => "Off".into(),
-        other => other.to_string(),
-    }
-}
-
-/// How long ago `t` was, short (`12s`, `4m`, `3h`, `2d`), as `kubectl get` shows ages.
-pub fn short_age(t: Timestamp, now: Timestamp) -> String {
-    let secs = now.duration_since(t).as_secs().max(0);
-    match secs {
-        s if s < 120 => format!("{s}s"),
-        s if s < 2 * 3600 => format!("{}m", s / 60),
-        s if s < 2 * 86_400 => format!("{}h", s / 3600),
-        s => format!("{}d", s / 86_400),
-    }
-}
-
-/// `oobfence nodes`: one line per watched node, as `kubectl get` prints objects, then a count
-/// by state.
-pub fn render_table(reports: &[NodeReport], now: Timestamp) -> String {
-    let mut rows = vec![[
-        "NODE".to_string(),
-        "STATE".to_string(),
-        "READY".to_string(),
-        "RULE".to_string(),
-        "POWER SOURCE".to_string(),
-        "LAST ANSWER".to_string(),
-        "IDENTITY".to_string(),
-    ]];
-    let mut sorted: Vec<&NodeReport> = reports.iter().collect();
-    sorted.sort_by(|a, b| a.node.cmp(&b.node));
-    for r in &sorted {
-        let (source, answer) = match &r.power_source {
-            None => ("-".to_string(), "-".to_string()),
-            Some(p) => {
-                let answer = match (p.last_read, p.last_answer, p.last_read_failed) {
-                    (None, _, _) => "not read".to_string(),
-                    (Some(_), Some(a), false) => short_age(a, now),
-                    (Some(r), _, true) => format!("FAILED {}", short_age(r, now)),
-                    (Some(r), None, false) => short_age(r, now),
-                };
-                let answer = match &p.off_while_alive {
-                    Some(o) if o.proven() => format!("{answer}, OFF WHILE ALIVE"),
-                    _ => answer,
-                };
-                (p.backend.clone(), answer)
-            }
-        };
-        let identity = match (&r.identity.mapping_conflict, &r.identity.verdict) {
-            (Some(_), _) => "UNTRUSTED".to_string(),
-            (None, Some(v)) => v.clone(),
-            (None, None) if r.power_source.is_some() => "unknown".to_string(),
-            (None, None) => "-".to_string(),
-        };
-        let ready = match (r.ready.as_str(), r.not_ready_since) {
-            ("NotReady", Some(t)) => format!("NotReady {}", short_age(t, now)),
-            (other, _) => other.to_string(),
-        };
-        rows.push([
-            r.node.clone(),
-            r.shown_state(),
-            ready,
-            r.rule.clone(),
-            source,
-            answer,
-            identity,
-        ]);
-    }
-    let widths: Vec<usize> = (0..7)
-        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
-        .collect();
-    let mut out = String::new();
-    for row in &rows {
-        let line: Vec<String> = row
-            .iter()
-            .zip(&widths)
-            .map(|(cell, w)| format!("{cell:<w$}"))
-            .collect();
-        out.push_str(line.join("   ").trim_end());
-        out.push('\n');
-    }
-    let mut counts: std::collections::BTreeMap<String, usize> = Default::default();
-    for r in reports {
-        *counts.entry(r.shown_state()).or_default() += 1;
-    }
-    let summary: Vec<String> = counts.iter().map(|(s, n)| format!("{n} {s}")).collect();
-    out.push_str(&format!(
-        "{} node(s): {}\n",
-        reports.len(),
-        if summary.is_empty() {
-            "none".to_string()
-        } else {
-            summary.join(", ")
-        }
-    ));
-    if reports.iter().any(|r| r.dry_run) {
-        let would: Vec<&str> = sorted
-            .iter()
-            .filter(|r| r.would.as_deref().is_some_and(is_fence))
-            .map(|r| r.node.as_str())
-            .collect();
-        out.push_str(&format!(
-            "dry run (policy.dry_run = true): nothing is written; {} node(s) would be fenced now{}\n",
-            would.len(),
-            if would.is_empty() {
-                String::new()
-            } else {
-                format!(": {}", would.join(", "))
-            }
         ));
     }
     out

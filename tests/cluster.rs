@@ -5,12 +5,15 @@
 //! This file holds what the tests share; they live by family in `tests/cluster/`: fencing
 //! (the daemon fences, acts and unfences), refusals (it must not), writes (the Node writes
 //! themselves: conflicts, re-checks, VolumeAttachments), release (a node proven off has its
-//! pods force-deleted, `release_at_attestation`), drill (the fire drill on a real node).
+//! pods force-deleted, `release_at_attestation`), drill (the fire drill on a real node),
+//! confirmation (a person's word that a node's machine is off).
 
 mod support;
 
 #[path = "cluster/actuation.rs"]
 mod actuation;
+#[path = "cluster/confirmation.rs"]
+mod confirmation;
 #[path = "cluster/drill.rs"]
 mod drill;
 #[path = "cluster/fencing.rs"]

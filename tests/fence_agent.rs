@@ -1,5 +1,6 @@
 //! Fence agents as power sources, with Debian's real agents against real parts:
-//! `fence_ipmilan` against OpenIPMI's `ipmi_sim`, `fence_redfish` against sushy-tools. Each
+//! `fence_ipmilan` against OpenIPMI's `ipmi_sim`, `fence_redfish` against sushy-tools, the SNMP
+//! PDU agents against snmpsim (`fence_agent/pdu_snmp.rs`). Each
 //! reads On and Off through the agent's own interface (options on stdin, the exit status);
 //! a wrong password, a hang killed at the deadline, garbage and a missing agent never read
 //! Off. The hang and the garbage come from small fixture agents written here.
@@ -10,8 +11,14 @@ mod support;
 mod daemon;
 #[path = "fence_agent/kubevirt.rs"]
 mod kubevirt;
+#[path = "fence_agent/levels.rs"]
+mod levels;
 #[path = "fence_agent/list.rs"]
 mod list;
+#[path = "fence_agent/pdu_snmp.rs"]
+mod pdu_snmp;
+#[path = "fence_agent/trust.rs"]
+mod trust;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -161,6 +168,14 @@ fn an_agent_missing_or_an_option_it_does_not_declare_is_a_config_error() {
     );
 }
 
+/// What an operator writes to run an agent oobfence does not list, its Off vouched for.
+pub(crate) const VOUCH: &str = "unlisted_agent_off_means = \"no power and no saved state\"\n";
+
+/// `agent = PATH` for a fixture agent (which oobfence does not list), vouched for.
+pub(crate) fn vouched(agent: &Path) -> String {
+    format!("agent = \"{}\"\n{VOUCH}", agent.display())
+}
+
 /// A fixture agent: answers `-o metadata` (and `-V`) as an agent does, and for a read runs
 /// `body` (POSIX sh) after reading its stdin into `$input`.
 pub(crate) fn fixture_agent(dir: &Path, name: &str, body: &str) -> PathBuf {
@@ -175,6 +190,16 @@ case "$1 $2" in
   <parameter name="action" unique="0" required="1"><content type="string"/></parameter>
   <parameter name="password" unique="0" required="0"><content type="string"/></parameter>
   <parameter name="plug" unique="0" required="0"><content type="string"/></parameter>
+  <parameter name="username" unique="0" required="0"><content type="string"/></parameter>
+  <parameter name="community" unique="0" required="0"><content type="string"/></parameter>
+  <parameter name="snmp_priv_passwd" unique="0" required="0"><content type="string"/></parameter>
+  <parameter name="secret_key" unique="0" required="0"><content type="string"/></parameter>
+  <parameter name="access_key" unique="0" required="0"><content type="string"/></parameter>
+  <parameter name="apikey" unique="0" required="0"><content type="string"/></parameter>
+  <parameter name="token" unique="0" required="0"><content type="string"/></parameter>
+  <parameter name="hexadecimal_kg" unique="0" required="0"><content type="string"/><shortdesc lang="en">Hexadecimal-encoded Kg key for IPMIv2 authentication</shortdesc></parameter>
+  <parameter name="missing_as_off" unique="0" required="0"><content type="boolean"/></parameter>
+  <parameter name="ip" unique="0" required="0"><content type="string"/></parameter>
 </parameters>
 <actions><action name="status"/><action name="off"/><action name="list-status"/><action name="metadata"/></actions>
 </resource-agent>
@@ -203,7 +228,7 @@ async fn a_hung_agent_is_killed_with_its_children_at_the_deadline() {
     );
     let e = entry(
         dir.path(),
-        &format!("agent = \"{}\"\ntimeout = \"2s\"\n", agent.display()),
+        &format!("{}timeout = \"2s\"\n", vouched(&agent)),
         None,
     )
     .unwrap();
@@ -242,12 +267,7 @@ async fn garbage_exit_statuses_and_failures_never_read_off_and_the_password_is_r
         "fence_odd",
         "echo 'Status: OFF (honest)'\nexit 7",
     );
-    let e = entry(
-        dir.path(),
-        &format!("agent = \"{}\"\n", odd.display()),
-        Some("hunter2-secret"),
-    )
-    .unwrap();
+    let e = entry(dir.path(), &vouched(&odd), Some("hunter2-secret")).unwrap();
     match source(&e).read().await {
         PowerState::Error { kind, detail } => {
             assert_eq!(kind, ReadErrorKind::BadReply, "{detail}");
@@ -263,7 +283,7 @@ async fn garbage_exit_statuses_and_failures_never_read_off_and_the_password_is_r
     );
     let e = entry(
         dir.path(),
-        &format!("agent = \"{}\"\nplug = \"vm-n1\"\n", failing.display()),
+        &format!("{}plug = \"vm-n1\"\n", vouched(&failing)),
         Some("hunter2-secret"),
     )
     .unwrap();
@@ -293,7 +313,7 @@ async fn garbage_exit_statuses_and_failures_never_read_off_and_the_password_is_r
     );
     let e = entry(
         dir.path(),
-        &format!("agent = \"{}\"\nplug = \"vm-n1\"\n", echo.display()),
+        &format!("{}plug = \"vm-n1\"\n", vouched(&echo)),
         Some("hunter2-secret"),
     )
     .unwrap();
@@ -328,7 +348,7 @@ fn two_entries_of_one_agent_endpoint_and_plug_are_one_machine() {
 /// after the check passed on the agent's own status read right before it.
 #[tokio::test]
 async fn fence_ipmilan_powers_ipmi_sim_off_and_on_after_the_check() {
-    use oobfence::power::{ActionOutcome, PowerAction, Reply};
+    use oobfence::power::{ActionOutcome, PowerAction, Reply, checked};
     let dir = tempfile::tempdir().unwrap();
     let sim = IpmiSim::start();
     let e = entry(dir.path(), &ipmilan(&sim), Some(ipmi_sim::PASSWORD)).unwrap();
@@ -340,16 +360,20 @@ async fn fence_ipmilan_powers_ipmi_sim_off_and_on_after_the_check() {
             .then_some(())
             .ok_or_else(|| format!("not On: {}", r.state))
     };
-    let outcome = src.act(PowerAction::Off, &on_only).await;
+    let outcome = src
+        .act(PowerAction::Off, &|r: &Reply| checked(on_only(r)))
+        .await;
     assert!(matches!(outcome, ActionOutcome::Sent { .. }), "{outcome:?}");
     assert_eq!(sim.ipmitool_power(), "off");
     // Off now: the check refuses and nothing is sent.
-    let outcome = src.act(PowerAction::Off, &on_only).await;
+    let outcome = src
+        .act(PowerAction::Off, &|r: &Reply| checked(on_only(r)))
+        .await;
     assert!(
         matches!(&outcome, ActionOutcome::Refused { why } if why.contains("not On")),
         "{outcome:?}"
     );
-    let outcome = src.act(PowerAction::On, &|_: &Reply| Ok(())).await;
+    let outcome = src.act(PowerAction::On, &|_: &Reply| checked(Ok(()))).await;
     assert!(matches!(outcome, ActionOutcome::Sent { .. }), "{outcome:?}");
     assert_eq!(sim.ipmitool_power(), "on");
 }

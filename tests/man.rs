@@ -280,6 +280,7 @@ fn zsh_and_fish_completions_name_every_command() {
         "nodes",
         "pause",
         "resume",
+        "confirm-off",
         "make-kubeconfig",
     ] {
         assert!(zsh.contains(&format!("'{command}:")), "zsh: {command}");

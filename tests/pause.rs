@@ -1,7 +1,11 @@
 //! The pause switches against a real kube-apiserver: the ConfigMap read again right before a
-//! write, and with `[ha]` a pause that holds for the group rather than for one host.
+//! write, and with `[ha]` a pause that holds for the group rather than for one host. Power
+//! commands and pod force-deletes read it right before each (`pause/commands.rs`).
 
 mod support;
+
+#[path = "pause/commands.rs"]
+mod commands;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

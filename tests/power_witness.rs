@@ -4,7 +4,8 @@
 //! "power-draw"`): DCMI Get Power Reading over IPMI, the chassis' Power or EnvironmentMetrics
 //! over Redfish (the odd HTTPS server's `/w/` systems, and sushy-tools, which serves no power
 //! figures). Then end to end through the daemon on a real kube-apiserver: suspended and
-//! uncorroborated Offs are never fenced, a corroborated one is.
+//! uncorroborated Offs are never fenced, a corroborated one is; a Redfish PDU outlet is fenced
+//! through only while it draws nothing.
 
 mod support;
 
@@ -432,6 +433,59 @@ async fn the_daemon_fences_only_an_off_that_is_off() {
     }
     daemon.stop().await;
     for n in &fake {
+        n.delete().await;
+    }
+}
+
+/// End to end through a Redfish rack PDU (DMTF's example, the project's test server): a node
+/// whose outlet reads Off drawing 0 W is fenced; one whose outlet reads Off while drawing 180 W
+/// never is, and `why` says what the outlet drew.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_daemon_fences_through_a_pdu_outlet_only_when_it_draws_nothing() {
+    use support::k8s::{FakeNode, KubeletIdentity};
+    use support::redfish_pdu::{self, RedfishPdu};
+    use support::scenario::FIRST_BOOT;
+
+    let s = Scenario::without_machines("pdu").await;
+    s.set_guards("max_unhealthy = \"100%\"\nfreeze_min_failing = 1000\n");
+    let pdu = RedfishPdu::start(&[("A1", "On", Some(197.4)), ("A2", "On", Some(210.0))]);
+    for (suffix, outlet) in [("cut", "A1"), ("hot", "A2")] {
+        let extra = format!(
+            "outlet = \"{}\"\nidentity = \"unchecked\"\nca_file = \"{}\"\ntimeout = \"3s\"\n",
+            RedfishPdu::outlet(outlet),
+            pdu.cert.display()
+        );
+        s.map_redfish(suffix, &pdu.base_url(), redfish_pdu::PASSWORD, &extra);
+    }
+    let mut nodes = Vec::new();
+    for suffix in ["cut", "hot"] {
+        nodes.push(
+            s.node_reporting(suffix, FIRST_BOOT, KubeletIdentity::default())
+                .await,
+        );
+    }
+    let daemon = s.daemon().await;
+    pdu.set_outlet("A1", "Off", Some(0.0));
+    pdu.set_outlet("A2", "Off", Some(180.0));
+    for n in &nodes {
+        n.die(FIRST_BOOT).await;
+    }
+
+    let report = daemon.wait_fenced(&nodes[0].name, DECISION).await;
+    assert_eq!(report["power_source"]["backend"], "redfish", "{report}");
+    let report = daemon
+        .wait_rule(&nodes[1].name, "power-unknown", DECISION)
+        .await;
+    let reason = report["reason"].to_string();
+    assert!(reason.contains("reads Off but draws 180 W"), "{reason}");
+    assert!(!FakeNode::has_oos_taint(&nodes[1].get().await));
+    // `why` names the outlet that spoke, what it drew, and that the mapping is the operator's.
+    let out = support::cli::oobfence_async(&["why", &nodes[0].name], &daemon.config_path).await;
+    let why = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(why.contains("Outlets/A1"), "{why}");
+    assert!(why.contains("power draw: 0 W"), "{why}");
+    daemon.stop().await;
+    for n in &nodes {
         n.delete().await;
     }
 }

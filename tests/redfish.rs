@@ -7,7 +7,7 @@
 //! source, its errors); the tests live by family in `tests/redfish/`: reads (against
 //! sushy-tools), auth_and_tls, certificate_validity, odd_peers, sessions (logins as firmware
 //! does them, proxy prefixes), vendor_samples, corpus (captured replies of real BMCs served over
-//! HTTPS).
+//! HTTPS), pdu_outlets (a rack PDU's outlets, from DMTF's example).
 
 mod support;
 
@@ -21,6 +21,10 @@ mod certificate_validity;
 mod corpus;
 #[path = "redfish/odd_peers.rs"]
 mod odd_peers;
+#[path = "redfish/pdu_outlets.rs"]
+mod pdu_outlets;
+#[path = "redfish/proxy_paths.rs"]
+mod proxy_paths;
 #[path = "redfish/reads.rs"]
 mod reads;
 #[path = "redfish/sessions.rs"]

@@ -1,6 +1,7 @@
 //! Trust at write time, on the real API server: every write re-checks the pause and the
 //! leadership right before it (the VolumeAttachments a Node delete frees too), a dry run
-//! writes nothing, and the fence budget survives a restart on another host.
+//! writes nothing, the fence and power budgets survive a restart on another host, and the
+//! guards' record fails closed (written again when corrupt or deleted).
 
 mod support;
 
@@ -13,10 +14,11 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node};
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 use oobfence::cluster::{self, Cluster, ClusterError};
+use oobfence::decision::holds::record::GuardRecord;
 use oobfence::decision::holds::{Hold, HoldKind, Holds};
 use oobfence::leader::Leadership;
 use support::daemon_process::DaemonProcess;
@@ -331,6 +333,201 @@ async fn a_new_leader_counts_its_predecessors_node_deletes_against_the_budget() 
     drop(second);
     b.delete().await;
     let _ = namespaces.delete(&namespace, &Default::default()).await;
+    let _ = Api::<ConfigMap>::namespaced(s.client.clone(), "default")
+        .delete(&s.guard_record()["default/".len()..], &Default::default())
+        .await;
+}
+
+/// Taking back the record of a power action never sent is a Node write too: a pause placed
+/// after the record, or the end of `[ha]` leadership, leaves the record where it is (it keeps a
+/// second power-off of this boot from being sent; the operator lifts it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn taking_back_a_power_action_record_asks_the_holds_and_the_leadership() {
+    use oobfence::decision::{GuardPurpose, WriteGuard};
+    use oobfence::power::PowerAction;
+    let client = support::k8s::client().await;
+    let name = unique("forget");
+    let node = FakeNode::create(&client, &name, &name, "boot-1").await;
+    node.die("boot-1").await;
+    let guard = WriteGuard {
+        purpose: GuardPurpose::PowerOff,
+        ..support::k8s::fence_guard_for(&client, &node.get().await).await
+    };
+    let recorded = |n: &k8s_openapi::api::core::v1::Node| {
+        support::k8s::annotation(n, cluster::ANNOTATION_POWERED_OFF_AT).is_some()
+    };
+
+    // Paused once the record is written.
+    let paused = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let p = paused.clone();
+    let holds: cluster::HoldsNow = Arc::new(move |_: &str| Holds {
+        write: p.load(Ordering::SeqCst).then(|| Hold {
+            kind: HoldKind::Paused,
+            reason: "writes are paused by an operator (test)".into(),
+        }),
+        ..Default::default()
+    });
+    let cluster = Cluster::new(client.clone(), "test").with_holds(holds);
+    cluster
+        .record_power_action(&name, &guard, PowerAction::Off)
+        .await
+        .expect("the record lands before the pause");
+    assert!(recorded(&node.get().await));
+    paused.store(true, Ordering::SeqCst);
+    let r = cluster
+        .forget_power_action(&name, &guard.uid, PowerAction::Off)
+        .await;
+    assert!(matches!(r, Err(ClusterError::Abandoned(_))), "{r:?}");
+    assert!(recorded(&node.get().await), "taken back while paused");
+
+    // [ha]: past its own deadline the instance takes nothing back either.
+    let standing = Arc::new(RwLock::new(Leadership {
+        identity: "host-a".into(),
+        holder: Some("host-a".into()),
+        term: 3,
+        writable_until: Some(tokio::time::Instant::now()),
+        changes: 1,
+        error: Some("renewal timed out (test)".into()),
+        duplicate_identity: false,
+    }));
+    let cluster = Cluster::new(client.clone(), "test")
+        .with_leadership(standing.clone(), Duration::from_secs(5));
+    let r = cluster
+        .forget_power_action(&name, &guard.uid, PowerAction::Off)
+        .await;
+    assert!(matches!(r, Err(ClusterError::Abandoned(_))), "{r:?}");
+    assert!(recorded(&node.get().await), "taken back by a standby");
+
+    // Renewed: the same writer takes it back.
+    standing.write().unwrap().writable_until =
+        Some(tokio::time::Instant::now() + Duration::from_secs(60));
+    cluster
+        .forget_power_action(&name, &guard.uid, PowerAction::Off)
+        .await
+        .expect("resumed: the record is taken back");
+    assert!(!recorded(&node.get().await));
+    node.delete().await;
+}
+
+/// The record of the fence of Node `uid` in the guards' ConfigMap `name`, once it is a record
+/// that holds it.
+async fn record_holding(cms: &Api<ConfigMap>, name: &str, uid: &str) -> Option<GuardRecord> {
+    let cm = cms.get_opt(name).await.ok()??;
+    let text = cm.data?.get(&format!("{DATACENTER}.json"))?.clone();
+    let record: GuardRecord = serde_json::from_str(&text).ok()?;
+    record.fences.iter().any(|f| f.uid == uid).then_some(record)
+}
+
+/// The guards' record fails closed: one that is not a record (a hand edit, a truncated
+/// write) is written again at the start from what the daemon knows (here a fence of its own
+/// on a Node), and one deleted while the daemon runs is written again within a read-back;
+/// each counted by cause.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_or_deleted_guards_record_is_written_again() {
+    let s = Scenario::redfish("recordrepair", 1).await;
+    let a = s.node("a", 0).await;
+    a.die("boot-1").await;
+    let me = Cluster::new(s.client.clone(), DATACENTER);
+    let guard = support::k8s::fence_guard_for(&s.client, &a.get().await).await;
+    me.apply_fence_taint(&a.name, &guard, "test")
+        .await
+        .expect("fenced");
+    let uid = a.get().await.uid().unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(s.client.clone(), "default");
+    let cm_name = s.guard_record()["default/".len()..].to_string();
+    let corrupt: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": cm_name},
+        "data": {format!("{DATACENTER}.json"): "{\"fences\": [{\"at\": \"yester"},
+    }))
+    .unwrap();
+    cms.create(&PostParams::default(), &corrupt).await.unwrap();
+    let daemon = s.daemon().await;
+    wait_for("the corrupt record written again", DECISION, || {
+        record_holding(&cms, &cm_name, &uid)
+    })
+    .await;
+    let repairs = |cause: &str| format!("oobfence_guard_record_repairs_total{{cause=\"{cause}\"}}");
+    let m = daemon.metrics().await;
+    assert_eq!(sample(&m, &repairs("corrupt")), Some(1.0), "{m}");
+    assert_eq!(sample(&m, &repairs("missing")), Some(0.0), "{m}");
+
+    cms.delete(&cm_name, &Default::default()).await.unwrap();
+    wait_for("the deleted record written again", DECISION, || {
+        record_holding(&cms, &cm_name, &uid)
+    })
+    .await;
+    let m = daemon.metrics().await;
+    assert_eq!(sample(&m, &repairs("missing")), Some(1.0), "{m}");
+    assert_eq!(sample(&m, "oobfence_guard_record_ok"), Some(1.0), "{m}");
+    daemon.stop().await;
+    a.delete().await;
+    let _ = cms.delete(&cm_name, &Default::default()).await;
+}
+
+/// The power budget outlives the process that spent it: with `max_per_hour = 1` and two hung
+/// nodes, the first daemon powers one machine off and fences it by deleting its Node (which
+/// takes the Node's power record with it), and is killed; a daemon started on another host
+/// (none of the first one's journal) still holds the other node's power-off (`power-budget`),
+/// from the guards' record alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_power_budget_spent_by_a_predecessor_holds_the_next_power_off() {
+    let s = Scenario::redfish("powerkept", 2).await;
+    s.set_guards("max_unhealthy = \"100%\"\n");
+    s.set_policy(&format!(
+        "{}action = \"delete-node\"\n\n[actuation]\nenabled = true\nafter = \"2m\"\npower_on = false\nmax_per_hour = 1\n",
+        s.policy_lines()
+    ));
+    let emu = s.redfish_emulator();
+    let mut nodes = Vec::new();
+    for (i, suffix) in ["a", "b"].into_iter().enumerate() {
+        s.map_with(suffix, i, "actuate = true");
+        nodes.push(
+            s.node_reporting(suffix, FIRST_BOOT, s.identity(i).await)
+                .await,
+        );
+    }
+    let first = run_process(&s, "first", "").await;
+    support::k8s::hang_under_watch(&first.listen, &nodes.iter().collect::<Vec<_>>(), FIRST_BOOT)
+        .await;
+    // After `after` of silence one machine is powered off; the budget holds the other.
+    let off = wait_for(
+        "one machine powered off",
+        Duration::from_secs(240),
+        || async {
+            for i in 0..2 {
+                if emu.power(i).await == "Off" {
+                    return Some(i);
+                }
+            }
+            None
+        },
+    )
+    .await;
+    let (gone, held) = (&nodes[off], &nodes[1 - off]);
+    wait_for(
+        "the powered-off node deleted by its fence",
+        DECISION,
+        || async { gone.try_get().await.is_none().then_some(()) },
+    )
+    .await;
+    drop(first); // SIGKILL
+
+    std::fs::remove_file(s.journal()).expect("the first daemon's journal");
+    let second = run_process(&s, "second", "").await;
+    let report = second
+        .wait_report(&held.name, "the power budget held", DECISION, |r| {
+            r["holds"]
+                .to_string()
+                .contains("power-budget (power actions)")
+        })
+        .await;
+    assert!(
+        report["holds"].to_string().contains("max_per_hour = 1"),
+        "{report}"
+    );
+    assert_eq!(emu.power(1 - off).await, "On", "{report}");
+    drop(second);
+    held.delete().await;
     let _ = Api::<ConfigMap>::namespaced(s.client.clone(), "default")
         .delete(&s.guard_record()["default/".len()..], &Default::default())
         .await;

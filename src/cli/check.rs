@@ -146,8 +146,9 @@ async fn check_config_into(say: &mut Say, path: &Path, probe: bool) -> Result<Ex
         async move {
             let name = n.name_any();
             let provider_id = n.spec.as_ref().and_then(|s| s.provider_id.as_deref());
-            match sources.for_node(&name, provider_id) {
-                None => Row {
+            let mappings = cfg.mappings_for(&name);
+            if mappings.is_empty() {
+                return vec![Row {
                     node: name,
                     backend: "-".into(),
                     address: "-".into(),
@@ -155,15 +156,26 @@ async fn check_config_into(say: &mut Say, path: &Path, probe: bool) -> Result<Ex
                     identity: "-".into(),
                     ok: true,
                     actions: None,
-                },
-                Some(MappedSource { source, deadline }) => {
+                    level: None,
+                }];
+            }
+            // A node of several sources, or of a level above 1, shows each row's level.
+            let shown_levels = mappings.len() > 1 || mappings.iter().any(|m| m.level() > 1);
+            let mut rows = Vec::new();
+            for m in mappings {
+                let node = name.clone();
+                let Some(MappedSource { source, deadline }) =
+                    sources.for_mapping(m, &name, provider_id)
+                else {
+                    continue;
+                };
+                rows.push({
                     let r = daemon::read_once(&source, deadline).await;
                     let mut node_identity = crate::cluster::node_identity(&NodeView::from(&n));
                     node_identity.uuid_shared_with =
                         shared_uuids.get(&name).cloned().unwrap_or_default();
                     let verdict = crate::identity::verify(&node_identity, &r.identity);
-                    let checked = cfg.mapping_for(&name).map(|m| m.identity())
-                        != Some(crate::identity::IdentityCheck::Unchecked);
+                    let checked = m.identity() != crate::identity::IdentityCheck::Unchecked;
                     let conflict = conflicts.get(&name);
                     let identity_ok = conflict.is_none()
                         && match &verdict {
@@ -185,10 +197,7 @@ async fn check_config_into(say: &mut Say, path: &Path, probe: bool) -> Result<Ex
                     let backend = backend_column(source.as_ref(), &r.details).await;
                     // Opt-in actuation: what the source says it can do, where both opt-ins
                     // are given (it costs a read of its own).
-                    let acts = cfg.actuation.is_some()
-                        && cfg
-                            .mapping_for(&name)
-                            .is_some_and(|m| m.actuation_refused().is_none());
+                    let acts = cfg.actuation.is_some() && m.actuation_refused().is_none();
                     let actions = match acts {
                         true => {
                             let a = source.action_support().await;
@@ -205,7 +214,8 @@ async fn check_config_into(say: &mut Say, path: &Path, probe: bool) -> Result<Ex
                         false => None,
                     };
                     Row {
-                        node: name,
+                        node,
+                        level: shown_levels.then_some(m.level()),
                         backend,
                         address: source.address(),
                         state: format!(
@@ -218,17 +228,21 @@ async fn check_config_into(say: &mut Say, path: &Path, probe: bool) -> Result<Ex
                             && identity_ok,
                         actions,
                     }
-                }
+                });
             }
+            rows
         }
     }))
     .buffered(cfg.max_concurrent_reads)
-    .collect()
-    .await;
+    .collect::<Vec<Vec<Row>>>()
+    .await
+    .into_iter()
+    .flatten()
+    .collect();
     sources.close_sessions().await;
     let w = |f: fn(&Row) -> usize, min: usize| rows.iter().map(f).max().unwrap_or(0).max(min);
     let (w0, w1, w2, w3) = (
-        w(|r| r.node.len(), 4),
+        w(|r| shown(r).len(), 4),
         w(|r| r.backend.len(), 7),
         w(|r| r.address.len(), 7),
         w(|r| r.state.len(), 5),
@@ -241,13 +255,17 @@ async fn check_config_into(say: &mut Say, path: &Path, probe: bool) -> Result<Ex
         say.push(
             "nodes",
             serde_json::json!({
-                "node": r.node, "backend": r.backend, "address": r.address,
+                "node": r.node, "level": r.level, "backend": r.backend, "address": r.address,
                 "state": r.state, "identity": r.identity, "ok": r.ok, "actuation": r.actions,
             }),
         );
         say.out(format!(
             "{:w0$}  {:w1$}  {:w2$}  {:w3$}  {}",
-            r.node, r.backend, r.address, r.state, r.identity
+            shown(r),
+            r.backend,
+            r.address,
+            r.state,
+            r.identity
         ));
     }
     for r in rows.iter().filter(|r| r.actions.is_some()) {
@@ -397,6 +415,15 @@ async fn backend_column(
 }
 
 /// One line of `check-config --probe`.
+/// How the table names a row's node: with its level, where the node has several or one
+/// above 1.
+fn shown(r: &Row) -> String {
+    match r.level {
+        Some(l) => format!("{} (level {l})", r.node),
+        None => r.node.clone(),
+    }
+}
+
 struct Row {
     node: String,
     backend: String,
@@ -406,6 +433,8 @@ struct Row {
     ok: bool,
     /// With opt-in actuation, whether its source says it can power the machine off and on.
     actions: Option<String>,
+    /// The source's fencing level, where the node has several or one above 1.
+    level: Option<u32>,
 }
 
 pub(super) async fn probe(path: &Path, node: &str, json: bool) -> Result<ExitCode, ExitCode> {

@@ -85,7 +85,8 @@ pub(super) async fn pause(path: &Path, reason: Option<&str>) -> Result<ExitCode,
     }
 }
 
-fn operator() -> String {
+/// Who runs the command: the login name behind `sudo`, then the user.
+pub(super) fn operator() -> String {
     std::env::var("SUDO_USER")
         .or_else(|_| std::env::var("USER"))
         .unwrap_or_else(|_| "unknown".into())

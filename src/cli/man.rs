@@ -113,7 +113,8 @@ const ENVIRONMENT: &[(&str, &str)] = &[
     ),
     (
         "SUDO_USER",
-        "With USER: who paused, recorded with the pause (pause).",
+        "With USER: who paused, recorded with the pause (pause), and who confirmed a node off \
+         (confirm-off, unless --by names them).",
     ),
     (
         "MALLOC_ARENA_MAX",
@@ -244,6 +245,21 @@ fn examples(command: &str) -> &'static [(&'static str, &'static str)] {
             "Let the daemon write again:",
             "oobfence resume --config /etc/oobfence/dc1.toml",
         )],
+        "confirm-off" => &[
+            (
+                "Rack 12's PDU breaker tripped and took node rack12-n3 and its BMC dark; you looked:",
+                "oobfence confirm-off rack12-n3 --config /etc/oobfence/dc1.toml \\\n\
+                 \x20   --reason \"rack 12 PDU breaker tripped, machine dark, checked on site\"\n\
+                 oobfence why --config /etc/oobfence/dc1.toml rack12-n3",
+            ),
+            (
+                "The same with kubectl (the API server's audit log names who wrote it):",
+                "kubectl annotate node rack12-n3 oobfence.io/confirmed-off=\"$(printf \\\n\
+                 \x20   '{\"bootID\":\"%s\",\"reason\":\"rack 12 PDU breaker tripped\"}' \\\n\
+                 \x20   \"$(kubectl get node rack12-n3 -o jsonpath='{.status.nodeInfo.bootID}')\")\"",
+            ),
+            ("Withdraw it:", "oobfence confirm-off rack12-n3 --withdraw"),
+        ],
         "make-kubeconfig" => &[(
             "A year's token for the ServiceAccount of deploy/rbac.yaml, installed for dc1:",
             "oobfence make-kubeconfig --kubeconfig admin.conf --duration 8760h --output dc1.kubeconfig\n\

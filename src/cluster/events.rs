@@ -31,6 +31,11 @@ pub mod reasons {
     pub const OFF_WHILE_ALIVE: &str = "OobfencePowerSourceOffWhileAlive";
     pub const GONE_WHILE_ALIVE: &str = "OobfencePowerSourceGoneWhileAlive";
     pub const DUPLICATE_SYSTEM_UUID: &str = "OobfenceDuplicateSystemUUID";
+    /// A person's `oobfence.io/confirmed-off` annotation that is not one (never acted on).
+    pub const CONFIRMATION_INVALID: &str = "OobfenceConfirmationInvalid";
+    /// A fence on a person's confirmation, no power source being able to answer: the Event
+    /// names who confirmed, why, and the boot.
+    pub const FENCED_ON_CONFIRMATION: &str = "OobfenceFencedOnConfirmation";
 }
 
 impl Cluster {

@@ -19,6 +19,16 @@ use super::{CALL_TIMEOUT, ClusterError, bounded, bounded_by};
 use crate::config::ConfigMapRef;
 use crate::decision::holds::record::GuardRecord;
 
+/// What a datacenter's place in the ConfigMap holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StoredRecord {
+    /// No ConfigMap, or no key for the datacenter: never written, or deleted.
+    Missing,
+    Record(GuardRecord),
+    /// Text that is no guard record (a hand edit, a truncated write): why, for the log.
+    Corrupt(String),
+}
+
 /// Where one datacenter's guard record is kept.
 #[derive(Clone)]
 pub struct GuardStore {
@@ -51,19 +61,21 @@ impl GuardStore {
         format!("ConfigMap {} key {}", self.at, self.key)
     }
 
-    /// The datacenter's record; `None` when there is none yet (no ConfigMap, no key).
-    pub async fn read(&self) -> Result<Option<GuardRecord>, ClusterError> {
+    /// What the datacenter's place holds; `Err` only when the API gives no answer to tell
+    /// (a failed call: the record may hold anything).
+    pub async fn read(&self) -> Result<StoredRecord, ClusterError> {
         let Some(cm) = bounded(self.api.get_opt(&self.at.name)).await? else {
-            return Ok(None);
+            return Ok(StoredRecord::Missing);
         };
         let Some(text) = cm.data.as_ref().and_then(|d| d.get(&self.key)) else {
-            return Ok(None);
+            return Ok(StoredRecord::Missing);
         };
-        serde_json::from_str(text).map(Some).map_err(|e| {
-            ClusterError::Precondition(format!(
+        Ok(match serde_json::from_str(text) {
+            Ok(record) => StoredRecord::Record(record),
+            Err(e) => StoredRecord::Corrupt(format!(
                 "{} does not hold a guard record oobfence can read: {e}",
                 self.describe()
-            ))
+            )),
         })
     }
 

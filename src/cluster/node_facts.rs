@@ -119,6 +119,8 @@ pub fn readiness(node: &NodeView) -> Readiness {
 pub struct LeaseTimes {
     pub renewed: Option<Timestamp>,
     pub duration: Option<std::time::Duration>,
+    /// A fingerprint of its `resourceVersion`: what moves on every write of the Lease.
+    pub version: u64,
 }
 
 impl LeaseTimes {
@@ -126,8 +128,18 @@ impl LeaseTimes {
         LeaseTimes {
             renewed: lease_renewed(lease),
             duration: lease_duration(lease),
+            version: lease_version(lease),
         }
     }
+}
+
+/// A fingerprint of the Lease's `resourceVersion` (an opaque string the API server changes on
+/// every write), kept as a number so that [`LeaseTimes`] stays small and `Copy`.
+pub fn lease_version(lease: &Lease) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::hash::DefaultHasher::new();
+    lease.metadata.resource_version.hash(&mut h);
+    h.finish()
 }
 
 pub fn lease_renewed(lease: &Lease) -> Option<Timestamp> {
@@ -172,14 +184,17 @@ pub fn node_facts(node: &NodeView, lease: Option<LeaseTimes>, me: &str) -> NodeF
         lease_renewal_seen: None,
         lease_first_sight: false,
         lease_renew_time: lease.and_then(|l| l.renewed),
+        lease_version: lease.map(|l| l.version),
         lease_duration: lease.and_then(|l| l.duration),
         ready_heartbeat: ready_heartbeat(node),
         heartbeat_seen: None,
+        ready_seen: None,
         boot_id: boot_id(node),
         being_deleted: node.being_deleted,
         fence,
         foreign_out_of_service,
         opted_out: opted_out(node),
+        maintenance: maintenance(node),
         not_ready_seen: Vec::new(),
         other_remediator: other_remediator(node),
         has_power_source: false,
@@ -190,11 +205,25 @@ pub fn node_facts(node: &NodeView, lease: Option<LeaseTimes>, me: &str) -> NodeF
         off_witness: None,
         identity_binding: None,
         holds: Default::default(),
+        // When it was first seen is the daemon's to say ([`confirmation_note`]).
+        confirmation: None,
         actuation: crate::decision::actuation::ActuationFacts {
             source_refuses: None,
             record: power_record(node, me),
         },
     }
+}
+
+/// A person's confirmation that the machine is off, as the Node's annotation gives it: `None`
+/// without one, an error naming what is wrong with a malformed one.
+#[allow(dead_code)] // the daemon's reading of it lands on its own branch
+pub fn confirmation_note(
+    node: &NodeView,
+) -> Option<Result<crate::decision::confirmation::ConfirmationNote, String>> {
+    use crate::decision::confirmation::{ANNOTATION, ConfirmationNote};
+    node.annotations
+        .get(ANNOTATION)
+        .map(|v| ConfirmationNote::parse(v))
 }
 
 /// Annotate a Node `oobfence.io/exclude=true` to keep oobfence from ever fencing it.
@@ -214,6 +243,39 @@ pub fn opted_out(node: &NodeView) -> Option<String> {
         return Some(format!("label {LABEL_MEDIK8S_EXCLUDE}=true"));
     }
     None
+}
+
+/// Taints that mark a node under maintenance:
+/// - `medik8s.io/drain`: the medik8s node-maintenance-operator's NoSchedule taint while a
+///   NodeMaintenance is in effect (it cordons the node too);
+/// - `kubevirt.io/drain`: the same operator's taint in its KubeVirt-era releases.
+const MAINTENANCE_TAINT_KEYS: [&str; 2] = ["medik8s.io/drain", "kubevirt.io/drain"];
+
+/// Why the node is under maintenance, if it is: cordoned (`spec.unschedulable`), a
+/// NodeMaintenance taint, or a `MaintenanceInProgress` condition. A kubelet stopped for
+/// maintenance (a BIOS flash, a drained node) is silent on purpose: its machine is never
+/// powered off by oobfence. This never blocks a fence of a machine proven off.
+pub fn maintenance(node: &NodeView) -> Option<String> {
+    if let Some(t) = node
+        .taints
+        .iter()
+        .find(|t| MAINTENANCE_TAINT_KEYS.contains(&t.key.as_str()))
+    {
+        return Some(format!("taint {}:{} (NodeMaintenance)", t.key, t.effect));
+    }
+    if let Some(reason) = &node.maintenance_condition {
+        return Some(format!(
+            "condition {}=True{}",
+            super::node_view::CONDITION_MAINTENANCE,
+            if reason.is_empty() {
+                String::new()
+            } else {
+                format!(" ({reason})")
+            }
+        ));
+    }
+    node.unschedulable
+        .then(|| "cordoned (spec.unschedulable = true)".to_string())
 }
 
 /// Taint keys other remediators put on a node they are remediating:

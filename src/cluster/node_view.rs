@@ -8,6 +8,10 @@ use k8s_openapi::api::core::v1::{Node, Taint};
 
 use super::ANNOTATION_CAPI_MACHINE;
 
+/// The Node condition that declares maintenance under way, where node lifecycle tooling sets
+/// one.
+pub const CONDITION_MAINTENANCE: &str = "MaintenanceInProgress";
+
 /// A Node, as far as oobfence reads it.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct NodeView {
@@ -26,6 +30,9 @@ pub struct NodeView {
     pub taints: Vec<Taint>,
     /// The Ready condition, if the Node has one.
     pub ready: Option<ReadyCondition>,
+    /// A `MaintenanceInProgress` condition whose status is "True" (node lifecycle tooling that
+    /// declares maintenance on the Node), with its reason.
+    pub maintenance_condition: Option<String>,
     /// `status.nodeInfo.bootID` and `systemUUID`.
     pub boot_id: String,
     pub system_uuid: String,
@@ -100,9 +107,12 @@ impl From<Node> for NodeView {
             .map(|a| a.address)
             .collect();
         addresses.shrink_to_fit();
-        let ready = status
-            .conditions
-            .unwrap_or_default()
+        let conditions = status.conditions.unwrap_or_default();
+        let maintenance_condition = conditions
+            .iter()
+            .find(|c| c.type_ == CONDITION_MAINTENANCE && c.status == "True")
+            .map(|c| c.reason.clone().unwrap_or_default());
+        let ready = conditions
             .into_iter()
             .find(|c| c.type_ == "Ready")
             .map(|c| ReadyCondition {
@@ -121,6 +131,7 @@ impl From<Node> for NodeView {
             unschedulable: spec.unschedulable.unwrap_or(false),
             taints: spec.taints.unwrap_or_default(),
             ready,
+            maintenance_condition,
             boot_id: info.boot_id,
             system_uuid: info.system_uuid,
             addresses,

@@ -121,8 +121,10 @@ impl Cluster {
     }
 
     /// Deletes `pods` (grace period 0, uid precondition) on behalf of node `node_uid`. Before
-    /// each delete the write holds and, with `[ha]`, this instance's standing are checked
-    /// again: once one holds, the rest are left to the pod garbage collector.
+    /// each batch the pause ConfigMap is read afresh (the daemon's holds are a pass old), and
+    /// before each delete the write holds and, with `[ha]`, this instance's standing are checked
+    /// again: once one holds, or the switch cannot be read, the rest are left to the pod
+    /// garbage collector.
     pub async fn force_delete_pods(
         &self,
         node_uid: &str,
@@ -130,6 +132,11 @@ impl Cluster {
     ) -> Result<PodRelease, ClusterError> {
         let mut outcomes: Vec<(String, Result<bool, String>)> = Vec::with_capacity(pods.len());
         for chunk in pods.chunks(CONCURRENT_DELETES) {
+            if let Err(e) = self.may_send(node_uid).await {
+                let why = e.to_string();
+                outcomes.extend(chunk.iter().map(|p| (label(p), Err(why.clone()))));
+                continue;
+            }
             let deletes = chunk.iter().map(|p| self.force_delete_checked(node_uid, p));
             outcomes.extend(futures::future::join_all(deletes).await);
         }
@@ -155,11 +162,7 @@ impl Cluster {
             Err(e) => Err(e.to_string()),
             Ok(()) => self.force_delete_pod(p).await.map_err(|e| e.to_string()),
         };
-        let label = match p.terminating {
-            true => format!("{p} (was Terminating)"),
-            false => p.to_string(),
-        };
-        (label, result)
+        (label(p), result)
     }
 
     /// `true`: deleted; `false`: gone already, or another object under its name now.
@@ -180,5 +183,13 @@ impl Cluster {
             }
             Err(e) => Err(e),
         }
+    }
+}
+
+/// A pod as a release names it.
+fn label(p: &BoundPod) -> String {
+    match p.terminating {
+        true => format!("{p} (was Terminating)"),
+        false => p.to_string(),
     }
 }

@@ -5,6 +5,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use futures::future::BoxFuture;
 use jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::{Patch, PatchParams};
@@ -16,7 +17,7 @@ use super::{
     ANNOTATION_POWERED_ON_AT, Cluster, ClusterError, NodeView, bounded_by,
 };
 use crate::decision::WriteGuard;
-use crate::power::PowerAction;
+use crate::power::{PowerAction, Reply};
 
 impl Cluster {
     /// Records `action` on the Node, after re-checking `guard` on a fresh read. Returns when.
@@ -33,7 +34,7 @@ impl Cluster {
             self.recheck(&node, guard).await?;
             let view = NodeView::from(&node);
             let record = power_record(&view, &self.actor);
-            let now = Timestamp::now();
+            let now = crate::clock::now();
             let annotations = match action {
                 PowerAction::Off => {
                     if record
@@ -82,8 +83,36 @@ impl Cluster {
         .await
     }
 
+    /// The check a power source runs right before its command, on its own read: `machine`
+    /// (the node's machine, in the state the action expects), then the pause ConfigMap read
+    /// now (bounded; one that cannot be read refuses), the write holds as they stand now and,
+    /// last, with `[ha]` this instance's leadership. The holds the daemon passes are a pass
+    /// old: an operator's pause set since must still stop the command.
+    pub fn command_check<M>(
+        &self,
+        uid: &str,
+        machine: M,
+    ) -> impl Fn(&Reply) -> BoxFuture<'static, Result<(), String>> + Send + Sync + use<M>
+    where
+        M: Fn(&Reply) -> Result<(), String> + Send + Sync,
+    {
+        let (cluster, uid) = (self.clone(), uid.to_string());
+        move |reply: &Reply| {
+            let machine = machine(reply);
+            let (cluster, uid) = (cluster.clone(), uid.clone());
+            Box::pin(async move {
+                machine?;
+                cluster
+                    .may_send(&uid)
+                    .await
+                    .map_err(|e| format!("not sent: {e}"))
+            })
+        }
+    }
+
     /// Takes back the record of `action` that was never sent (its source refused or failed),
-    /// so that the next decision may send it again, after its backoff.
+    /// so that the next decision may send it again, after its backoff. Not while a hold is on
+    /// writes or, with `[ha]`, past this instance's deadline.
     pub async fn forget_power_action(
         &self,
         name: &str,
@@ -110,6 +139,9 @@ impl Cluster {
                     "annotations": annotations,
                 }
             });
+            // A write like any other: the holds and leadership as they stand after the read.
+            // Left in place, the record only keeps this boot from a second power-off.
+            self.may_still_write_now(uid)?;
             bounded_by(
                 self.write_timeout,
                 self.nodes()

@@ -17,22 +17,25 @@ use serde_json::{Value, json};
 
 use super::NodeView;
 use super::events::{EventType, reasons};
+use super::fenced_on::FencedOn;
 use super::node_facts::{
-    boot_id, fence_record, is_out_of_service, lease_renewed, readiness, ready_heartbeat,
+    boot_id, fence_record, is_out_of_service, lease_renewed, power_record, readiness,
+    ready_heartbeat,
 };
 use super::{
     ANNOTATION_ACTION, ANNOTATION_FENCED_AT, ANNOTATION_FENCED_BOOT_ID, ANNOTATION_FENCED_BY,
-    ANNOTATION_REASON, CONFLICT_ATTEMPTS, Cluster, ClusterError, FenceWrite, NODE_LEASE_NAMESPACE,
-    OUT_OF_SERVICE_EFFECT, OUT_OF_SERVICE_KEY, OUT_OF_SERVICE_VALUE, RecordedAttachment, bounded,
-    bounded_by,
+    ANNOTATION_FENCED_ON, ANNOTATION_REASON, CONFLICT_ATTEMPTS, Cluster, ClusterError, FenceWrite,
+    NODE_LEASE_NAMESPACE, OUT_OF_SERVICE_EFFECT, OUT_OF_SERVICE_KEY, OUT_OF_SERVICE_VALUE,
+    RecordedAttachment, bounded, bounded_by,
 };
+use crate::decision::confirmation::{self, ConfirmationNote};
 use crate::decision::{self, FenceAction, FreshNode, Holds, WriteGuard};
 
 impl Cluster {
     /// The last check before a write that came after other calls: the write holds (pause,
     /// stale view, standby) as they stand now, and with `[ha]` this instance's own deadline
     /// ([`crate::leader::Leadership::may_write`]), read last and here whatever the holds say.
-    async fn may_still_write(&self, uid: &str) -> Result<(), ClusterError> {
+    pub(super) async fn may_still_write(&self, uid: &str) -> Result<(), ClusterError> {
         if let Some(h) = self.holds_at_write(uid).await?.write {
             return Err(ClusterError::Abandoned(h.reason));
         }
@@ -49,11 +52,22 @@ impl Cluster {
         self.still_leading()
     }
 
-    /// Whether a power command for `uid` may still be sent now: no hold on writes, and with
-    /// `[ha]` this instance still leading by its own deadline. Checked after the source's own
-    /// read, right before the command.
-    pub fn may_send_now(&self, uid: &str) -> Result<(), ClusterError> {
-        self.may_still_write_now(uid)
+    /// Whether a power command for `uid` may be sent now: the pause ConfigMap read afresh, no
+    /// hold on writes, and with `[ha]` this instance still leading by its own deadline.
+    /// A switch that cannot be read holds the command, saying which.
+    pub async fn may_send(&self, uid: &str) -> Result<(), ClusterError> {
+        self.may_still_write(uid).await.map_err(|e| match e {
+            ClusterError::Abandoned(_) => e,
+            unread => {
+                let cm = self
+                    .pause_configmap
+                    .as_ref()
+                    .map_or_else(|| "the pause ConfigMap".to_string(), |cm| format!("the pause ConfigMap {cm}"));
+                ClusterError::Abandoned(format!(
+                    "{cm} cannot be read right before it ({unread}): nothing is sent on a switch nobody could read"
+                ))
+            }
+        })
     }
 
     /// With `[ha]`, whether this instance may still write by its own deadline.
@@ -148,7 +162,8 @@ impl Cluster {
             fence: fence_record(&view, &self.actor),
         };
         let holds = self.holds_at_write(&fresh.uid).await?;
-        decision::recheck(guard, &fresh, &holds, Timestamp::now()).map_err(ClusterError::Abandoned)
+        decision::recheck(guard, &fresh, &holds, crate::clock::now())
+            .map_err(ClusterError::Abandoned)
     }
 
     /// Retries `op` on 409 Conflict, a few times with jittered backoff; other errors return.
@@ -177,6 +192,19 @@ impl Cluster {
         guard: &WriteGuard,
         reason: &str,
     ) -> Result<FenceWrite, ClusterError> {
+        self.apply_fence_taint_on(name, guard, reason, FencedOn::Power)
+            .await
+    }
+
+    /// [`Self::apply_fence_taint`], resting on `on`: a person's confirmation is checked on the
+    /// fresh read too, and the Node records what the fence rests on.
+    pub async fn apply_fence_taint_on(
+        &self,
+        name: &str,
+        guard: &WriteGuard,
+        reason: &str,
+        on: FencedOn<'_>,
+    ) -> Result<FenceWrite, ClusterError> {
         let attempts = AtomicUsize::new(0);
         self.on_conflict_retry(|| async {
             let attempt = attempts.fetch_add(1, Ordering::Relaxed) + 1;
@@ -197,10 +225,11 @@ impl Cluster {
                     "node {name} already has an out-of-service taint; not adding another"
                 )));
             }
+            on.still_stands(&node)?;
             self.recheck(&node, guard).await?;
-            let now = Timestamp::now();
+            let now = crate::clock::now();
             let boot = boot_id(&NodeView::from(&node));
-            let patch = fence_taint_patch(&node, now, &self.signature(), reason);
+            let patch = fence_taint_patch(&node, now, &self.signature(), reason, on);
             bounded_by(
                 self.write_timeout,
                 self.nodes()
@@ -229,7 +258,8 @@ impl Cluster {
         self.remove_record(name, &guard.uid, Some(guard)).await
     }
 
-    /// Drops this daemon's annotations (its taint is already gone).
+    /// Drops this daemon's fence record (its taint is already gone); the record of a power-off
+    /// of the boot the node still reports stays.
     pub async fn clear_fence_record(&self, name: &str, uid: &str) -> Result<(), ClusterError> {
         self.remove_record(name, uid, None).await
     }
@@ -265,16 +295,42 @@ impl Cluster {
                     }
                 }
             }
-            // The power record goes with the fence record: the next boot starts afresh.
+            // The power record goes with the fence record only once the node reports another
+            // boot: a person's untaint leaves the machine's boot as it was, and the record is
+            // what keeps that boot from a second power-off when it reads On again.
+            let view = NodeView::from(&node);
+            let other_boot = power_record(&view, &self.actor)
+                .is_none_or(|r| r.boot_id != boot_id(&view));
+            let power: &[&str] = if other_boot {
+                &super::POWER_ANNOTATIONS
+            } else {
+                &[]
+            };
+            // A person's confirmation is spent with the fence: by a person's untaint, and by
+            // an unfence on a new boot (one it does not name; it never counts there anyway).
+            let spent = view
+                .annotations
+                .get(confirmation::ANNOTATION)
+                .is_some_and(|v| {
+                    untaint.is_none()
+                        || ConfirmationNote::parse(v).is_ok_and(|n| n.boot_id != boot_id(&view))
+                });
+            let confirmed: &[&str] = if spent {
+                &[confirmation::ANNOTATION]
+            } else {
+                &[]
+            };
             let annotations: serde_json::Map<String, serde_json::Value> = [
                 ANNOTATION_FENCED_AT,
                 ANNOTATION_FENCED_BOOT_ID,
                 ANNOTATION_ACTION,
                 ANNOTATION_FENCED_BY,
                 ANNOTATION_REASON,
+                ANNOTATION_FENCED_ON,
             ]
             .iter()
-            .chain(super::POWER_ANNOTATIONS.iter())
+            .chain(power)
+            .chain(confirmed)
             .map(|k| (k.to_string(), serde_json::Value::Null))
             .collect();
             let mut patch = json!({
@@ -312,11 +368,23 @@ impl Cluster {
         name: &str,
         guard: &WriteGuard,
     ) -> Result<FenceWrite, ClusterError> {
+        self.delete_node_on(name, guard, FencedOn::Power).await
+    }
+
+    /// [`Self::delete_node`], resting on `on` (a person's confirmation is checked on the fresh
+    /// read too).
+    pub async fn delete_node_on(
+        &self,
+        name: &str,
+        guard: &WriteGuard,
+        on: FencedOn<'_>,
+    ) -> Result<FenceWrite, ClusterError> {
         let uid = guard.uid.as_str();
         let attempts = AtomicUsize::new(0);
         self.on_conflict_retry(|| async {
             let attempt = attempts.fetch_add(1, Ordering::Relaxed) + 1;
             let node = self.fresh_node(name, uid).await?;
+            on.still_stands(&node)?;
             self.recheck(&node, guard).await?;
             let backup = json!({
                 "labels": node.metadata.labels.clone().unwrap_or_default(),
@@ -343,7 +411,7 @@ impl Cluster {
             bounded_by(self.write_timeout, self.nodes().delete(name, &dp)).await?;
             Ok(FenceWrite {
                 boot_id: boot_id(&NodeView::from(&node)),
-                at: Timestamp::now(),
+                at: crate::clock::now(),
                 backup: Some(backup),
                 attempts: attempt,
             })
@@ -421,7 +489,13 @@ impl Cluster {
 /// The taints of a Node as read afresh: the whole list, which a write replaces.
 /// The fence: every taint the node has plus the out-of-service one, oobfence's annotations,
 /// and the node's resourceVersion as the precondition (the list is atomic: see the header).
-fn fence_taint_patch(node: &Node, now: Timestamp, signature: &str, reason: &str) -> Value {
+fn fence_taint_patch(
+    node: &Node,
+    now: Timestamp,
+    signature: &str,
+    reason: &str,
+    on: FencedOn<'_>,
+) -> Value {
     let mut list: Vec<Taint> = taints(node).to_vec();
     list.push(Taint {
         key: OUT_OF_SERVICE_KEY.into(),
@@ -438,6 +512,7 @@ fn fence_taint_patch(node: &Node, now: Timestamp, signature: &str, reason: &str)
                 ANNOTATION_ACTION: FenceAction::Taint.to_string(),
                 ANNOTATION_FENCED_BY: signature,
                 ANNOTATION_REASON: reason,
+                ANNOTATION_FENCED_ON: on.label(),
             }
         },
         "spec": { "taints": list }
@@ -464,9 +539,10 @@ impl Cluster {
                 }
                 let patch = fence_taint_patch(
                     &node,
-                    Timestamp::now(),
+                    crate::clock::now(),
                     &self.signature(),
                     "oobfence drill: a server-side dry run, nothing stored",
+                    FencedOn::Power,
                 );
                 let params = PatchParams {
                     dry_run: true,

@@ -28,6 +28,8 @@ pub(super) struct RawActuation {
     enabled: bool,
     #[serde(with = "humantime_serde")]
     after: Duration,
+    #[serde(with = "humantime_serde")]
+    max_silence: Duration,
     power_on: bool,
     max_per_hour: u32,
 }
@@ -38,6 +40,7 @@ impl Default for RawActuation {
         RawActuation {
             enabled: false,
             after: p.after,
+            max_silence: p.max_silence,
             power_on: p.power_on,
             max_per_hour: 3,
         }
@@ -72,6 +75,16 @@ impl RawActuation {
                 ),
             ));
         }
+        if self.max_silence < self.after * 2 {
+            return Err(err(
+                "max_silence",
+                format!(
+                    "{} is shorter than twice after ({}): a hung node must have time to be powered off between the two (holds, a busy failure domain); max_silence only keeps abandoned nodes from being powered off",
+                    humantime::format_duration(self.max_silence),
+                    humantime::format_duration(self.after * 2)
+                ),
+            ));
+        }
         if self.max_per_hour == 0 {
             return Err(err(
                 "max_per_hour",
@@ -81,6 +94,7 @@ impl RawActuation {
         Ok(Some(ActuationConfig {
             policy: ActuationPolicy {
                 after: self.after,
+                max_silence: self.max_silence,
                 power_on: self.power_on,
             },
             max_per_hour: self.max_per_hour,

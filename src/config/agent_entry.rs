@@ -4,7 +4,8 @@
 use std::path::Path;
 
 use super::bmc::{BmcEntry, BmcTls, Protocol, RawBmc};
-use super::{ConfigError, IdentityCheck, Secrets, fence_agent};
+use super::fence_agent::{self, known};
+use super::{ConfigError, IdentityCheck, Secrets};
 use crate::secret::{self, Secret};
 
 impl RawBmc {
@@ -54,6 +55,7 @@ impl RawBmc {
         for (key, set) in [
             ("address", self.address.is_some()),
             ("system", self.system.is_some()),
+            ("outlet", self.outlet.is_some()),
             ("ca_file", self.ca_file.is_some()),
             ("tls_fingerprint", self.tls_fingerprint.is_some()),
             ("tls_insecure", self.tls_insecure),
@@ -84,12 +86,37 @@ impl RawBmc {
             )
         })?;
         let agent = fence_agent::resolve_agent(&name).map_err(|e| err("agent", e))?;
+        let file_name = agent
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or(name);
+        // Refused by its name before it is even run.
+        self.check_verdict(&[&file_name], &err)?;
         let options = fence_agent::check_options(&self.options.clone().unwrap_or_default())
             .map_err(|e| err("options", e))?;
+        if let Some(plug) = &self.plug {
+            fence_agent::one_line(plug).map_err(|e| err("plug", e))?;
+        }
+        if let Some(user) = &self.username {
+            fence_agent::one_line(user).map_err(|e| err("username", e))?;
+        }
         let password = self.password(secrets, &err)?;
+        if let Some(pw) = &password
+            && fence_agent::one_line(pw.expose()).is_err()
+        {
+            let key = match self.password_file {
+                Some(_) => "password_file",
+                None => "password_credential",
+            };
+            return Err(err(
+                key,
+                "the password has a line break (or NUL) inside: it goes to the agent's stdin as one password=VALUE line, where a second line would add an option of its own, such as action=off; only one trailing newline may end the file".into(),
+            ));
+        }
         let username = self.username.clone().filter(|u| !u.is_empty());
         let (metadata, version) =
             fence_agent::read_metadata(&agent).map_err(|e| err("agent", e))?;
+        let vouched = self.check_verdict(&[&file_name, &metadata.name], &err)?;
         let mut given: Vec<&str> = options.iter().map(|(k, _)| k.as_str()).collect();
         given.extend(username.is_some().then_some("username"));
         given.extend(password.is_some().then_some("password"));
@@ -97,19 +124,27 @@ impl RawBmc {
         metadata
             .check(&given)
             .map_err(|e| err("options", format!("{e} ({version})")))?;
+        let secret_options = options
+            .iter()
+            .map(|(k, _)| k)
+            .filter(|k| fence_agent::secret_options::secret_by_name(k) || metadata.says_secret(k))
+            .cloned()
+            .collect();
+        let outlet_plugs = known::reads_outlets(&[&file_name, &metadata.name]);
         let fa = fence_agent::FenceAgentOptions {
-            name: agent
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or(name),
+            name: file_name,
             agent,
             options,
             plug: self.plug.clone(),
             version,
             actions: metadata.actions,
+            secret_options,
+            vouched,
+            outlet_plugs,
         };
-        let covers_many =
-            self.nodes.len() > 1 || self.nodes.iter().any(|g| g.contains(['*', '?', '[']));
+        // Above level 1 one plug may be an outlet that feeds several nodes.
+        let covers_many = self.level.is_none_or(|l| l <= 1)
+            && (self.nodes.len() > 1 || self.nodes.iter().any(|g| g.contains(['*', '?', '['])));
         if covers_many && !fa.per_node() {
             return Err(err(
                 "plug",
@@ -128,6 +163,7 @@ impl RawBmc {
             protocol: Protocol::FenceAgent,
             address: String::new(),
             system: None,
+            outlet: None,
             username: username.unwrap_or_default(),
             password: password.unwrap_or_else(|| Secret::new("")),
             password_file: self.password_file.clone(),
@@ -139,6 +175,60 @@ impl RawBmc {
             identity: self.identity,
             actuate: self.actuate,
             corroborate: None,
+            level: 1,
         })
+    }
+}
+
+impl RawBmc {
+    /// What [`known`]'s table says of the agent called `names` (its file name, and the name
+    /// its metadata gives): refused for a known reason (no opt-in), accepted, or not listed
+    /// and accepted only as the operator vouched. Whether it was vouched for.
+    fn check_verdict(
+        &self,
+        names: &[&str],
+        err: &dyn Fn(&str, String) -> ConfigError,
+    ) -> Result<bool, ConfigError> {
+        let vouch = self.unlisted_agent_off_means.as_deref();
+        match known::lookup(names) {
+            known::Lookup::Refused(name, row) => {
+                let known::Verdict::Refused { why, instead } = row.verdict else {
+                    unreachable!("a refused row");
+                };
+                Err(err(
+                    "agent",
+                    format!(
+                        "{name} is refused as a power source: {why}; {instead} (an agent refused for a known reason cannot be vouched for)"
+                    ),
+                ))
+            }
+            known::Lookup::Accepted(_) if vouch.is_some() => Err(err(
+                "unlisted_agent_off_means",
+                format!(
+                    "{} is accepted as a power source without it: remove unlisted_agent_off_means, which is only for agents oobfence does not list",
+                    names[0]
+                ),
+            )),
+            known::Lookup::Accepted(_) => Ok(false),
+            known::Lookup::Unlisted => match vouch {
+                Some(v) if v == fence_agent::VOUCH_VALUE => Ok(true),
+                Some(v) => Err(err(
+                    "unlisted_agent_off_means",
+                    format!(
+                        "{v:?} is not what it takes: set it to {:?} once you have read the agent's status code and its Off means exactly that",
+                        fence_agent::VOUCH_VALUE
+                    ),
+                )),
+                None => Err(err(
+                    "agent",
+                    format!(
+                        "{} is not an agent oobfence has read, so whether its Off (exit status 2) means the machine has no power and no saved state is unknown (oobfence accepts {}). Read its get_power_status: if a suspended, saved, hibernated or unknown machine never reads off, set unlisted_agent_off_means = {:?} on this entry",
+                        names[0],
+                        known::accepted_names().join(", "),
+                        fence_agent::VOUCH_VALUE
+                    ),
+                )),
+            },
+        }
     }
 }

@@ -8,6 +8,8 @@ use serde::Deserialize;
 use super::inventory::{self, Inventory};
 
 mod limits;
+mod machine;
+mod outlet;
 use super::{
     ConfigError, IdentityCheck, Secrets, compile_globs, fence_agent, humantime_serde, ipmi, redfish,
 };
@@ -22,7 +24,7 @@ use limits::off_witness;
 pub enum Protocol {
     Redfish,
     Ipmi,
-    /// A ClusterLabs fence agent run as a process (`fence_ipmilan`, `fence_vmware_rest`, ...).
+    /// A ClusterLabs fence agent run as a process (`fence_ipmilan`, `fence_redfish`, ...).
     FenceAgent,
 }
 
@@ -105,6 +107,9 @@ pub struct BmcEntry {
     pub address: String,
     /// Redfish system path; `None` means "the single member of /redfish/v1/Systems".
     pub system: Option<String>,
+    /// Redfish PDU outlet path (`outlet`), read instead of a system: the outlet feeding the
+    /// node's machine.
+    pub outlet: Option<String>,
     pub username: String,
     pub password: Secret,
     /// Where the password came from (`password_file`), for the check of its permissions.
@@ -125,6 +130,9 @@ pub struct BmcEntry {
     /// This entry's machines may be powered off and on (`actuate = true`), where
     /// `[actuation]` is enabled too.
     pub actuate: bool,
+    /// `level`: the fencing level this entry's reads prove at (1 first; see
+    /// [`crate::decision::levels`]).
+    pub level: u32,
 }
 
 impl BmcEntry {
@@ -141,58 +149,9 @@ impl BmcEntry {
         self.system.as_ref().map(|s| s.replace("{node}", node))
     }
 
-    /// The machine this entry reads for `node`, normalised so that two spellings of one
-    /// target compare equal: scheme and host in lower case, the default port written out
-    /// (`https://h/` = `https://H:443`), no trailing slash on the system path.
-    pub fn machine_key(&self, node: &str) -> String {
-        let address = self.address_for(node);
-        let system = self.system_for(node).unwrap_or_default();
-        let system = system.trim_end_matches('/');
-        match self.protocol {
-            Protocol::Redfish => {
-                let target = match reqwest::Url::parse(address.trim()) {
-                    // A proxy's path prefix is part of the target: two prefixes, two BMCs.
-                    Ok(u) => format!(
-                        "{}://{}:{}{}",
-                        u.scheme(),
-                        u.host_str().unwrap_or_default().to_ascii_lowercase(),
-                        u.port_or_known_default().unwrap_or(0),
-                        u.path().trim_end_matches('/')
-                    ),
-                    Err(_) => address.trim().trim_end_matches('/').to_ascii_lowercase(),
-                };
-                format!("redfish {target}{system}")
-            }
-            Protocol::Ipmi => match ipmi::parse_address(&address) {
-                Ok((host, port)) => format!("ipmi {}:{port}", host.to_ascii_lowercase()),
-                Err(_) => format!("ipmi {}", address.trim().to_ascii_lowercase()),
-            },
-            // Every option takes part: the same endpoint on another port, or another systems
-            // URI, is another machine.
-            Protocol::FenceAgent => match &self.fence_agent {
-                Some(fa) => format!(
-                    "fence-agent {} {} plug {}",
-                    fa.name,
-                    fa.options_for(node)
-                        .iter()
-                        .map(|(k, v)| format!("{k}={}", v.to_ascii_lowercase()))
-                        .collect::<Vec<_>>()
-                        .join(" "),
-                    fa.plug_for(node).unwrap_or_default()
-                ),
-                None => "fence-agent".into(),
-            },
-        }
-    }
-
-    /// The machine key when this entry names one fixed machine whatever the node (no `{node}`
-    /// in address or system).
-    pub(super) fn fixed_target(&self) -> Option<String> {
-        let per_node = self.inventory.is_some()
-            || self.address.contains("{node}")
-            || self.system.as_deref().is_some_and(|s| s.contains("{node}"))
-            || self.fence_agent.as_ref().is_some_and(|fa| fa.per_node());
-        (!per_node).then(|| self.machine_key(""))
+    /// The outlet path for one node, with `{node}` filled in.
+    pub fn outlet_for(&self, node: &str) -> Option<String> {
+        self.outlet.as_ref().map(|s| s.replace("{node}", node))
     }
 
     /// How messages name it: `[[bmc]] #4 (line 31)`, its number in the file counted from 1.
@@ -223,6 +182,7 @@ pub(super) struct RawBmc {
     pub(super) protocol: Protocol,
     pub(super) address: Option<String>,
     pub(super) system: Option<String>,
+    pub(super) outlet: Option<String>,
     pub(super) username: Option<String>,
     pub(super) password_file: Option<PathBuf>,
     pub(super) password_credential: Option<String>,
@@ -247,6 +207,11 @@ pub(super) struct RawBmc {
     pub(super) agent: Option<String>,
     pub(super) options: Option<std::collections::BTreeMap<String, String>>,
     pub(super) plug: Option<String>,
+    /// `protocol = "fence-agent"`, an agent oobfence does not list: the operator vouches that
+    /// its Off means no power and no saved state ([`fence_agent::VOUCH_VALUE`]).
+    pub(super) unlisted_agent_off_means: Option<String>,
+    /// The fencing level (default 1), checked by the caller.
+    pub(super) level: Option<i64>,
 }
 
 fn default_bmc_timeout() -> Duration {
@@ -309,6 +274,10 @@ impl RawBmc {
             ("agent", self.agent.is_some()),
             ("options", self.options.is_some()),
             ("plug", self.plug.is_some()),
+            (
+                "unlisted_agent_off_means",
+                self.unlisted_agent_off_means.is_some(),
+            ),
         ] {
             if set {
                 errs.push(err(
@@ -421,16 +390,20 @@ impl RawBmc {
             _ => Some(None),
         };
         // One entry for many nodes must address each node's own machine: otherwise every node
-        // it matches reads the same BMC, and one machine being off would fence them all.
+        // it matches reads the same BMC, and one machine being off would fence them all. Above
+        // level 1 it may be an outlet that feeds them all (a twin server on one feed): off,
+        // it is off for every one of them.
         let covers_many = self.inventory.is_none()
+            && self.level.is_none_or(|l| l <= 1)
             && (self.nodes.len() > 1 || self.nodes.iter().any(|g| g.contains(['*', '?', '['])));
         let per_node = address.as_deref().is_some_and(|a| a.contains("{node}"))
-            || self.system.as_deref().is_some_and(|s| s.contains("{node}"));
+            || self.system.as_deref().is_some_and(|s| s.contains("{node}"))
+            || self.outlet.as_deref().is_some_and(|s| s.contains("{node}"));
         if covers_many && address.is_some() && !per_node {
             errs.push(err(
                 "address",
                 format!(
-                    "this entry matches several nodes ({:?}) but neither address nor system contains {{node}}: every one of them would read the same machine's power; write one entry per node or use {{node}}",
+                    "this entry matches several nodes ({:?}) but neither address, system nor outlet contains {{node}}: every one of them would read the same machine's power; write one entry per node or use {{node}}",
                     self.nodes
                 ),
             ));
@@ -442,6 +415,9 @@ impl RawBmc {
                 "system",
                 format!("{system:?} must be a path such as \"/redfish/v1/Systems/1\""),
             ));
+        }
+        for (key, problem) in self.outlet_problems() {
+            errs.push(err(key, problem));
         }
         if username.as_deref() == Some("") {
             errs.push(err("username", "must not be empty".into()));
@@ -570,6 +546,7 @@ impl RawBmc {
             protocol: self.protocol,
             address,
             system: self.system,
+            outlet: self.outlet,
             username,
             password,
             password_file: self.password_file.clone(),
@@ -581,6 +558,7 @@ impl RawBmc {
             identity: self.identity,
             actuate: self.actuate,
             corroborate,
+            level: 1,
         })
     }
 }

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use jiff::Timestamp;
 use kube::config::Kubeconfig;
 
+use super::fence_agent::known;
 use super::{BmcTls, Config, KubernetesConfig};
 use crate::identity::IdentityCheck;
 
@@ -89,6 +90,10 @@ pub fn warnings(cfg: &Config) -> Vec<Finding> {
                     humantime::format_duration(b.timeout)
                 ),
             ));
+            if fa.vouched {
+                let (k, why) = ("unlisted_agent_off_means", known::vouched_warning(&fa.name));
+                out.push(finding(Severity::Warning, key(k), why));
+            }
         }
         if b.identity == IdentityCheck::Unchecked {
             out.push(finding(
@@ -97,7 +102,9 @@ pub fn warnings(cfg: &Config) -> Vec<Finding> {
                 "\"unchecked\": an Off read counts without the machine proving it is the node's; a wrong mapping can fence a running node",
             ));
         }
-        if b.protocol == super::Protocol::Redfish {
+        if let Some(note) = entries::outlet(b) {
+            out.push(note);
+        } else if b.protocol == super::Protocol::Redfish {
             out.push(finding(
                 Severity::Note,
                 key("protocol"),

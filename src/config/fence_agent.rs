@@ -1,7 +1,11 @@
 //! `protocol = "fence-agent"`: a ClusterLabs fence agent as a power source. The agent is found
 //! at load (an absolute path, or a name on `PATH` and the directories agents are installed in),
 //! and its own `metadata` says which options it takes: an option it does not declare, or a
-//! required one missing, is a config error naming the agent and its version.
+//! required one missing, is a config error naming the agent and its version. Which agents'
+//! Off counts at all is [`known`]'s table; which options are secrets, [`secret_options`].
+
+pub mod known;
+pub mod secret_options;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -19,8 +23,11 @@ const RESERVED: [&str; 7] = [
     "action", "plug", "port", "password", "passwd", "username", "login",
 ];
 
+/// The value of `unlisted_agent_off_means`: what the operator vouches for, in full.
+pub const VOUCH_VALUE: &str = "no power and no saved state";
+
 /// A `[[bmc]]` entry's fence agent, checked against the agent's own metadata.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct FenceAgentOptions {
     /// The agent's executable, resolved at load.
     pub agent: PathBuf,
@@ -35,6 +42,28 @@ pub struct FenceAgentOptions {
     pub version: String,
     /// The actions its metadata lists (`on`, `off`, `status`, `list-status`, ...).
     pub actions: Vec<String>,
+    /// The options given that are secrets (by name or by the agent's metadata): redacted in
+    /// `Debug` and scrubbed from all the agent prints.
+    pub secret_options: Vec<String>,
+    /// The agent is not in [`known`]'s table and the operator vouched that its Off means no
+    /// power and no saved state (`unlisted_agent_off_means`).
+    pub vouched: bool,
+    /// One of [`known::OUTLET_AGENTS`]: an Off counts only for a plug its outlet list names once.
+    pub outlet_plugs: bool,
+}
+
+impl std::fmt::Debug for FenceAgentOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FenceAgentOptions")
+            .field("agent", &self.agent)
+            .field("options", &self.public_options(&self.options))
+            .field("plug", &self.plug)
+            .field("version", &self.version)
+            .field("secret_options", &self.secret_options)
+            .field("vouched", &self.vouched)
+            .field("outlet_plugs", &self.outlet_plugs)
+            .finish()
+    }
 }
 
 impl FenceAgentOptions {
@@ -43,6 +72,22 @@ impl FenceAgentOptions {
         self.options
             .iter()
             .map(|(k, v)| (k.clone(), v.replace("{node}", node)))
+            .collect()
+    }
+
+    /// `options` with each secret one's value replaced by `<redacted>`: for `Debug`, messages
+    /// and the machine key (a secret names no machine).
+    pub fn public_options(&self, options: &[(String, String)]) -> Vec<(String, String)> {
+        options
+            .iter()
+            .map(|(k, v)| {
+                let v = if self.secret_options.contains(k) {
+                    "<redacted>".to_string()
+                } else {
+                    v.clone()
+                };
+                (k.clone(), v)
+            })
             .collect()
     }
 
@@ -109,8 +154,18 @@ pub fn resolve_agent(agent: &str) -> Result<PathBuf, String> {
         })
 }
 
+/// Refuses a line break (or NUL) in `value`, which goes to the agent's stdin as one
+/// `name=value` line: a second line would be an option of its own, such as `action=off`.
+pub fn one_line(value: &str) -> Result<(), String> {
+    if value.contains(['\n', '\r', '\0']) {
+        return Err("must be one line: it goes to the agent's stdin as one name=value line, where a line break (or NUL) would add an option of its own, such as action=off; remove it".into());
+    }
+    Ok(())
+}
+
 /// Checks the entry's `options` table: names as agents spell them, no option oobfence sets
-/// itself, values on one line (they go to the agent's stdin, one `name=value` a line).
+/// itself, no `missing_as_off`, values on one line (they go to the agent's stdin, one
+/// `name=value` a line).
 pub fn check_options(options: &BTreeMap<String, String>) -> Result<Vec<(String, String)>, String> {
     let mut out = Vec::new();
     for (name, value) in options {
@@ -128,9 +183,15 @@ pub fn check_options(options: &BTreeMap<String, String>) -> Result<Vec<(String, 
                 "{name:?} is set by oobfence itself (action, plug, username, password): use the entry's plug, username and password_file keys"
             ));
         }
-        if value.contains(['\n', '\r', '\0']) {
-            return Err(format!("the value of {name:?} must be one line"));
+        if name
+            .replace('-', "_")
+            .eq_ignore_ascii_case("missing_as_off")
+        {
+            return Err(format!(
+                "{name:?} makes the agent read a plug the device does not know (a VM deleted or renamed, a wrong plug) as Off, which proves nothing of the machine's power: remove it"
+            ));
         }
+        one_line(value).map_err(|e| format!("the value of {name:?} {e}"))?;
         out.push((name.clone(), value.clone()));
     }
     Ok(out)
@@ -145,6 +206,9 @@ pub struct AgentParameter {
     pub obsoletes: Option<String>,
     /// The agent's own default: a required parameter with one need not be given.
     pub has_default: bool,
+    /// Its description says it is a secret ("Login password", "Kg key"): fence-agents'
+    /// metadata has no attribute that marks one.
+    pub secret: bool,
 }
 
 /// What an agent's `metadata` action says of it.
@@ -180,6 +244,11 @@ impl AgentMetadata {
                     has_default: n
                         .children()
                         .any(|c| element(&c, "content") && c.attribute("default").is_some()),
+                    secret: n
+                        .children()
+                        .filter(|c| element(c, "shortdesc"))
+                        .filter_map(|c| c.text())
+                        .any(secret_options::describes_secret),
                 })
             })
             .collect::<Vec<_>>();
@@ -196,6 +265,11 @@ impl AgentMetadata {
             parameters,
             actions,
         })
+    }
+
+    /// Whether the agent's metadata describes `name` as a secret.
+    pub fn says_secret(&self, name: &str) -> bool {
+        self.parameters.iter().any(|p| p.name == name && p.secret)
     }
 
     fn declares(&self, name: &str) -> bool {
@@ -376,7 +450,10 @@ mod tests {
             ("password", "x", "set by oobfence"),
             ("ip addr", "x", "not a fence agent option name"),
             ("ip=", "x", "not a fence agent option name"),
-            ("ip", "a\nplug=other", "one line"),
+            ("ip", "a\nplug=other", "line break"),
+            ("missing_as_off", "1", "does not know"),
+            ("missing-as-off", "1", "does not know"),
+            ("Missing_As_Off", "1", "does not know"),
         ] {
             let o: BTreeMap<String, String> = [(name.to_string(), value.to_string())].into();
             let e = check_options(&o).unwrap_err();

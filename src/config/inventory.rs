@@ -204,7 +204,8 @@ pub(super) fn conflicts(entries: &[super::BmcEntry], config: &Path) -> Vec<Confi
             }
         }
     }
-    let mut names: HashMap<String, Seen> = HashMap::new();
+    // A node is named once per level: its BMC at level 1, the outlets that feed it above.
+    let mut names: HashMap<(u32, String), Seen> = HashMap::new();
     let mut machines: HashMap<String, Seen> = HashMap::new();
     let mut errors = Vec::new();
     for b in entries {
@@ -245,7 +246,7 @@ pub(super) fn conflicts(entries: &[super::BmcEntry], config: &Path) -> Vec<Confi
                     .zip(*line)
                     .map(|(inv, l)| (inv.file.clone(), l)),
             };
-            match names.get(node) {
+            match names.get(&(b.level, node.clone())) {
                 Some(first) if first.at.is_some() || seen.at.is_some() => errors.push(here(
                     node,
                     *line,
@@ -256,7 +257,7 @@ pub(super) fn conflicts(entries: &[super::BmcEntry], config: &Path) -> Vec<Confi
                 )),
                 Some(_) => {}
                 None => {
-                    names.insert(node.clone(), seen);
+                    names.insert((b.level, node.clone()), seen);
                 }
             }
         }

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::MAX_LEVEL;
 use super::actuation::RawActuation;
 use super::aws::RawAws;
 use super::bmc::RawBmc;
@@ -374,6 +375,19 @@ impl RawConfig {
         let mut fixed: std::collections::HashMap<String, usize> = Default::default();
         for (index, raw) in self.bmc {
             let inventory = raw.inventory.clone();
+            let level = match raw.level {
+                None => Some(1),
+                Some(n) if (1..=i64::from(MAX_LEVEL)).contains(&n) => u32::try_from(n).ok(),
+                Some(n) => {
+                    errs.push(err(
+                        &format!("bmc[{index}].level"),
+                        format!(
+                            "{n} is not a fencing level: write an integer from 1 (tried first; the default) to {MAX_LEVEL}, e.g. level = 2 for the PDU outlets that feed a machine whose BMC is level 1"
+                        ),
+                    ));
+                    None
+                }
+            };
             let mut entry = match raw.validate(index, path, secrets) {
                 Ok(entry) => entry,
                 Err(problems) => {
@@ -382,6 +396,8 @@ impl RawConfig {
                 }
             };
             entry.line = lines.lookup(&format!("bmc[{index}]"));
+            let Some(level) = level else { continue };
+            entry.level = level;
             if let Some(file) = inventory {
                 // Its good lines are kept, so that the checks across entries see them too.
                 let file = super::inventory::resolve(path, &file);
@@ -395,8 +411,10 @@ impl RawConfig {
             // Two entries naming one fixed machine would fence both nodes when it is off.
             // (Looked up by machine, so that thousands of entries take no time.)
             let target = entry.fixed_target();
+            // An outlet above level 1 may feed several nodes: one source for all of them.
             if let Some(target) = &target
                 && let Some(other) = fixed.get(target).map(|&i| &bmc[i])
+                && (entry.level == 1 || other.level == 1)
             {
                 let key = match entry.protocol {
                     super::Protocol::FenceAgent => "options",

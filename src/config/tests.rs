@@ -12,6 +12,8 @@ mod actuation;
 mod bmc_entries;
 mod corroborate;
 mod ha;
+mod levels;
+mod outlet;
 mod parsing;
 mod policy_and_guards;
 

@@ -92,24 +92,25 @@ impl Daemon {
                 }
                 // Right before the command, after the source's own read: the machine, then the
                 // holds and (with [ha]) this instance's leadership deadline, once more.
-                let machine = machine_check(&identity, action);
-                let check = |reply: &Reply| {
-                    machine(reply)?;
-                    cluster
-                        .may_send_now(&uid)
-                        .map_err(|e| format!("not sent: {e}"))
-                };
+                let check = cluster.command_check(&uid, machine_check(&identity, action));
                 let outcome = source.source.act(action, &check).await;
                 match outcome {
                     ActionOutcome::Sent { answer } => Ok(answer),
                     other => {
                         // Never sent, as far as anyone knows: the record goes, so that the
                         // action may be decided again after the retry delay.
-                        if let Err(e) = cluster.forget_power_action(&name, &uid, action).await {
-                            tracing::error!(node = %name, error = %e, "could not take back the record of a power action that was not sent");
+                        match cluster.forget_power_action(&name, &uid, action).await {
+                            Ok(()) => {}
+                            Err(e @ ClusterError::Abandoned(_)) => {
+                                tracing::warn!(node = %name, error = %e, "the record of a power action that was not sent stays while writes are held: this boot is not powered off again")
+                            }
+                            Err(e) => {
+                                tracing::error!(node = %name, error = %e, "could not take back the record of a power action that was not sent")
+                            }
                         }
-                        // A hold or the end of leadership is no failure of the source.
-                        let label = match cluster.may_send_now(&uid) {
+                        // A hold (the pause switch read afresh, as the check did) or the end of
+                        // leadership is no failure of the source.
+                        let label = match cluster.may_send(&uid).await {
                             Err(_) => "abandoned",
                             Ok(()) => other.result_label(),
                         };
@@ -143,7 +144,7 @@ impl Daemon {
                         .event(&name, EventType::Normal, reason, &message)
                         .await;
                     if let (PowerAction::Off, Some(since)) = (action, not_ready_since) {
-                        let waited = jiff::Timestamp::now().duration_since(since);
+                        let waited = crate::clock::now().duration_since(since);
                         shared
                             .metrics
                             .notready_to_power_off

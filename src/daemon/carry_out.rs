@@ -9,76 +9,117 @@ use std::time::{Duration, Instant};
 use jiff::Timestamp;
 
 use super::action::action_label;
+use super::facts::Gathered;
 use super::reads::{ReadPurpose, spawn_read};
 use super::state::Daemon;
 use super::tracker::{HoldsShape, Quiet};
 use crate::cluster::NodeView;
 use crate::cluster::{EventType, reasons};
+use crate::decision::levels::{Basis, Outcome};
 use crate::decision::{Decision, NodeFacts, NodeState, Readiness, Rule, Step};
 use crate::metrics::WouldActLabels;
 use crate::power::MappedSource;
 
+/// The source whose decision the outcome is.
+struct Chosen {
+    source: MappedSource,
+    facts: NodeFacts,
+    index: usize,
+}
+
+/// What a record of the decision names: the source it rests on, which of the node's it is,
+/// and its basis.
+pub(super) struct Recorded<'a> {
+    pub(super) source: Option<&'a MappedSource>,
+    pub(super) member: Option<usize>,
+    pub(super) basis: &'a Basis,
+}
+
 impl Daemon {
-    /// Carries out `decision`, made on `facts`.
+    /// Carries out the outcome, decided on `gathered`: the decision is the chosen source's
+    /// (its power action, its guard's last-moment read).
     pub(super) fn carry_out(
         &mut self,
         node: &Arc<NodeView>,
-        facts: NodeFacts,
-        source: Option<MappedSource>,
-        decision: &Decision,
+        gathered: Gathered,
+        outcome: Outcome,
         now: Timestamp,
     ) {
         let name = node.name.clone();
-        self.send_read(&name, &facts, source.as_ref(), decision, now);
-        let new_would = self.announce(node, &name, &facts, decision);
+        let decision = &outcome.decision;
+        self.send_reads(&name, &gathered.facts, &outcome, now);
+        let chosen = outcome.member.and_then(|i| {
+            let t = self.trackers.get(&name)?;
+            Some(Chosen {
+                source: t.sources.get(i)?.source.clone()?,
+                facts: gathered.members.get(i)?.clone(),
+                index: i,
+            })
+        });
+        let facts = chosen.as_ref().map_or(&gathered.facts, |c| &c.facts);
+        let source = chosen.as_ref().map(|c| &c.source);
+        let new_would = self.announce(node, &name, facts, decision);
         // Refusals (one Event and one journal record per episode), dry runs, fence metrics.
-        self.observe_node(node, &facts, decision, source.as_ref(), new_would, now);
-        self.start_write(node, &name, &facts, source.as_ref(), decision, now);
-        self.settle(node, &name, &facts, decision, now);
+        let recorded = Recorded {
+            source,
+            member: chosen.as_ref().map(|c| c.index),
+            basis: &outcome.basis,
+        };
+        self.observe_node(node, facts, decision, &recorded, new_would, now);
+        self.start_write(node, &name, facts, &recorded, decision, now);
+        let wake = outcome.reads_wanted.iter().map(|(_, at)| *at).min();
+        self.settle(node, &name, facts, decision, wake, now);
     }
 
-    /// Sends the power read the decision wants now, or a healthy node's identity read when
-    /// one is due.
-    fn send_read(
-        &mut self,
-        name: &str,
-        facts: &NodeFacts,
-        source: Option<&MappedSource>,
-        decision: &Decision,
-        now: Timestamp,
-    ) {
+    /// Sends the power reads the outcome wants now, or a healthy node's identity reads of
+    /// each of its sources when due.
+    fn send_reads(&mut self, name: &str, facts: &NodeFacts, outcome: &Outcome, now: Timestamp) {
         let tracker = self.trackers.get_mut(name).expect("facts were gathered");
-        if let (Some(at), Some(src)) = (decision.next_read_at, source)
-            && at <= now
-            && !tracker.read_in_flight
-        {
-            tracker.read_in_flight = true;
+        let mut sent = vec![false; tracker.sources.len()];
+        for &(i, at) in &outcome.reads_wanted {
+            let for_node = tracker.read_for(name, i);
+            let Some(s) = tracker.sources.get_mut(i) else {
+                continue;
+            };
+            let Some(src) = s.source.as_ref().filter(|_| at <= now && !s.read_in_flight) else {
+                continue;
+            };
+            s.read_in_flight = true;
+            sent[i] = true;
             spawn_read(
-                tracker.read_for(name),
+                for_node,
                 src.clone(),
                 ReadPurpose::Decision,
                 facts.readiness == Readiness::Ready,
                 self.read_slots.clone(),
                 self.reads_tx.clone(),
             );
-        } else if let Some(src) = source
-            && decision.rule == Rule::NodeReady
-            && !tracker.read_in_flight
-            && tracker.identity_due.is_none_or(|t| Instant::now() >= t)
-            && self.read_slots.identity_room()
-        {
-            // A healthy node: learn (and re-check) that its power source answers, for its
-            // machine, and says it runs.
-            tracker.read_in_flight = true;
-            tracker.identity_due = Some(Instant::now() + jittered(self.cfg.health_read_interval));
-            spawn_read(
-                tracker.read_for(name),
-                src.clone(),
-                ReadPurpose::Health,
-                true,
-                self.read_slots.clone(),
-                self.reads_tx.clone(),
-            );
+        }
+        if outcome.decision.rule != Rule::NodeReady {
+            return;
+        }
+        for (i, &was_sent) in sent.iter().enumerate() {
+            let for_node = tracker.read_for(name, i);
+            let s = &mut tracker.sources[i];
+            if let Some(src) = s.source.as_ref()
+                && !was_sent
+                && !s.read_in_flight
+                && s.identity_due.is_none_or(|t| Instant::now() >= t)
+                && self.read_slots.identity_room()
+            {
+                // A healthy node: learn (and re-check) that each of its power sources
+                // answers, for its machine, and says it runs.
+                s.read_in_flight = true;
+                s.identity_due = Some(Instant::now() + jittered(self.cfg.health_read_interval));
+                spawn_read(
+                    for_node,
+                    src.clone(),
+                    ReadPurpose::Health,
+                    true,
+                    self.read_slots.clone(),
+                    self.reads_tx.clone(),
+                );
+            }
         }
     }
 
@@ -181,16 +222,15 @@ impl Daemon {
         node: &Arc<NodeView>,
         name: &str,
         facts: &NodeFacts,
-        source: Option<&MappedSource>,
+        recorded: &Recorded<'_>,
         decision: &Decision,
         now: Timestamp,
     ) {
+        let source = recorded.source;
         let uid = node.uid.clone();
+        let may_act = self.write_may_start(node);
         let tracker = self.trackers.get_mut(name).expect("facts were gathered");
         let rv = Some(node.resource_version.clone());
-        let may_act = !tracker.action_in_flight
-            && tracker.retry_after.is_none_or(|t| Instant::now() >= t)
-            && (tracker.acted_on.is_none() || tracker.acted_on != rv);
         if may_act
             && matches!(decision.step, Step::PowerOff | Step::PowerOn)
             && let Some(src) = source
@@ -198,8 +238,9 @@ impl Daemon {
             tracker.action_in_flight = true;
             tracker.acted_on = rv;
             // Counted now, so that the next node of this very pass sees the power budget and
-            // its failure domain busy.
+            // its failure domain busy, and recorded on the cluster alongside the command.
             self.calm.record_power_action(&uid, now);
+            self.keep_guard_record(now);
             if decision.step == Step::PowerOff {
                 let domain = super::guards::failure_domain(
                     node,
@@ -208,8 +249,8 @@ impl Daemon {
                 .unwrap_or_default();
                 self.calm.powering_off.insert(domain, uid.to_string());
             }
-            let mut inputs = self.journal_inputs(name, facts, source, false);
-            inputs.decided_at = Some(Timestamp::now());
+            let mut inputs = self.journal_inputs(name, facts, recorded, false);
+            inputs.decided_at = Some(crate::clock::now());
             self.spawn_power_action(node.clone(), facts, src.clone(), decision.clone(), inputs);
             return;
         }
@@ -228,10 +269,20 @@ impl Daemon {
                 self.calm.record_fence(&uid, now);
                 self.keep_guard_record(now);
             }
-            let mut inputs = self.journal_inputs(name, facts, source, fencing);
-            inputs.decided_at = Some(Timestamp::now());
+            let mut inputs = self.journal_inputs(name, facts, recorded, fencing);
+            inputs.decided_at = Some(crate::clock::now());
             self.spawn_action(node.clone(), uid, decision.clone(), inputs);
         }
+    }
+
+    /// Whether a write for the node may start now: none under way, no failed one waiting for
+    /// its retry, and the cache moved past the object the last one was made on.
+    pub(super) fn write_may_start(&self, node: &NodeView) -> bool {
+        self.trackers.get(&node.name).is_some_and(|t| {
+            !t.action_in_flight
+                && t.retry_after.is_none_or(|at| Instant::now() >= at)
+                && t.acted_on.as_deref() != Some(node.resource_version.as_str())
+        })
     }
 
     /// What the loop remembers of the decision: when to wake for it, what it was made on (so
@@ -242,10 +293,11 @@ impl Daemon {
         name: &str,
         facts: &NodeFacts,
         decision: &Decision,
+        read_wanted: Option<Timestamp>,
         now: Timestamp,
     ) {
         let tracker = self.trackers.get_mut(name).expect("facts were gathered");
-        let wake = [decision.next_read_at, decision.decide_again_at]
+        let wake = [decision.next_read_at, decision.decide_again_at, read_wanted]
             .into_iter()
             .flatten()
             .filter(|at| *at > now)

@@ -19,17 +19,17 @@ impl Daemon {
     /// Before the first pass: the guards' memory from the journal and the record on the
     /// cluster.
     pub(super) async fn restore_guards(&mut self, now: Timestamp) {
-        let ok = self.shared.metrics.guard_record_ok.clone();
+        let shared = self.shared.clone();
         self.guard_keeper
-            .restore(&mut self.calm, &self.cfg, &ok, now)
+            .restore(&mut self.calm, &self.cfg, &shared.metrics, now)
             .await;
     }
 
     /// The guards' record kept on the cluster, once the guards are up to date (and after each
     /// fence started).
     pub(super) fn keep_guard_record(&mut self, now: Timestamp) {
-        let ok = self.shared.metrics.guard_record_ok.clone();
-        self.guard_keeper.keep(&mut self.calm, &self.cfg, &ok, now);
+        self.guard_keeper
+            .keep(&mut self.calm, &self.cfg, &self.shared.metrics, now);
     }
 
     /// Counts the datacenter and brings the guards up to date, before any node is decided.
@@ -39,11 +39,10 @@ impl Daemon {
             .iter()
             .map(|n| {
                 let tracker = self.trackers.get(&n.name);
-                let failing = tracker.and_then(|t| {
-                    t.last_read
-                        .filter(|(at, _)| decision_elapsed(*at, now) <= FAILING_WINDOW)
-                        .map(|(_, failure)| failure.is_some())
-                });
+                // Failing only when none of its levels answers: a rack whose BMCs went dark
+                // with their machines while the PDU outlets answer is no network cut off.
+                let failing = tracker
+                    .and_then(|t| super::sources::census_failing(&t.sources, now, FAILING_WINDOW));
                 // The Lease as the last pass (or this one's quiet check) saw it.
                 let lease = tracker.and_then(|t| {
                     decision::lease_state(t.last_alive(), t.lease_duration, &self.cfg.policy, now)

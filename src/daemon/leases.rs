@@ -54,6 +54,7 @@ mod tests {
             Some(LeaseTimes {
                 renewed: Some(jiff::Timestamp::from_second(10).unwrap()),
                 duration: Some(std::time::Duration::from_secs(40)),
+                version: read.get("a").unwrap().version,
             })
         );
         write.apply(watcher::Event::Apply(lease("a", 20)), keep);

@@ -7,15 +7,16 @@ use std::sync::Arc;
 use jiff::Timestamp;
 
 use super::action::{ActionDone, action_label};
+use super::carry_out::Recorded;
 use super::guards::failure_domain;
 use super::state::{DELETED_FENCE_KEPT, Daemon, FAILING_WINDOW};
 use crate::cluster::NodeView;
 use crate::cluster::{self, EventType, reasons};
+use crate::decision::levels::Basis;
 use crate::decision::{self, Decision, FenceAction, IdentityBinding, MappingConflict, Step};
 use crate::identity::{IdentityCheck, Verdict};
 use crate::journal::{self, RecordKind};
 use crate::metrics::{self, FailingLabels, Metrics};
-use crate::power::MappedSource;
 
 /// Seconds from `earlier` to `later`; 0 when the clock says otherwise.
 pub(super) fn seconds_between(earlier: Timestamp, later: Timestamp) -> f64 {
@@ -57,12 +58,17 @@ impl Daemon {
     pub(super) fn learn_identity(
         &mut self,
         node: &Arc<NodeView>,
+        source: usize,
         verdict: Verdict,
         at: Timestamp,
         reader: &str,
     ) {
         let name = node.name.clone();
         let Some(t) = self.trackers.get_mut(&name) else {
+            return;
+        };
+        let several = t.sources.len() > 1;
+        let Some(t) = t.sources.get_mut(source) else {
             return;
         };
         let previous = t.binding.as_ref().map(|b| b.verdict.clone());
@@ -83,7 +89,13 @@ impl Daemon {
             return;
         }
         let uid = node.uid.clone();
-        let message = format!("identity of the node's machine: {verdict}");
+        let message = match several {
+            true => format!(
+                "identity of the node's machine through {}: {verdict}",
+                t.label
+            ),
+            false => format!("identity of the node's machine: {verdict}"),
+        };
         let rule = match verdict {
             Verdict::Match(_) => {
                 tracing::info!(node = %name, "{message}");
@@ -215,28 +227,68 @@ impl Daemon {
         self.journal.submit(&record);
     }
 
+    /// What a record of the node's decision says it was made on: the node's facts, the
+    /// chosen source's reads, its level and the decision's basis.
     pub(super) fn journal_inputs(
         &self,
         name: &str,
         facts: &decision::NodeFacts,
-        source: Option<&MappedSource>,
+        recorded: &Recorded<'_>,
         with_volumes: bool,
     ) -> journal::Inputs {
-        let reads = self
-            .trackers
-            .get(name)
-            .map(|t| t.reads.as_slice())
-            .unwrap_or(&[]);
-        journal::Inputs::new(
+        let sources = self.trackers.get(name).map_or(&[][..], |t| &t.sources[..]);
+        let source = recorded.member.and_then(|i| sources.get(i));
+        // A decision no one source made (a person's word, no level answering) rests on what
+        // every source said: all of them are recorded.
+        let everyone = recorded.member.is_none() && !sources.is_empty();
+        let mut all_reads: Vec<decision::PowerReading> = Vec::new();
+        if everyone {
+            all_reads = sources
+                .iter()
+                .flat_map(|s| s.reads.iter().cloned())
+                .collect();
+            all_reads.sort_by_key(|r| r.at);
+        }
+        let reads = match source {
+            Some(s) => s.reads.as_slice(),
+            None => all_reads.as_slice(),
+        };
+        let described = if everyone {
+            let all: Vec<String> = sources
+                .iter()
+                .filter_map(|s| {
+                    let m = s.source.as_ref()?;
+                    Some(format!(
+                        "level {}: {} {}",
+                        s.level,
+                        m.source.backend(),
+                        m.source.address()
+                    ))
+                })
+                .collect();
+            (!all.is_empty()).then(|| all.join("; "))
+        } else {
+            recorded
+                .source
+                .map(|s| format!("{} {}", s.source.backend(), s.source.address()))
+        };
+        let mut inputs = journal::Inputs::new(
             facts,
             reads,
-            source.map(|s| format!("{} {}", s.source.backend(), s.source.address())),
+            described,
             if with_volumes {
                 self.volumes.attached_to(name)
             } else {
                 None
             },
-        )
+        );
+        if let Basis::Reads { level, .. } = recorded.basis {
+            inputs.level = Some(*level);
+        }
+        if *recorded.basis != Basis::None {
+            inputs.basis = Some(recorded.basis.label().to_string());
+        }
+        inputs
     }
 
     /// Per node, every evaluation: fence age series, resumed volume tracking after a restart,
@@ -246,7 +298,7 @@ impl Daemon {
         node: &Arc<NodeView>,
         facts: &decision::NodeFacts,
         decision: &Decision,
-        source: Option<&MappedSource>,
+        recorded: &Recorded<'_>,
         new_would: bool,
         now: Timestamp,
     ) {
@@ -289,7 +341,7 @@ impl Daemon {
             return;
         }
         let message = format!("{} (rule {})", decision.reason, decision.rule.name());
-        let inputs = self.journal_inputs(&name, facts, source, false);
+        let inputs = self.journal_inputs(&name, facts, recorded, false);
         let (kind, event, action, result) = match decision.step {
             Step::WouldFence(a) if dry_run => (
                 RecordKind::DryRun,
@@ -329,20 +381,17 @@ impl Daemon {
             }
             // The last read for any purpose: a healthy node's health read counts, so that a
             // management network gone shows before the nodes behind it fail.
-            if let Some((at, Some(kind))) = t.last_read
-                && seconds_between(at, now) <= FAILING_WINDOW.as_secs_f64()
-            {
-                let backend = t
-                    .source
-                    .as_ref()
-                    .and_then(|(_, s)| s.as_ref())
-                    .map(|s| s.source.backend())
-                    .unwrap_or("none");
-                let labels = FailingLabels {
-                    backend,
-                    error_kind: kind.to_string(),
-                };
-                *failing.entry(labels).or_default() += 1;
+            for s in &t.sources {
+                if let Some((at, Some(kind))) = s.last_read
+                    && seconds_between(at, now) <= FAILING_WINDOW.as_secs_f64()
+                {
+                    let backend = s.source.as_ref().map_or("none", |s| s.source.backend());
+                    let labels = FailingLabels {
+                        backend,
+                        error_kind: kind.to_string(),
+                    };
+                    *failing.entry(labels).or_default() += 1;
+                }
             }
         }
         let mut states: BTreeMap<&'static str, i64> = BTreeMap::new();
@@ -359,18 +408,19 @@ impl Daemon {
         let mut unchecked = 0;
         let mut problems = std::collections::BTreeSet::new();
         for (name, t) in &self.trackers {
-            // Matched when the node was first decided (a tracker exists only after that).
-            let identity = match t.mapping_identity {
-                Some(identity) => identity,
-                None => self.cfg.mapping_for(name).map(|m| m.identity()),
-            };
-            let Some(identity) = identity else {
+            // Per node, as its first source (its lowest level's) tells: built when the node
+            // was first decided (a tracker exists only after that).
+            let Some(first) = t.sources.first() else {
                 continue;
             };
+            let identity = first.identity;
             if identity == IdentityCheck::Unchecked {
                 unchecked += 1;
             }
-            let verdict = t.binding.as_ref().map_or("unknown", |b| b.verdict.label());
+            let verdict = first
+                .binding
+                .as_ref()
+                .map_or("unknown", |b| b.verdict.label());
             *verdicts.entry(verdict).or_default() += 1;
             // Healthy or not: a machine that cannot prove it is the node's (no UUID, a
             // placeholder one) is never fenced under identity = "checked", so it is said
@@ -381,15 +431,20 @@ impl Daemon {
         }
         m.set_identity_counts(&verdicts, unchecked);
         for (name, t) in &self.trackers {
-            if t.binding
-                .as_ref()
-                .is_some_and(|b| b.verdict.label() == "mismatch")
-            {
+            if t.sources.iter().any(|s| {
+                s.binding
+                    .as_ref()
+                    .is_some_and(|b| b.verdict.label() == "mismatch")
+            }) {
                 problems.insert((name.clone(), "identity-mismatch"));
             }
         }
         for (name, t) in &self.trackers {
-            if let Some(o) = t.off_while_alive.as_ref().filter(|o| o.reported) {
+            for o in t
+                .sources
+                .iter()
+                .filter_map(|s| s.off_while_alive.as_ref().filter(|o| o.reported))
+            {
                 let problem = if o.gone {
                     "gone-while-alive"
                 } else {

@@ -2,8 +2,6 @@
 
 use std::time::Instant;
 
-use jiff::Timestamp;
-
 use super::action::ActionDone;
 use super::reads::{ReadDone, ReadPurpose};
 use super::state::{ACTION_RETRY, Daemon, FAILED_SOURCE_RETRY, READS_KEPT, power_action_retry};
@@ -54,12 +52,20 @@ impl Daemon {
         if t.uid != done.uid {
             return;
         }
-        t.read_in_flight = false;
-        if !t.takes_read(&done.uid, done.generation) {
+        let Some(i) = t.takes_read(&done.uid, done.generation) else {
             // Sent to the source a reload replaced: no evidence about the node's machine now.
             tracing::debug!(node = %done.node, "power read from before a reload remapped the node dropped");
             return self.node_changed(&done.node);
-        }
+        };
+        let several = t.sources.len() > 1;
+        let s = &mut t.sources[i];
+        s.read_in_flight = false;
+        // Where a node has several sources, which one a line is about.
+        let through = if several {
+            s.label.clone()
+        } else {
+            String::new()
+        };
         let failure = match &done.reading.state {
             PowerState::Error { kind, .. } => Some(*kind),
             _ => None,
@@ -67,57 +73,62 @@ impl Daemon {
         let failed = failure.is_some();
         // One line when a source starts failing (or fails another way) and one when it answers
         // again, not one per retry: the classified reason is what the operator acts on.
-        let failed_before = t.last_read.and_then(|(_, f)| f);
+        let failed_before = s.last_read.and_then(|(_, f)| f);
         match (&done.reading.state, failed_before) {
             (PowerState::Error { kind, detail }, before) if before != Some(*kind) => {
                 tracing::warn!(
                     node = %done.node,
                     backend = done.backend,
+                    source = %through,
                     error = %kind,
                     "power source read failed: {detail} (logged again when it answers or fails otherwise)"
                 );
             }
             (PowerState::Error { .. }, _) => {}
             (_, Some(_)) => {
-                tracing::info!(node = %done.node, backend = done.backend, "power source answers again");
+                tracing::info!(node = %done.node, backend = done.backend, source = %through, "power source answers again");
             }
             (_, None) => {}
         }
-        t.last_read = Some((done.reading.at, failure));
+        s.last_read = Some((done.reading.at, failure));
         if !failed {
-            t.last_answer = Some(done.reading.at);
+            s.last_answer = Some(done.reading.at);
+        }
+        if failed && done.purpose == ReadPurpose::Health {
+            s.identity_due = Some(Instant::now() + FAILED_SOURCE_RETRY);
         }
         t.power_answered(
+            i,
             &done.reading.state,
             done.reading.at,
             done.ready_when_started,
-            Timestamp::now(),
+            crate::clock::now(),
         );
         m.power_source_answered(
             &done.node,
             done.backend,
             (!failed).then(|| done.reading.at.as_millisecond() as f64 / 1000.0),
         );
-        if failed && done.purpose == ReadPurpose::Health {
-            t.identity_due = Some(Instant::now() + FAILED_SOURCE_RETRY);
-        }
         let node = self.nodes.get(&done.node);
         if let Some(node) = &node {
             let verdict = identity::verify(&self.node_identity(node), &done.reading.identity);
             let reader = done.reading.reader.clone();
-            self.learn_identity(node, verdict, done.reading.at, &reader);
+            self.learn_identity(node, i, verdict, done.reading.at, &reader);
         }
         if done.purpose == ReadPurpose::Decision
-            && let Some(t) = self.trackers.get_mut(&done.node)
+            && let Some(s) = self
+                .trackers
+                .get_mut(&done.node)
+                .and_then(|t| t.sources.get_mut(i))
         {
-            t.reads.push(done.reading);
-            if t.reads.len() > READS_KEPT {
-                t.reads.remove(0);
+            s.reads.push(done.reading);
+            if s.reads.len() > READS_KEPT {
+                s.reads.remove(0);
             }
         }
         // Decide again at once rather than at the next tick.
         if let Some(node) = node {
-            self.evaluate(&node, Timestamp::now());
+            self.evaluate(&node, crate::clock::now());
         }
     }
 
@@ -145,6 +156,11 @@ impl Daemon {
                 t.retry_after = None;
                 if power_step {
                     t.power_failures = 0;
+                }
+                // A person lifted the fence: the reads it stood on are spent. Another fence
+                // needs reads taken since (the machine may have been powered on meanwhile).
+                if done.step == Step::ClearRecord {
+                    t.clear_reads();
                 }
             }
             Err(e) if done.abandoned => {

@@ -23,7 +23,10 @@ impl Daemon {
     /// quiet, and count what the metrics count over all nodes.
     pub(super) fn pass(&mut self) {
         let started = Instant::now();
-        let now = Timestamp::now();
+        let now = crate::clock::now();
+        if let Some(step) = crate::clock::stepped() {
+            tracing::warn!("{step}");
+        }
         let nodes = self.nodes.all();
         // Forget nodes that are gone. Every tracker was made for a node of the cache, so a gone
         // one leaves more trackers than nodes (a pass late at worst, when a new node has no
@@ -63,11 +66,13 @@ impl Daemon {
         };
         self.report_shared_uuids(&nodes, &newly_shared);
         self.update_guards(&nodes, now);
+        self.census_current = true;
         for node in &nodes {
             if !self.is_quiet(node, now) {
                 self.evaluate(node, now);
             }
         }
+        self.census_current = false;
         self.observe_all(&nodes, now);
         self.shared.metrics.nodes_watched.set(nodes.len() as i64);
         // Only a pass over a synced cache with the API answering counts as a sync.
@@ -100,6 +105,7 @@ impl Daemon {
         if changed {
             self.guards_epoch += 1;
             self.conflicts = mapping_conflicts(&self.cfg, mapped_nodes());
+            self.outlets = tracker::shared_outlets(&self.cfg, mapped_nodes().map(|(n, _)| n));
             self.conflicts_of = mapped_nodes()
                 .map(|(name, pid)| (name.to_string(), pid.map(String::from)))
                 .collect();
@@ -144,15 +150,20 @@ impl Daemon {
         let renew = self.leases.get(name).and_then(|l| l.renewed);
         if q.healthy {
             // A node without a power source has no identity to read.
-            let mapped = matches!(t.source, Some((_, Some(_))));
-            let identity_due = mapped && t.identity_due.is_none_or(|due| Instant::now() >= due);
+            let identity_due = t.sources.iter().any(|s| {
+                s.source.is_some() && s.identity_due.is_none_or(|due| Instant::now() >= due)
+            });
             let Some(renew) = renew else {
                 return false;
             };
-            if t.read_in_flight || identity_due {
+            if t.sources.iter().any(|s| s.read_in_flight) || identity_due {
                 return false;
             }
             tracker::observe_lease(&mut t.lease_seen, Some(renew), now);
+            // Its Node has not changed since it was decided healthy: still Ready, seen now. A
+            // renewal seen here must never be later than the last sight of Ready, or a hang
+            // that begins right after it would look like a silence that began NotReady.
+            t.ready_seen = Some(now);
             return decision::lease_silence(
                 t.last_alive(),
                 t.lease_duration,
@@ -180,14 +191,14 @@ impl Daemon {
         let Some(Reverse((at, _))) = self.wakeups.peek() else {
             return far.into();
         };
-        let wait = at.duration_since(Timestamp::now());
+        let wait = at.duration_since(crate::clock::now());
         let wait = Duration::try_from(wait).unwrap_or(Duration::ZERO);
         (now + wait).min(far).into()
     }
 
     /// Decides again every node whose wakeup is due.
     pub(super) fn wake_due(&mut self) {
-        let now = Timestamp::now();
+        let now = crate::clock::now();
         while let Some(Reverse((at, _))) = self.wakeups.peek()
             && *at <= now
         {
@@ -227,7 +238,7 @@ impl Daemon {
             return;
         }
         if let Some(node) = node {
-            self.evaluate(&node, Timestamp::now());
+            self.evaluate(&node, crate::clock::now());
         }
     }
 }

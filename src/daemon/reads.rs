@@ -5,7 +5,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use jiff::Timestamp;
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::{Semaphore, mpsc};
 
@@ -141,7 +140,7 @@ pub(super) fn spawn_read(
 /// One read with a hard deadline; a panic in the backend becomes an error read.
 pub async fn read_once(source: &Arc<dyn PowerSource>, deadline: Duration) -> PowerReading {
     // The read's time is when it started: whatever it says was true no later than that.
-    let at = Timestamp::now();
+    let at = crate::clock::now();
     let started = Instant::now();
     let s = source.clone();
     let mut task = tokio::spawn(async move { s.read_reply().await });
@@ -201,10 +200,10 @@ mod tests {
     /// no later than the request, not at its arrival.
     #[tokio::test]
     async fn a_read_is_dated_when_it_started() {
-        let before = Timestamp::now();
+        let before = crate::clock::now();
         let source: Arc<dyn PowerSource> = Arc::new(SlowOff);
         let r = read_once(&source, Duration::from_secs(5)).await;
-        let after = Timestamp::now();
+        let after = crate::clock::now();
         assert_eq!(r.state, PowerState::Off);
         assert!(r.latency >= Duration::from_millis(1500), "{:?}", r.latency);
         assert!(r.at >= before, "{} < {before}", r.at);

@@ -107,21 +107,22 @@ impl Daemon {
         for (name, t) in &mut self.trackers {
             let node = self.nodes.get(name);
             let provider_id = node.as_deref().and_then(crate::cluster::provider_id);
-            let before = self
+            let before: Vec<_> = t
                 .sources
-                .for_node(name, provider_id)
-                .map(|s| (s.source.backend(), s.source.address()));
-            let now = sources
-                .for_node(name, provider_id)
-                .map(|s| (s.source.backend(), s.source.address()));
+                .iter()
+                .map(|s| (s.level, s.target.clone()))
+                .collect();
+            let mut fresh = super::sources::build(&new, &sources, name, provider_id);
+            let now: Vec<_> = fresh.iter().map(|s| (s.level, s.target.clone())).collect();
             if before != now {
                 remapped += 1;
-                t.remapped();
                 self.shared.metrics.forget_power_source(name);
             }
-            t.source = None;
-            t.mapping_identity = None;
-            t.mapping_witness = None;
+            // The sources the reload leaves as they were keep what they read; the others go,
+            // and so does any answer of theirs still on its way.
+            super::sources::carry_over(&mut t.sources, &mut fresh, &mut t.next_generation);
+            t.sources = fresh;
+            t.sources_for = Some(provider_id.map(String::from));
             t.quiet = None;
         }
         if new.max_concurrent_reads != self.cfg.max_concurrent_reads {

@@ -4,17 +4,19 @@
 
 use jiff::Timestamp;
 
-use super::facts::Gathered;
 use super::notify::notify_systemd;
 use super::state::Daemon;
+use crate::decision::levels::Basis;
 use crate::decision::{self, NodeState};
-use crate::report::{NodeReport, PowerSourceReport, ReportInputs};
+use crate::report::{
+    ConfirmationReport, LevelSourceReport, NodeReport, PowerSourceReport, ReportInputs,
+};
 use crate::status::ReportRequest;
 
 impl Daemon {
     /// Answers a request for reports (one node's, or every node's by name).
     pub(super) fn answer_reports(&mut self, request: ReportRequest) {
-        let now = Timestamp::now();
+        let now = crate::clock::now();
         let reports = match &request.node {
             Some(name) => self.report(name, now).into_iter().collect(),
             None => {
@@ -35,24 +37,59 @@ impl Daemon {
         // Decided once: a pass has seen it (and counted the guards with it).
         self.trackers.get(name)?.metric_state?;
         let node = self.nodes.get(name)?;
-        let Gathered { facts, source } = self.gather_facts(&node, now);
+        let gathered = self.gather_facts(&node, now);
+        let outcome = self.decide(&node, &gathered, now);
         let tracker = self.trackers.get(name)?;
-        let decision = decision::decide(&facts, &tracker.reads, &self.cfg.policy, now);
+        let decision = outcome.decision;
+        // The source the decision is about (the first without one): what the single-source
+        // fields show.
+        let shown = outcome.member.unwrap_or(0);
+        let facts = gathered.members.get(shown).unwrap_or(&gathered.facts);
+        let source = tracker.sources.get(shown);
+        let levels: Vec<LevelSourceReport> = tracker
+            .sources
+            .iter()
+            .zip(&gathered.members)
+            .enumerate()
+            .map(|(i, (s, f))| LevelSourceReport {
+                level: s.level,
+                source: s.label.clone(),
+                attested: f.identity_check == crate::identity::IdentityCheck::Checked,
+                last_read: s.last_read.map(|(at, _)| at),
+                last_read_failed: s.last_read.is_some_and(|(_, e)| e.is_some()),
+                last_answer: s.last_answer,
+                said: s.reads.last().map(|r| r.state.to_string()),
+                chosen: outcome.member == Some(i),
+            })
+            .collect();
+        let confirmation = tracker.confirmation.as_ref().map(|seen| {
+            match (&gathered.facts.confirmation, &seen.note) {
+                (_, Err(problem)) => ConfirmationReport::invalid(problem, seen.seen),
+                (Some(c), Ok(_)) => ConfirmationReport::of(c, &gathered.facts),
+                (None, Ok(_)) => ConfirmationReport::invalid("not read", seen.seen),
+            }
+        });
         Some(NodeReport::new(ReportInputs {
             node: name,
             datacenter: &self.cfg.datacenter,
             now,
-            facts: &facts,
+            facts,
             decision: &decision,
-            reads: &tracker.reads,
-            power_source: source.as_ref().map(|s| PowerSourceReport {
-                backend: s.source.backend().to_string(),
-                address: s.source.address(),
-                last_answer: tracker.last_answer,
-                last_read: tracker.last_read.map(|(at, _)| at),
-                last_read_failed: tracker.last_read.is_some_and(|(_, e)| e.is_some()),
-                off_while_alive: facts.off_while_alive.clone(),
+            reads: source.map_or(&[][..], |s| &s.reads),
+            power_source: source.and_then(|s| {
+                let src = s.source.as_ref()?;
+                Some(PowerSourceReport {
+                    backend: src.source.backend().to_string(),
+                    address: src.source.address(),
+                    last_answer: s.last_answer,
+                    last_read: s.last_read.map(|(at, _)| at),
+                    last_read_failed: s.last_read.is_some_and(|(_, e)| e.is_some()),
+                    off_while_alive: facts.off_while_alive.clone(),
+                })
             }),
+            confirmation,
+            levels,
+            basis: (outcome.basis != Basis::None).then(|| outcome.basis.label().to_string()),
             dry_run: self.cfg.policy.dry_run,
             // A dry run's announcement means nothing once a reload turned the dry run off.
             would: tracker
@@ -60,7 +97,7 @@ impl Daemon {
                 .as_ref()
                 .filter(|_| self.cfg.policy.dry_run)
                 .map(|(action, _)| *action),
-            read_in_flight: tracker.read_in_flight,
+            read_in_flight: tracker.sources.iter().any(|s| s.read_in_flight),
             last_action_error: tracker.last_action_error.clone(),
             action_retry_at: tracker.retry_after.and_then(|at| {
                 let left = at.checked_duration_since(std::time::Instant::now())?;

@@ -9,7 +9,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures::StreamExt;
-use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
@@ -196,12 +195,14 @@ pub(super) async fn start(cfg: Config) -> Result<Started, DaemonError> {
         actions_tx,
         conflicts: HashMap::new(),
         conflicts_of: HashMap::new(),
+        outlets: HashMap::new(),
         shared_uuids: uuids::SharedUuids::default(),
         wakeups: BinaryHeap::new(),
         calm: Calm::default(),
         guard_keeper: guard_record::Keeper::new(guard_store),
         leadership,
         guards_epoch: 0,
+        census_current: false,
         mapping_check_due: true,
         changes_missed,
         passes_since_mapping_check: 0,
@@ -298,7 +299,7 @@ fn spawn_token_expiry_watch(
                 && logged != Some(t)
             {
                 logged = Some(t);
-                let left = t.duration_since(Timestamp::now());
+                let left = t.duration_since(crate::clock::now());
                 if left < crate::config::checks::TOKEN_EXPIRY_WARNING {
                     tracing::warn!(expires = %t, "the kubeconfig's token expires in less than a week: mint a new one (oobfence make-kubeconfig)");
                 } else {

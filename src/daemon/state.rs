@@ -81,6 +81,9 @@ pub(super) struct Daemon {
     /// providerIDs change (`conflicts_of`: the names and providerIDs they were computed on).
     pub(super) conflicts: HashMap<String, MappingConflict>,
     pub(super) conflicts_of: HashMap<String, Option<String>>,
+    /// The outlets above level 1 that feed several nodes, and the nodes each feeds (computed
+    /// with `conflicts`).
+    pub(super) outlets: HashMap<String, Vec<String>>,
     /// The mapping's conflicts and the shared UUIDs must be checked against the nodes again: a
     /// Node changed its name, providerID or system UUID, came or went. `changes_missed`: the
     /// node watch could not say which (its channel was full, or it listed everything again).
@@ -99,6 +102,9 @@ pub(super) struct Daemon {
     /// Counts the passes where what the guards hold changed (pause, view, standby, a storm,
     /// a freeze, the budget, a lease storm): every node is then decided again.
     pub(super) guards_epoch: u64,
+    /// Within a pass: the guards were counted on the very nodes the pass decides. Outside
+    /// one, the cache may have moved since the last count.
+    pub(super) census_current: bool,
     /// Nodes to decide again at a set time (a grace ends, a confirming read is due), soonest
     /// first: so that a node becomes eligible when its waits end, not at the next tick.
     /// An entry no longer its tracker's `wake_at` is stale and skipped.

@@ -7,12 +7,11 @@ use std::time::Instant;
 use jiff::Timestamp;
 
 use super::reads::ReadFor;
+use super::sources::{OffSeen, SourceTrack};
 use crate::config::{Config, Mapping};
 use crate::decision::holds::{HoldKind, Holds};
-use crate::decision::{
-    self, IdentityBinding, MappingConflict, OffWhileAlive, PowerReading, Readiness, Rule,
-};
-use crate::power::{self, MappedSource};
+use crate::decision::{self, MappingConflict, Readiness, Rule};
+use crate::power;
 
 /// NotReady transitions remembered per node: more than any sensible `flap_limit`.
 const NOT_READY_KEPT: usize = 32;
@@ -20,8 +19,12 @@ const NOT_READY_KEPT: usize = 32;
 #[derive(Default)]
 pub(super) struct Tracker {
     pub(super) uid: String,
-    pub(super) reads: Vec<PowerReading>,
-    pub(super) read_in_flight: bool,
+    /// The node's power sources, level by level (see [`super::sources`]).
+    pub(super) sources: Vec<SourceTrack>,
+    /// The providerID `sources` were built for; `None`: to be built (a new tracker, a reload).
+    pub(super) sources_for: Option<Option<String>>,
+    /// The last generation handed to a source of the node.
+    pub(super) next_generation: u64,
     pub(super) action_in_flight: bool,
     /// The cached resourceVersion an action was taken on: no new action until the cache moves
     /// past it, so a write that succeeded is not repeated from a stale cache.
@@ -34,28 +37,22 @@ pub(super) struct Tracker {
     pub(super) last_rule: Option<Rule>,
     /// The refusal the node is in (see `journal::refusal`).
     pub(super) refusal: Option<Rule>,
-    /// The node's source, built for the providerID it was built with.
-    pub(super) source: Option<(Option<String>, Option<MappedSource>)>,
     /// The Lease renewTime last seen, and when (oobfence's clock) it was first seen.
     pub(super) lease_seen: Option<(Option<Timestamp>, Timestamp)>,
     /// The renewTime the Lease had when oobfence first saw it: until it changes, the sighting
     /// is no renewal oobfence watched.
     pub(super) lease_first_value: Option<Timestamp>,
+    /// The Lease's resourceVersion fingerprint last seen.
+    pub(super) lease_version: Option<u64>,
     /// The Ready heartbeat last seen while Ready, and when (oobfence's clock) it changed.
     pub(super) heartbeat: Option<(Timestamp, Timestamp)>,
-    /// The last identity verdict a read of the node's machine gave.
-    pub(super) binding: Option<IdentityBinding>,
-    /// When a healthy node's next identity read is due.
-    pub(super) identity_due: Option<Instant>,
     /// Whether the node was Ready when last seen, and when it was seen going NotReady.
     pub(super) was_ready: Option<bool>,
+    /// When the node was last seen Ready (oobfence's clock).
+    pub(super) ready_seen: Option<Timestamp>,
     pub(super) not_ready_seen: Vec<Timestamp>,
     /// The bootID the kept reads were taken against.
     pub(super) reads_boot_id: Option<String>,
-    /// The last read of the node's machine, for any purpose: when, and how it failed if it did.
-    pub(super) last_read: Option<(Timestamp, Option<decision::ReadErrorKind>)>,
-    /// The last read of the node's machine that was answered (not an error).
-    pub(super) last_answer: Option<Timestamp>,
     /// The state `oobfence_node_state` shows for the node.
     pub(super) metric_state: Option<decision::NodeState>,
     /// What the node was last decided on: until that changes, a due time comes or
@@ -66,38 +63,59 @@ pub(super) struct Tracker {
     /// When the last decision asked to be decided again (a grace ending, a read due): the
     /// node's entry in [`super::Daemon::wakeups`].
     pub(super) wake_at: Option<Timestamp>,
-    /// The identity check of the config's mapping for the node (`Some(None)`: unmapped),
-    /// matched once: the mapping's name patterns are not matched every pass.
-    pub(super) mapping_identity: Option<Option<crate::identity::IdentityCheck>>,
-    /// The second witness the mapping asks of an Off read (`Some(None)`: none or unmapped),
-    /// matched once like `mapping_identity`.
-    pub(super) mapping_witness: Option<Option<crate::decision::OffWitness>>,
-    /// The node's power source said Off while the node was Ready (since its last On), and the
-    /// signs of life seen since.
-    pub(super) off_while_alive: Option<OffSeen>,
-    /// Bumped when a reload maps the node to another power source: every read is tagged with
-    /// it when sent, and an answer under an older one is dropped.
-    pub(super) source_generation: u64,
     /// The dry-run write last announced for the node (its action, and the bootID it was
     /// decided for): announced once, not on every re-decision (see `carry_out::announce`).
     pub(super) would_announced: Option<(&'static str, String)>,
+    /// The Node's `oobfence.io/confirmed-off` annotation as last seen (see
+    /// [`SeenConfirmation`]); `None` once it goes.
+    pub(super) confirmation: Option<SeenConfirmation>,
 }
 
-/// An Off read of a Ready node's machine, and the kubelet's signs of life seen after it.
+/// A person's confirmation annotation, and when this daemon first saw that exact value: a
+/// changed value is a new sighting.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct OffSeen {
-    pub(super) read_at: Timestamp,
-    /// When the read's answer arrived (oobfence's clock): only later signs count.
-    pub(super) answered_at: Timestamp,
-    pub(super) signs: u32,
-    pub(super) last_sign: Option<Timestamp>,
-    /// Whether the proof was reported (log, Event, journal).
-    pub(super) reported: bool,
-    /// The read said gone (terminated, not found) rather than Off.
-    pub(super) gone: bool,
-    /// The bootID then: signs of life from another boot prove nothing (the machine may well
-    /// have been off, then started again).
-    pub(super) boot_id: Option<String>,
+pub(super) struct SeenConfirmation {
+    pub(super) value: String,
+    /// oobfence's clock.
+    pub(super) seen: Timestamp,
+    /// The note, or what is wrong with the value (never a confirmation).
+    pub(super) note: Result<decision::confirmation::ConfirmationNote, String>,
+}
+
+impl SeenConfirmation {
+    /// Brings the annotation's value as it is now into `seen`: kept while unchanged, a new
+    /// sighting at `now` when changed, gone with the annotation. Whether this is a new
+    /// sighting of a value that is not a confirmation (to be reported once).
+    pub(super) fn observe(
+        seen: &mut Option<SeenConfirmation>,
+        value: Option<&str>,
+        now: Timestamp,
+    ) -> bool {
+        let Some(value) = value else {
+            *seen = None;
+            return false;
+        };
+        if seen.as_ref().is_some_and(|s| s.value == value) {
+            return false;
+        }
+        let note = decision::confirmation::ConfirmationNote::parse(value);
+        let invalid = note.is_err();
+        *seen = Some(SeenConfirmation {
+            value: value.to_string(),
+            seen: now,
+            note,
+        });
+        invalid
+    }
+
+    /// The confirmation the core is given: none for a malformed value.
+    pub(super) fn confirmation(&self) -> Option<decision::confirmation::Confirmation> {
+        let note = self.note.as_ref().ok()?;
+        Some(decision::confirmation::Confirmation {
+            note: note.clone(),
+            seen: self.seen,
+        })
+    }
 }
 
 /// Signs of life closer together than this count once: a watch that lagged delivers a
@@ -155,6 +173,18 @@ impl Tracker {
     pub(super) fn observe(&mut self, facts: &mut decision::NodeFacts, now: Timestamp) {
         let lease_before = self.lease_seen.map(|(_, at)| at);
         let first_sight = self.lease_seen.is_none();
+        // Any write of the Lease is a renewal, its renewTime changed or not: a kubelet whose
+        // clock stands still writes the same renewTime, and its resourceVersion moves.
+        if let Some((value, _)) = self.lease_seen
+            && value == facts.lease_renew_time
+            && value.is_some()
+            && self.lease_version.is_some()
+            && facts.lease_version != self.lease_version
+        {
+            self.lease_seen = Some((value, now));
+            self.lease_first_value = None;
+        }
+        self.lease_version = facts.lease_version;
         facts.lease_renewal_seen = observe_lease(&mut self.lease_seen, facts.lease_renew_time, now);
         if first_sight && facts.lease_renewal_seen.is_some() {
             self.lease_first_value = facts.lease_renew_time;
@@ -176,36 +206,32 @@ impl Tracker {
             }
         }
         facts.heartbeat_seen = self.heartbeat.map(|(_, at)| at);
-        if self
-            .off_while_alive
-            .as_ref()
-            .is_some_and(|o| o.boot_id.as_deref() != Some(facts.boot_id.as_str()))
-        {
-            self.off_while_alive = None;
+        for s in &mut self.sources {
+            if s.off_while_alive
+                .as_ref()
+                .is_some_and(|o| o.boot_id.as_deref() != Some(facts.boot_id.as_str()))
+            {
+                s.off_while_alive = None;
+            }
+            if (renewed || beat)
+                && let Some(o) = &mut s.off_while_alive
+                && now > o.answered_at
+                && o.last_sign
+                    .is_none_or(|last| now.duration_since(last) >= SIGNS_APART.try_into().unwrap())
+            {
+                o.signs += 1;
+                o.last_sign = Some(now);
+            }
         }
-        if (renewed || beat)
-            && let Some(o) = &mut self.off_while_alive
-            && now > o.answered_at
-            && o.last_sign
-                .is_none_or(|last| now.duration_since(last) >= SIGNS_APART.try_into().unwrap())
-        {
-            o.signs += 1;
-            o.last_sign = Some(now);
-        }
-        facts.off_while_alive = self.off_while_alive.as_ref().map(|o| OffWhileAlive {
-            read_at: o.read_at,
-            signs_of_life_after: o.signs,
-            gone: o.gone,
-        });
         let came_back = ready && self.was_ready == Some(false);
         if facts.fence.is_none() && (renewed || beat || came_back) {
-            self.reads.clear();
+            self.clear_reads();
         }
         // Off reads taken before the machine booted again say nothing about this boot: the
         // write would check the bootID anyway, but the decision must not count them either.
         if self.reads_boot_id.as_deref() != Some(facts.boot_id.as_str()) {
             if facts.fence.is_none() {
-                self.reads.clear();
+                self.clear_reads();
             }
             self.reads_boot_id = Some(facts.boot_id.clone());
         }
@@ -217,37 +243,38 @@ impl Tracker {
             }
         }
         self.was_ready = Some(ready);
+        if ready {
+            self.ready_seen = Some(now);
+        }
+        facts.ready_seen = self.ready_seen;
         facts.not_ready_seen = self.not_ready_seen.clone();
-        facts.identity_binding = self.binding.clone();
+    }
+
+    /// Every source's reads go: they were evidence about a silence that is over.
+    pub(super) fn clear_reads(&mut self) {
+        for s in &mut self.sources {
+            s.reads.clear();
+        }
     }
 }
 
 impl Tracker {
-    /// Whom a read sent now is for.
-    pub(super) fn read_for(&self, node: &str) -> ReadFor {
+    /// Whom a read sent now through source `i` is for.
+    pub(super) fn read_for(&self, node: &str, i: usize) -> ReadFor {
         ReadFor {
             node: node.to_string(),
             uid: self.uid.clone(),
-            generation: self.source_generation,
+            generation: self.sources.get(i).map_or(0, |s| s.generation),
         }
     }
 
-    /// Whether a read's answer is evidence about this node now: sent for this object, to the
-    /// power source it is mapped to now (not one a reload has replaced since).
-    pub(super) fn takes_read(&self, uid: &str, generation: u64) -> bool {
-        self.uid == uid && self.source_generation == generation
-    }
-
-    /// A reload maps the node to another power source: what the old one said about its machine
-    /// goes, and so does any answer of it still on its way.
-    pub(super) fn remapped(&mut self) {
-        self.source_generation += 1;
-        self.reads.clear();
-        self.binding = None;
-        self.off_while_alive = None;
-        self.last_read = None;
-        self.last_answer = None;
-        self.identity_due = None;
+    /// The source a read's answer is evidence from: sent for this object, through a source
+    /// the node is mapped to now (not one a reload has replaced since).
+    pub(super) fn takes_read(&self, uid: &str, generation: u64) -> Option<usize> {
+        if self.uid != uid {
+            return None;
+        }
+        self.sources.iter().position(|s| s.generation == generation)
     }
 
     /// Takes what a read said about the power source's truthfulness: an Off, terminated or not
@@ -255,22 +282,27 @@ impl Tracker {
     /// signs of life; an On closes it (the source reads a running machine again).
     pub(super) fn power_answered(
         &mut self,
+        i: usize,
         state: &decision::PowerState,
         read_at: Timestamp,
         ready_when_read: bool,
         now: Timestamp,
     ) {
+        let boot_id = self.reads_boot_id.clone();
+        let Some(source) = self.sources.get_mut(i) else {
+            return;
+        };
         match state {
-            decision::PowerState::On => self.off_while_alive = None,
-            s if s.is_down() && ready_when_read && self.off_while_alive.is_none() => {
-                self.off_while_alive = Some(OffSeen {
+            decision::PowerState::On => source.off_while_alive = None,
+            s if s.is_down() && ready_when_read && source.off_while_alive.is_none() => {
+                source.off_while_alive = Some(OffSeen {
                     read_at,
                     answered_at: now,
                     signs: 0,
                     last_sign: None,
                     reported: false,
                     gone: s.is_gone(),
-                    boot_id: self.reads_boot_id.clone(),
+                    boot_id,
                 });
             }
             _ => {}
@@ -304,7 +336,9 @@ pub(super) fn observe_lease(
 
 /// Nodes whose config mapping cannot be trusted: an EC2 providerID whose zone is not in the
 /// configured region, and several nodes that resolve to one machine (the same BMC and system,
-/// the same instance). Both sides of a shared machine are blocked, not just the second.
+/// the same instance) through a level-1 source. Both sides of a shared machine are blocked,
+/// not just the second. A source above level 1 may feed several nodes (a blade chassis's
+/// outlet, a twin server's feed): one source for all of them ([`shared_outlets`]).
 pub fn mapping_conflicts<'a>(
     cfg: &Config,
     nodes: impl IntoIterator<Item = (&'a str, Option<&'a str>)>,
@@ -312,22 +346,25 @@ pub fn mapping_conflicts<'a>(
     let mut conflicts = HashMap::new();
     let mut by_machine: BTreeMap<String, Vec<&str>> = BTreeMap::new();
     for (name, provider_id) in nodes {
-        let key = match cfg.mapping_for(name) {
-            None => continue,
-            Some(Mapping::Bmc(entry)) => entry.machine_key(name),
-            Some(Mapping::Aws(aws)) => {
-                let Some(pid) = provider_id else { continue };
-                if let Some(problem) = power::ec2::zone_region_mismatch(pid, &aws.region) {
-                    conflicts.insert(name.to_string(), MappingConflict::RegionMismatch(problem));
-                    continue;
+        for mapping in cfg.mappings_for(name) {
+            let key = match mapping {
+                Mapping::Bmc(entry) if entry.level > 1 => continue,
+                Mapping::Bmc(entry) => entry.machine_key(name),
+                Mapping::Aws(aws) => {
+                    let Some(pid) = provider_id else { continue };
+                    if let Some(problem) = power::ec2::zone_region_mismatch(pid, &aws.region) {
+                        conflicts
+                            .insert(name.to_string(), MappingConflict::RegionMismatch(problem));
+                        continue;
+                    }
+                    match power::ec2::instance_id_from_provider_id(pid) {
+                        Ok(id) => format!("ec2 {id}"),
+                        Err(_) => continue,
+                    }
                 }
-                match power::ec2::instance_id_from_provider_id(pid) {
-                    Ok(id) => format!("ec2 {id}"),
-                    Err(_) => continue,
-                }
-            }
-        };
-        by_machine.entry(key).or_default().push(name);
+            };
+            by_machine.entry(key).or_default().push(name);
+        }
     }
     for (machine, names) in by_machine {
         if names.len() < 2 {
@@ -345,6 +382,29 @@ pub fn mapping_conflicts<'a>(
         }
     }
     conflicts
+}
+
+/// The sources above level 1 that feed several nodes (an outlet of a blade chassis or a twin
+/// server), by the machine key they read: the nodes each feeds.
+pub fn shared_outlets<'a>(
+    cfg: &Config,
+    nodes: impl IntoIterator<Item = &'a str>,
+) -> HashMap<String, Vec<String>> {
+    let mut by_key: HashMap<String, Vec<String>> = HashMap::new();
+    for name in nodes {
+        for mapping in cfg.mappings_for(name) {
+            if let Mapping::Bmc(entry) = mapping
+                && entry.level > 1
+            {
+                by_key
+                    .entry(entry.machine_key(name))
+                    .or_default()
+                    .push(name.to_string());
+            }
+        }
+    }
+    by_key.retain(|_, names| names.len() > 1);
+    by_key
 }
 
 #[cfg(test)]

@@ -4,9 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use jiff::Timestamp;
-
-use super::action::ActionDone;
+use super::action::{ActionDone, action_label};
 use super::observe::{observe_fence, seconds_between};
 use super::release;
 use super::state::Daemon;
@@ -46,10 +44,11 @@ impl Daemon {
             .trackers
             .get(&name)
             .map(|t| {
-                t.reads
+                // The reads of the level the decision rests on (every source's, without one).
+                t.sources
                     .iter()
-                    .rev()
-                    .take(4)
+                    .filter(|s| inputs.level.is_none_or(|l| s.level == l))
+                    .flat_map(|s| s.reads.iter().rev().take(4))
                     .map(|r| {
                         let mut line =
                             format!("{} {} in {:.2}s", r.at, r.state, r.latency.as_secs_f64());
@@ -62,22 +61,55 @@ impl Daemon {
             })
             .unwrap_or_default();
         let volume_watch = self.ec2_volume_watch(&node, &decision);
+        // A fence on a person's word rests on the annotation's exact value, re-read at the
+        // write; `None` for a person's fence whose value is gone already (nothing written).
+        let confirmed = (decision.rule == decision::Rule::ConfirmedOffByPerson).then(|| {
+            self.trackers
+                .get(&name)
+                .and_then(|t| t.confirmation.as_ref())
+                .map(|c| c.value.clone())
+        });
+        let basis = fence_basis(&decision, &inputs);
+        // What the fence rests on, where a node has levels or the proof is no attested read.
+        let rests_on = match (inputs.level, inputs.basis.as_deref()) {
+            (Some(level), Some(basis)) if level > 1 || basis != "attested" => {
+                format!("; basis {basis} (level {level})")
+            }
+            (None, Some(basis)) => format!("; basis {basis}"),
+            _ => String::new(),
+        };
         tokio::spawn(async move {
-            let evidence = format!("{} (rule {})", decision.reason, decision.rule.name());
+            let on = match &confirmed {
+                None => Ok(cluster::FencedOn::Power),
+                Some(Some(value)) => Ok(cluster::FencedOn::Person(value)),
+                Some(None) => Err(cluster::ClusterError::Abandoned(
+                    "the person's confirmation is gone; nothing written".into(),
+                )),
+            };
+            let evidence = format!(
+                "{} (rule {}{rests_on})",
+                decision.reason,
+                decision.rule.name()
+            );
             let guard = decision.guard.clone();
             let no_guard = || {
                 cluster::ClusterError::Precondition(
                     "the decision carries no write guard; nothing written".into(),
                 )
             };
+            let guard_on = match (&guard, on) {
+                (Some(g), Ok(on)) => Ok((g, on)),
+                (None, _) => Err(no_guard()),
+                (_, Err(e)) => Err(e),
+            };
             // With release_at_attestation, a Node delete lists the node's pods first.
             let mut listed_pods = None;
             let (label, result) = match decision.step {
                 Step::Fence(FenceAction::Taint) => (
                     "taint",
-                    match &guard {
-                        Some(g) => cluster.apply_fence_taint(&name, g, &evidence).await,
-                        None => Err(no_guard()),
+                    match guard_on {
+                        Ok((g, on)) => cluster.apply_fence_taint_on(&name, g, &evidence, on).await,
+                        Err(e) => Err(e),
                     }
                     .map(|w| {
                         format!(
@@ -89,9 +121,11 @@ impl Daemon {
                     }),
                 ),
                 Step::Fence(FenceAction::DeleteNode) => {
-                    let result = match &guard {
-                        Some(g) => delete_node_and_attachments(&cluster, &shared, &name, g).await,
-                        None => Err(no_guard()),
+                    let result = match guard_on {
+                        Ok((g, on)) => {
+                            delete_node_and_attachments(&cluster, &shared, &name, g, on).await
+                        }
+                        Err(e) => Err(e),
                     }
                     .map(|(w, vas, pods)| {
                         listed_pods = pods;
@@ -121,7 +155,7 @@ impl Daemon {
                 ),
                 _ => return,
             };
-            let done_at = Timestamp::now();
+            let done_at = crate::clock::now();
             // The pods go right after the fence, before anything is reported: each moment
             // they stay keeps the volumes attached.
             let released = match (&result, &guard, decision.step) {
@@ -140,6 +174,7 @@ impl Daemon {
                 },
             );
             let reason = match decision.step {
+                Step::Fence(_) if confirmed.is_some() => reasons::FENCED_ON_CONFIRMATION,
                 Step::Fence(_) => reasons::FENCED,
                 Step::Unfence => reasons::UNFENCED,
                 _ => reasons::RECORD_CLEARED,
@@ -197,6 +232,7 @@ impl Daemon {
             };
             let fenced_at = match (decision.step, &outcome) {
                 (Step::Fence(action), Ok(())) => {
+                    shared.metrics.fenced(action_label(action), basis);
                     observe_fence(
                         &shared.metrics,
                         &name,
@@ -259,13 +295,14 @@ async fn delete_node_and_attachments(
     shared: &Shared,
     name: &str,
     guard: &decision::WriteGuard,
+    on: cluster::FencedOn<'_>,
 ) -> Result<(cluster::FenceWrite, String, ListedPods), cluster::ClusterError> {
     let recorded = cluster.volume_attachments_of(name).await;
     let pods = match guard.release_pods {
         true => Some(cluster.pods_on(name).await),
         false => None,
     };
-    let w = cluster.delete_node(name, guard).await?;
+    let w = cluster.delete_node_on(name, guard, on).await?;
     // The Node is gone: its VolumeAttachments can go now instead of after the attach/detach
     // controller's 6-minute force-detach.
     let sentence = match recorded {
@@ -320,7 +357,18 @@ impl Daemon {
             .provider_id
             .as_deref()
             .and_then(|p| power::ec2::instance_id_from_provider_id(p).ok())?;
-        let last = self.trackers.get(&name)?.reads.last()?;
+        let last = self
+            .trackers
+            .get(&name)?
+            .sources
+            .iter()
+            .find(|s| {
+                s.source
+                    .as_ref()
+                    .is_some_and(|s| s.source.backend() == "ec2")
+            })?
+            .reads
+            .last()?;
         let volumes = power::ec2::volume_ids(&last.details);
         if volumes.is_empty() {
             return None;
@@ -409,6 +457,26 @@ impl Ec2VolumeWatch {
             }
         }
     }
+}
+
+/// What a fence rests on, for the `basis` label of `oobfence_fences_total`: `person` (a
+/// person's confirmation), else `attested` or `unattested` (whether the source proves whose
+/// machine it read).
+fn fence_basis(decision: &Decision, inputs: &journal::Inputs) -> &'static str {
+    if decision.rule == decision::Rule::ConfirmedOffByPerson {
+        return decision::levels::Basis::Person.label();
+    }
+    // The core's word, where the decision came with one (levels).
+    match inputs.basis.as_deref() {
+        Some("attested") => return "attested",
+        Some("unattested") => return "unattested",
+        _ => {}
+    }
+    let attested = inputs
+        .identity
+        .as_ref()
+        .is_none_or(|i| i.check == "checked");
+    decision::levels::Basis::Reads { level: 1, attested }.label()
 }
 
 /// How many 409 Conflicts a write met before it landed, for its message ("" when none).

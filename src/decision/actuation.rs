@@ -12,7 +12,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 use serde::Serialize;
 
-use super::{elapsed, plus, secs};
+use super::{NodeFacts, elapsed, last_sign_of_life, plus, secs};
 
 /// How long a machine oobfence powered off may go on reading On before it counts as having
 /// ignored the command (`power-off-ignored`); until then its failure domain is busy.
@@ -24,6 +24,10 @@ pub struct ActuationPolicy {
     /// How long oobfence must have seen no sign of life from a NotReady node's kubelet (by its
     /// own clock) before it powers the machine off.
     pub after: Duration,
+    /// The longest silence a node may have and still be powered off: past it the node is
+    /// abandoned (reinstalled outside the cluster, retired, left NotReady), not hung, and a
+    /// person must look.
+    pub max_silence: Duration,
     /// Power the machine on again once it is fenced.
     pub power_on: bool,
 }
@@ -34,6 +38,9 @@ impl Default for ActuationPolicy {
             // Well past the controller's grace and `not_ready_grace`: a kubelet stalled by a
             // long GC pause or a saturated link has every chance to come back first.
             after: Duration::from_secs(300),
+            // An hour: twelve times `after`, room for holds and a busy failure domain, far
+            // short of a machine forgotten for days.
+            max_silence: Duration::from_secs(3600),
             power_on: true,
         }
     }
@@ -82,21 +89,27 @@ pub enum OffVerdict {
 }
 
 /// Whether a NotReady node whose machine reads On (fresh, from its own machine: the caller
-/// checked) is to be powered off: both opt-ins, no power-off of this boot yet, and no sign of
-/// life from its kubelet for `after`.
+/// checked) is to be powered off: both opt-ins, no maintenance, no power-off of this boot yet,
+/// and a hung kubelet rather than an abandoned one — a silence that oobfence watched begin
+/// while the node showed Ready, at least `after` and at most `max_silence` long.
 pub fn off_verdict(
     policy: Option<&ActuationPolicy>,
-    facts: &ActuationFacts,
-    boot_id: &str,
-    last_alive: Option<Timestamp>,
+    node: &NodeFacts,
     now: Timestamp,
 ) -> OffVerdict {
+    let facts = &node.actuation;
     let Some(p) = policy else {
         return OffVerdict::No("[actuation] is not enabled".into());
     };
     if let Some(why) = &facts.source_refuses {
         return OffVerdict::No(why.clone());
     }
+    if let Some(why) = &node.maintenance {
+        return OffVerdict::No(format!(
+            "the node is under maintenance ({why}): a kubelet stopped for maintenance is silent on purpose, so its machine is never powered off"
+        ));
+    }
+    let boot_id = node.boot_id.as_str();
     if boot_id.is_empty() {
         return OffVerdict::No(
             "the node reports no bootID, so a power-off could not be told from the next one".into(),
@@ -108,13 +121,33 @@ pub fn off_verdict(
             r.off_at.strftime("%Y-%m-%dT%H:%M:%SZ")
         ));
     }
-    let Some(alive) = last_alive else {
+    let Some(alive) = last_sign_of_life(node) else {
         return OffVerdict::No(
             "the node has no Lease: oobfence cannot see how long its kubelet has been silent"
                 .into(),
         );
     };
+    // Hung, not abandoned: oobfence must have seen the kubelet alive and the node Ready, then
+    // the silence begin. A Lease as oobfence first found it (a restart, actuation just turned
+    // on for a node long silent) says nothing of how long the silence has lasted.
+    if node.lease_first_sight {
+        return OffVerdict::No(
+            "oobfence has not seen its kubelet renew its Lease since it started watching the node, so it did not see the silence begin: the machine may have been abandoned (reinstalled, retired) long before; only a silence watched from a Ready node is a hang".into(),
+        );
+    }
+    if node.ready_seen.is_none_or(|ready| ready < alive) {
+        return OffVerdict::No(
+            "oobfence has not seen the node Ready since its kubelet's last sign of life, so the silence did not begin while it watched a healthy node; only a silence watched from a Ready node is a hang".into(),
+        );
+    }
     let silent = elapsed(alive, now);
+    if silent > p.max_silence {
+        return OffVerdict::No(format!(
+            "its kubelet has been silent for {}, longer than [actuation] max_silence = {}: an abandoned node (reinstalled outside the cluster, retired, left NotReady), not a hung one; a person must look",
+            secs(silent),
+            secs(p.max_silence)
+        ));
+    }
     if silent < p.after {
         return OffVerdict::Wait {
             at: plus(alive, p.after),
@@ -128,11 +161,45 @@ pub fn off_verdict(
     OffVerdict::PowerOff
 }
 
-/// Whether a fenced, NotReady node is to be powered on again: oobfence powered this boot off,
-/// has not powered it on, and `power_on` is set.
-pub fn on_due(policy: Option<&ActuationPolicy>, facts: &ActuationFacts, fenced_boot: &str) -> bool {
-    policy.is_some_and(|p| p.power_on)
+/// Whether a fenced, NotReady node's machine, which oobfence powered off, is to be powered on
+/// again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OnVerdict {
+    /// Nothing to power on: oobfence did not power this boot off, it already powered it on,
+    /// or `power_on` is not set.
+    NotDue,
+    /// Due, but not allowed now.
+    No(String),
+    Due,
+}
+
+/// A power-on asks what a power-off asks of the node, at the moment it is sent: the node not
+/// opted out nor owned by another remediator, not under maintenance, and its power source still
+/// allowed to act (a reload may have turned `actuate` off since the power-off).
+pub fn on_verdict(
+    policy: Option<&ActuationPolicy>,
+    node: &NodeFacts,
+    fenced_boot: &str,
+) -> OnVerdict {
+    let facts = &node.actuation;
+    let due = policy.is_some_and(|p| p.power_on)
         && facts
             .powered_off(fenced_boot)
-            .is_some_and(|r| r.on_at.is_none())
+            .is_some_and(|r| r.on_at.is_none());
+    if !due {
+        return OnVerdict::NotDue;
+    }
+    if let Some(why) = &node.opted_out {
+        return OnVerdict::No(format!("the node is excluded from oobfence ({why})"));
+    }
+    if let Some(who) = &node.other_remediator {
+        return OnVerdict::No(format!("another remediator is at work on the node ({who})"));
+    }
+    if let Some(why) = &node.maintenance {
+        return OnVerdict::No(format!("the node is under maintenance ({why})"));
+    }
+    if let Some(why) = &facts.source_refuses {
+        return OnVerdict::No(why.clone());
+    }
+    OnVerdict::Due
 }

@@ -247,6 +247,10 @@ pub struct NodeFacts {
     /// The Lease's renewTime as the kubelet wrote it (the kubelet's clock): only ever compared
     /// for equality, at write time.
     pub lease_renew_time: Option<Timestamp>,
+    /// A fingerprint of the Lease's `resourceVersion`, only ever compared for equality: any
+    /// change of the Lease is a sign of life, even one that keeps its renewTime (a kubelet whose
+    /// clock stands still writes the same renewTime again).
+    pub lease_version: Option<u64>,
     /// The Lease's `leaseDurationSeconds` (None: not set; the kubelet's default applies).
     pub lease_duration: Option<Duration>,
     /// The Ready condition's `lastHeartbeatTime` (the kubelet's clock): only ever compared for
@@ -255,6 +259,10 @@ pub struct NodeFacts {
     /// When oobfence (by its own clock) last saw that heartbeat change while the node was
     /// Ready: the kubelet posting Ready is alive, whatever its Lease says.
     pub heartbeat_seen: Option<Timestamp>,
+    /// When oobfence (by its own clock) last saw the node Ready. A silence that began after
+    /// it is one oobfence watched begin; one that began before it first looked (a restart, a
+    /// node long NotReady) is not.
+    pub ready_seen: Option<Timestamp>,
     pub boot_id: String,
     pub being_deleted: bool,
     /// oobfence's fence record, if an oobfence fenced this node.
@@ -264,6 +272,10 @@ pub struct NodeFacts {
     /// Why the node is excluded from fencing by its own labels or annotations, if it is. This
     /// can only ever block a fence, never cause one.
     pub opted_out: Option<String>,
+    /// Why the node is under maintenance (cordoned, a NodeMaintenance taint, a
+    /// `MaintenanceInProgress` condition), if it is: a stopped kubelet is then expected, and
+    /// its machine is never powered off nor on by oobfence. It never blocks a fence.
+    pub maintenance: Option<String>,
     /// When (oobfence's clock) the node was seen going NotReady, newest last: the recent ones
     /// tell a flapping node from a dead one.
     pub not_ready_seen: Vec<Timestamp>,
@@ -285,6 +297,10 @@ pub struct NodeFacts {
     /// What holds back writes from outside the node: a pause, a stale view, a storm, a freeze,
     /// the fence budget ([`super::holds`]).
     pub holds: super::holds::Holds,
+    /// A person's confirmation that the machine is off (`oobfence confirm-off`), if one is on
+    /// the Node: it stands in for the proof only where no power source can answer
+    /// ([`super::confirmation`]).
+    pub confirmation: Option<super::confirmation::Confirmation>,
     /// Whether its power source may act, and what oobfence recorded of its power actions
     /// ([`super::actuation`]).
     pub actuation: super::actuation::ActuationFacts,

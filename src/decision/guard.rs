@@ -36,6 +36,11 @@ pub struct WriteGuard {
     /// (`release_at_attestation`), each step re-checked as [`GuardPurpose::ReleasePods`].
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub release_pods: bool,
+    /// Fence only: decided on a person's confirmation, no source being able to answer. A
+    /// freeze (most power sources failing) does not hold it: the freeze distrusts reads, and
+    /// this fence rests on none ([`Holds::fence_on_word`]); every other hold does.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub on_word: bool,
 }
 
 impl WriteGuard {
@@ -90,8 +95,11 @@ pub fn recheck(
     if matches!(
         guard.purpose,
         GuardPurpose::Fence | GuardPurpose::ReleasePods | GuardPurpose::PowerOff
-    ) && let Some(h) = &holds.fence
-    {
+    ) && let Some(h) = if guard.on_word {
+        &holds.fence_on_word
+    } else {
+        &holds.fence
+    } {
         return Err(h.reason.clone());
     }
     if matches!(

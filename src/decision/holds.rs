@@ -192,6 +192,14 @@ pub struct Hold {
     pub reason: String,
 }
 
+/// Whether a freeze holds the fence asked about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Freezes {
+    Hold,
+    /// A fence on a person's word: it rests on no read.
+    Pass,
+}
+
 /// What holds back one node's writes now.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Holds {
@@ -199,6 +207,10 @@ pub struct Holds {
     pub write: Option<Hold>,
     /// Holds a new fence of the node.
     pub fence: Option<Hold>,
+    /// Holds a new fence on a person's confirmation: `fence` but for a freeze, which
+    /// distrusts power reads, and such a fence rests on none. A dark rack freezes its domain;
+    /// a person who looked may still fence its nodes one by one.
+    pub fence_on_word: Option<Hold>,
     /// Reads taken before this do not count: they predate a freeze's thaw or the view's
     /// recovery, and a decision is never made on inputs from before either.
     pub evidence_not_before: Option<Timestamp>,
@@ -275,8 +287,8 @@ pub struct Calm {
     /// The nodes whose stale Lease the last count saw: only those are read ahead, so that a
     /// Lease going stale between two counts waits for the count that may call it a storm.
     pub stale_uids: BTreeSet<String>,
-    /// The guards' record of the instance before this one is being read (after a takeover):
-    /// its fences are not counted yet ([`record`]).
+    /// The guards' record of the instance before this one is being read (after a start or a
+    /// takeover), or cannot be read: its fences are not counted yet ([`record`]).
     pub record_pending: bool,
     /// Power actions of the last hour (opt-in actuation), by node uid, oldest first.
     pub power_actions: Vec<(Timestamp, String)>,
@@ -419,7 +431,8 @@ impl Calm {
             .collect();
 
         let write = self.write_hold();
-        let fence = self.fence_hold(&scopes, uid, policy, now);
+        let fence = self.fence_hold(&scopes, uid, policy, now, Freezes::Hold);
+        let fence_on_word = self.fence_hold(&scopes, uid, policy, now, Freezes::Pass);
         let evidence_not_before = scopes
             .iter()
             .filter_map(|(_, st)| st.thawed)
@@ -439,6 +452,7 @@ impl Calm {
         Holds {
             write,
             fence,
+            fence_on_word,
             evidence_not_before,
             pre_attest,
             lease_not_yet_counted: !self.stale_uids.contains(uid),
@@ -479,8 +493,9 @@ impl Calm {
         uid: &str,
         policy: &GuardPolicy,
         now: Timestamp,
+        freezes: Freezes,
     ) -> Option<Hold> {
-        for (scope, st) in scopes {
+        for (scope, st) in scopes.iter().filter(|_| freezes == Freezes::Hold) {
             if let Some(since) = st.frozen_since {
                 return Some(Hold {
                     kind: HoldKind::SelfPartition,
@@ -531,7 +546,7 @@ impl Calm {
         if self.record_pending {
             return Some(Hold {
                 kind: HoldKind::FenceBudget,
-                reason: "the guards' record (the fences and storm cooldowns of the instance before this one) is being read: no new fence until they are counted".into(),
+                reason: "the guards' record (the fences, storm cooldowns and power actions of the instance before this one) is being read, or cannot be read (see the log and oobfence_guard_record_ok): no new fence until they are counted; an unreadable record is not taken as an empty one".into(),
             });
         }
         let (budget, total) = self.budget(policy);

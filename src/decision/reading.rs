@@ -144,6 +144,17 @@ pub struct PowerReading {
     pub power_draw: Option<PowerDraw>,
 }
 
+/// How a reader's id ends when the source could not tell which key signed its call (EC2: no
+/// access key id seen, or another one on a retry). Two accounts in that state read as the same
+/// words, so such a reader names nobody.
+pub const UNKNOWN_KEY: &str = ", key unknown";
+
+/// Whether `reader` ([`PowerReading::reader`]) names who answered; a "gone" answer counts only
+/// through a known reader that once found the node's machine.
+pub fn reader_is_known(reader: &str) -> bool {
+    !reader.ends_with(UNKNOWN_KEY)
+}
+
 /// One named piece of evidence from a read.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ReadDetail {

@@ -13,8 +13,11 @@ mod contradicted_off;
 mod grace_and_leases;
 mod holds_and_guards;
 mod left_alone;
+mod levels;
+mod person;
 mod pre_attestation;
 mod release;
+mod storm_census;
 mod trust;
 mod unfence;
 mod wrong_machine;
@@ -82,14 +85,17 @@ fn dead() -> NodeFacts {
         lease_renewal_seen: Some(t(-10)),
         lease_first_sight: false,
         lease_renew_time: Some(t(-12)),
+        lease_version: Some(1),
         lease_duration: Some(Duration::from_secs(40)),
         ready_heartbeat: None,
         heartbeat_seen: None,
+        ready_seen: Some(t(-1)),
         boot_id: "boot-a".into(),
         being_deleted: false,
         fence: None,
         foreign_out_of_service: false,
         opted_out: None,
+        maintenance: None,
         not_ready_seen: vec![t(0)],
         other_remediator: None,
         has_power_source: true,
@@ -104,6 +110,7 @@ fn dead() -> NodeFacts {
         off_witness: None,
         identity_binding: None,
         holds: Holds::default(),
+        confirmation: None,
         actuation: Default::default(),
     }
 }

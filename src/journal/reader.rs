@@ -132,6 +132,20 @@ pub fn render(records: &[Record]) -> String {
         if !facts.is_empty() {
             let _ = writeln!(s, "        inputs: {}", facts.join(", "));
         }
+        if let Some(c) = &i.confirmed_off {
+            let _ = writeln!(
+                s,
+                "        confirmed off by {} at {} for boot {}: {}",
+                if c.by.is_empty() {
+                    "(not given)"
+                } else {
+                    &c.by
+                },
+                c.at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                c.boot_id,
+                one_line(&c.reason, 300)
+            );
+        }
         if !i.reads.is_empty() {
             let reads: Vec<String> = i
                 .reads

@@ -106,6 +106,33 @@ pub struct Inputs {
     /// when it landed, so the difference is the API server's part.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decided_at: Option<Timestamp>,
+    /// The fencing level whose reads the decision rests on, where it rests on reads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub level: Option<u32>,
+    /// What a fence rests on: `attested` reads, `unattested` ones (a level that proves only
+    /// the mapping the config wrote), a `person`'s confirmation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub basis: Option<String>,
+    /// A person's confirmation that the machine is off, on the Node when this was decided:
+    /// who, why, for which boot (whether or not the decision rests on it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirmed_off: Option<ConfirmationInput>,
+}
+
+/// A person's confirmation as the journal keeps it (`oobfence.io/confirmed-off`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConfirmationInput {
+    /// As the person gave it; empty when not given (the API server's audit log names who
+    /// wrote the annotation).
+    #[serde(default)]
+    pub by: String,
+    pub reason: String,
+    pub boot_id: String,
+    /// When it was made, as far as oobfence can tell (the writer's time, never after oobfence
+    /// first saw it).
+    pub at: Timestamp,
+    /// When oobfence first saw it.
+    pub seen: Timestamp,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -228,6 +255,15 @@ impl Inputs {
                 .collect(),
             volume_attachments,
             decided_at: None,
+            confirmed_off: facts.confirmation.as_ref().map(|c| ConfirmationInput {
+                by: c.note.by.clone(),
+                reason: c.note.reason.clone(),
+                boot_id: c.note.boot_id.clone(),
+                at: c.made_at(),
+                seen: c.seen,
+            }),
+            level: None,
+            basis: None,
         }
     }
 }

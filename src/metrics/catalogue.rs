@@ -11,7 +11,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use super::labels::*;
-use super::{FloatGauge, KnownGauge, Listed, Metrics};
+use super::{FloatGauge, GUARD_RECORD_REPAIRS, KnownGauge, Listed, Metrics};
 
 impl Metrics {
     pub fn new() -> Metrics {
@@ -46,6 +46,17 @@ impl Metrics {
             "Power actions oobfence sent to machines (opt-in actuation: [actuation] enabled and actuate = true on the source), by action (power_off = a hung node's machine cut, power_on = a fenced machine brought back), result (sent; refused = nothing sent, its source or its own read right before said no; failure = nothing known to have happened, retried; abandoned = the write-time re-check stopped it) and backend",
             Listed(power_actions.clone()),
         );
+        let fences = Family::<FenceLabels, Counter>::default();
+        registry.register(
+            "fences",
+            "Fences that landed, by action (taint, delete_node) and basis: attested = power proven off by a source that proves whose machine it read, unattested = by one that cannot (the config's mapping is all there is), person = no source could answer and a person confirmed the machine off (oobfence confirm-off, the oobfence.io/confirmed-off annotation; the journal and the Event name who and why)",
+            Listed(fences.clone()),
+        );
+        for action in ["taint", "delete_node"] {
+            for basis in FENCE_BASES {
+                let _ = fences.get_or_create(&FenceLabels { action, basis });
+            }
+        }
         let would_act = Family::<WouldActLabels, Counter>::default();
         registry.register(
             "would_act",
@@ -61,7 +72,7 @@ impl Metrics {
         let fence_agent_reads = Family::<AgentReadLabels, Counter>::default();
         registry.register(
             "fence_agent_reads",
-            "protocol = \"fence-agent\" only: power reads by fence agent (fence_ipmilan, fence_vmware_rest, ...) and result (on, off, transitional, error); the same reads are in power_reads under backend=\"fence-agent\"",
+            "protocol = \"fence-agent\" only: power reads by fence agent (fence_ipmilan, fence_redfish, ...) and result (on, off, transitional, error); the same reads are in power_reads under backend=\"fence-agent\"",
             Listed(fence_agent_reads.clone()),
         );
         let power_reads_in_flight = Gauge::default();
@@ -198,6 +209,18 @@ impl Metrics {
             "guard_record_ok",
             "0 when the last read or write of the guards' record ([guards] record: the fence budget's fences and the storm cooldowns kept for a restart or a new [ha] leader) failed, else 1 (also with no record configured)",
             Listed(guard_record_ok.clone()),
+        );
+        let guard_record_repairs = Family::<CauseLabels, Counter>::default();
+        registry.register(
+            "guard_record_repairs",
+            "Times the guards' record was found corrupt (text that is no record: cause corrupt) or gone (its key or ConfigMap deleted after it was seen: cause missing) and written again from what this daemon knows. Fences, cooldowns and power actions only the lost record held are forgotten: someone or something edits the ConfigMap",
+            Listed(guard_record_repairs.clone()),
+        );
+        let guard_record_pending = Gauge::default();
+        registry.register(
+            "guard_record_pending",
+            "1 while this instance may write but has not yet read the guards' record since it started or took over (the read fails, or is under way): no new fence and no power-off until it has counted its predecessor's fences and power actions",
+            Listed(guard_record_pending.clone()),
         );
         let journal_records = Family::<JournalLabels, Counter>::default();
         registry.register(
@@ -387,6 +410,9 @@ impl Metrics {
             blocked.get_or_create(&BlockedLabels { reason }).set(0);
         }
         // Counters an alert takes increase() of start at 0, so that their first event counts.
+        for cause in GUARD_RECORD_REPAIRS {
+            let _ = guard_record_repairs.get_or_create(&CauseLabels { cause });
+        }
         for result in ["written", "failed", "dropped"] {
             let _ = journal_records.get_or_create(&JournalLabels { result });
         }
@@ -400,6 +426,7 @@ impl Metrics {
             nodes,
             actions,
             power_actions,
+            fences,
             would_act,
             power_reads,
             fence_agent_reads,
@@ -422,6 +449,8 @@ impl Metrics {
             fenced_volume_attachments,
             volume_watch_up,
             guard_record_ok,
+            guard_record_repairs,
+            guard_record_pending,
             journal_records,
             last_sync,
             kubeconfig_token_expiry,

@@ -49,6 +49,7 @@ impl Metrics {
         self.leases_stale.set(calm.leases.1 as i64);
         self.lease_storm
             .set(calm.lease_storm_since.is_some() as i64);
+        self.guard_record_pending.set(calm.record_pending as i64);
         let Ok(mut seen) = self.scopes_seen.lock() else {
             return;
         };

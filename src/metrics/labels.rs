@@ -49,6 +49,19 @@ pub struct ActionLabels {
     pub result: &'static str,
 }
 
+/// A fence that landed: `taint` or `delete_node`; what it rests on: `attested` (power reads
+/// of a source that proves whose machine it read), `unattested` (one that cannot: the mapping
+/// the config wrote), `person` (a person's confirmation, no source able to answer).
+/// The `basis` values of `oobfence_fences_total` (as [`crate::decision::levels::Basis::label`]
+/// names them).
+pub(super) const FENCE_BASES: [&str; 3] = ["attested", "unattested", "person"];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FenceLabels {
+    pub action: &'static str,
+    pub basis: &'static str,
+}
+
 /// A power action (opt-in actuation): `power_off` or `power_on`; `sent`, `refused`, `failure`
 /// or `abandoned`; the backend that carried it.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -100,6 +113,11 @@ pub struct ReadyLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct JournalLabels {
     pub result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CauseLabels {
+    pub cause: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

@@ -6,9 +6,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use super::{
-    ALL_STATES, ActionLabels, BLOCKED_REASONS, BlockedLabels, FailingLabels, IDENTITY_VERDICTS,
-    Metrics, NodeActionLabels, NodeBackendLabels, NodeDomainLabels, NodeLabels, NodeProblemLabels,
-    NodeReasonLabels, NodeStateLabels, ReadyLabels, StateLabels, VerdictLabels,
+    ALL_STATES, ActionLabels, BLOCKED_REASONS, BlockedLabels, FailingLabels, FenceLabels,
+    IDENTITY_VERDICTS, Metrics, NodeActionLabels, NodeBackendLabels, NodeDomainLabels, NodeLabels,
+    NodeProblemLabels, NodeReasonLabels, NodeStateLabels, ReadyLabels, StateLabels, VerdictLabels,
 };
 use crate::decision::NodeState;
 
@@ -256,6 +256,14 @@ impl Metrics {
 
     pub fn action(&self, action: &'static str, ok: bool) {
         self.action_result(action, if ok { "success" } else { "failure" });
+    }
+
+    /// A fence landed: `action` (`taint`, `delete_node`) resting on `basis` (`attested`,
+    /// `unattested`, `person`).
+    pub fn fenced(&self, action: &'static str, basis: &'static str) {
+        self.fences
+            .get_or_create(&FenceLabels { action, basis })
+            .inc();
     }
 
     /// `result`: `success`, `failure`, or `abandoned` (the write-time re-check found that

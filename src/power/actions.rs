@@ -8,6 +8,8 @@
 
 use std::fmt;
 
+use futures::future::BoxFuture;
+
 use super::{PowerState, Reply};
 
 /// What a power action does to the machine.
@@ -38,9 +40,17 @@ impl fmt::Display for PowerAction {
     }
 }
 
-/// The caller's last word on the reply read right before the command: `Err` says why the
-/// command must not be sent.
-pub type ActionCheck<'a> = &'a (dyn Fn(&Reply) -> Result<(), String> + Send + Sync);
+/// The caller's last word before the command, on the reply the source read for it: `Err` says
+/// why the command must not be sent. It may ask more itself (the pause switch, read afresh), so
+/// it is awaited; a source runs it last, after every other request, right before the command.
+/// Its answer owns what it needs, so that a check may be built and lent in one statement.
+pub type ActionCheck<'a> =
+    &'a (dyn Fn(&Reply) -> BoxFuture<'static, Result<(), String>> + Send + Sync);
+
+/// What an [`ActionCheck`] that needs nothing beyond the reply answers.
+pub fn checked(result: Result<(), String>) -> BoxFuture<'static, Result<(), String>> {
+    Box::pin(std::future::ready(result))
+}
 
 /// What became of a power action.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -148,12 +148,16 @@ impl Ec2Reader {
     /// the credentials in use). A "gone" answer only counts through the reader that once found
     /// the node's instance ([`crate::decision`]).
     pub fn reader_id(&self, key: Option<&str>) -> String {
-        format!(
-            "ec2 {} at {}, key {}",
+        let at = format!(
+            "ec2 {} at {}",
             self.region,
-            self.endpoint.as_deref().unwrap_or("the region's endpoint"),
-            key.unwrap_or("unknown")
-        )
+            self.endpoint.as_deref().unwrap_or("the region's endpoint")
+        );
+        match key {
+            Some(key) => format!("{at}, key {key}"),
+            // Matches no binding, not even one learnt through the same words.
+            None => format!("{at}{}", crate::decision::reading::UNKNOWN_KEY),
+        }
     }
 
     /// Reads many instances: one DescribeInstances per [`CHUNK`] ids, then one DescribeVolumes

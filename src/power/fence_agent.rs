@@ -3,19 +3,25 @@
 //! lines on stdin (never on the command line, where `ps` would show the password), `action=
 //! status` answered by the exit status (0 on, 2 off, anything else a failure). The process runs
 //! in its own process group with a scrubbed environment, and the whole group is killed at the
-//! deadline; what it printed is kept (capped, the password redacted) to say why it failed.
+//! deadline; what it printed is kept (capped, every secret option scrubbed) to say why it
+//! failed.
 //!
 //! An agent reports no machine identity: its Off reads count only under `identity =
-//! "unchecked"`, which the config requires of these entries.
+//! "unchecked"`, which the config requires of these entries, and only from an agent whose Off
+//! means no power and no saved state (the config's table of known agents, or the operator's
+//! `unlisted_agent_off_means`, which every reply names).
 
 mod list;
+mod listing;
+mod outlets;
 pub mod process;
 
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
 
-pub use list::{Lister, parse_list_status};
+pub use list::Lister;
+pub use listing::parse_list_status;
 pub use process::Agent;
 use process::last_lines;
 
@@ -37,6 +43,8 @@ pub struct FenceAgentSource {
     plug: Option<String>,
     endpoint: String,
     actions: Vec<String>,
+    /// An agent oobfence does not list, vouched for by the operator: every reply says so.
+    vouched: bool,
     /// The endpoint's `list-status` batch, where the agent lists its plugs with their state.
     lister: Option<Arc<Lister>>,
 }
@@ -63,13 +71,14 @@ impl FenceAgentSource {
             plug: fa.plug_for(node),
             endpoint: fa.endpoint_for(node),
             actions: fa.actions.clone(),
+            vouched: fa.vouched,
             lister,
         })
     }
 
     /// One `status` run for this node's plug.
     async fn status(&self) -> PowerState {
-        status_of(&self.agent, self.plug.as_deref()).await
+        plug_status(&self.agent, self.plug.as_deref()).await
     }
 }
 
@@ -83,9 +92,11 @@ pub fn agent_for(entry: &BmcEntry, node: &str) -> Result<Agent, String> {
         agent: fa.agent.clone(),
         name: fa.name.clone(),
         options: fa.options_for(node),
+        secret_options: fa.secret_options.clone(),
         username: (!entry.username.is_empty()).then(|| entry.username.clone()),
         password: (!entry.password.expose().is_empty()).then(|| entry.password.clone()),
         timeout: entry.timeout,
+        outlet_plugs: fa.outlet_plugs,
     })
 }
 
@@ -93,22 +104,53 @@ pub fn agent_for(entry: &BmcEntry, node: &str) -> Result<Agent, String> {
 pub(super) async fn status_of(agent: &Agent, plug: Option<&str>) -> PowerState {
     match agent.run("status", plug).await {
         Err((kind, detail)) => PowerState::error(kind, detail),
-        Ok(run) => match run.code {
-            Some(STATUS_ON) => PowerState::On,
-            Some(STATUS_OFF) => PowerState::Off,
-            Some(1) | None => {
-                let (kind, detail) = agent.failure("status", &run);
-                PowerState::error(kind, detail)
-            }
-            Some(other) => PowerState::error(
-                ReadErrorKind::BadReply,
-                format!(
-                    "{} status exited {other}, which the fence agent API does not define (0 on, 2 off, 1 failure): {}",
-                    agent.name,
-                    last_lines(&format!("{}\n{}", run.stdout, run.stderr))
-                ),
+        Ok(run) => read_status(agent, &run),
+    }
+}
+
+/// What a `status` run's exit status says.
+fn read_status(agent: &Agent, run: &process::Run) -> PowerState {
+    match run.code {
+        Some(STATUS_ON) => PowerState::On,
+        Some(STATUS_OFF) => PowerState::Off,
+        Some(1) | None => {
+            let (kind, detail) = agent.failure("status", run);
+            PowerState::error(kind, detail)
+        }
+        Some(other) => PowerState::error(
+            ReadErrorKind::BadReply,
+            format!(
+                "{} status exited {other}, which the fence agent API does not define (0 on, 2 off, 1 failure): {}",
+                agent.name,
+                last_lines(&format!("{}\n{}", run.stdout, run.stderr))
             ),
+        ),
+    }
+}
+
+/// One `status` run of `agent` for `plug`. An SNMP PDU agent's Off counts only for an outlet
+/// its list names once, whose state the PDU answered with its table's off value (the agent,
+/// run verbose, logs what it read).
+pub(super) async fn plug_status(agent: &Agent, plug: Option<&str>) -> PowerState {
+    let Some(plug) = plug.filter(|_| agent.outlet_plugs) else {
+        return status_of(agent, plug).await;
+    };
+    let run = match agent.run("status", Some(plug)).await {
+        Err((kind, detail)) => return PowerState::error(kind, detail),
+        Ok(run) => run,
+    };
+    match read_status(agent, &run) {
+        PowerState::Off => match outlets::confirm_off(agent, plug).await {
+            PowerState::Off => match outlets::off_as_read(&run.stderr) {
+                Ok(()) => PowerState::Off,
+                Err(why) => PowerState::error(
+                    ReadErrorKind::BadReply,
+                    format!("{} read plug {plug:?} off, but {why}", agent.name),
+                ),
+            },
+            not_confirmed => not_confirmed,
         },
+        state => state,
     }
 }
 
@@ -140,13 +182,17 @@ impl PowerSource for FenceAgentSource {
                 (Some(lister), Some(plug)) => lister.read(plug).await,
                 _ => self.status().await,
             };
-            Reply::without_identity(
-                state,
-                format!(
-                    "{} reports no machine identity; this entry's mapping is trusted (identity = \"unchecked\")",
+            let mut detail = format!(
+                "{} reports no machine identity; this entry's mapping is trusted (identity = \"unchecked\")",
+                self.agent.name
+            );
+            if self.vouched {
+                detail.push_str(&format!(
+                    "; oobfence does not list {}: its Off counts because the operator vouched that it means no power and no saved state (unlisted_agent_off_means)",
                     self.agent.name
-                ),
-            )
+                ));
+            }
+            Reply::without_identity(state, detail)
         })
     }
 
@@ -178,7 +224,7 @@ impl PowerSource for FenceAgentSource {
                 self.status().await,
                 format!("{} reports no machine identity", self.agent.name),
             );
-            if let Err(why) = check(&reply) {
+            if let Err(why) = check(&reply).await {
                 return ActionOutcome::Refused { why };
             }
             match self.agent.run(verb, self.plug.as_deref()).await {

@@ -14,7 +14,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 
 use crate::identity::MachineIdentity;
-pub use actions::{ActionCheck, ActionOutcome, ActionSupport, PowerAction};
+pub use actions::{ActionCheck, ActionOutcome, ActionSupport, PowerAction, checked};
 
 // The core owns these words; sources and their callers use them from here too.
 pub use crate::decision::reading::{PowerReading, PowerState, ReadDetail, ReadErrorKind};
@@ -283,9 +283,28 @@ impl PowerSources {
         )
     }
 
-    /// The source for `node`; `None` when the config maps it nowhere. `provider_id` is the
-    /// Node's `spec.providerID`, used only for EC2-mapped nodes.
+    /// The first source for `node` (its lowest level's first); `None` when the config maps it
+    /// nowhere. `provider_id` is the Node's `spec.providerID`, used only for EC2-mapped nodes.
     pub fn for_node(&self, node: &str, provider_id: Option<&str>) -> Option<MappedSource> {
+        self.all_for_node(node, provider_id).into_iter().next()
+    }
+
+    /// Every source of `node`, in [`crate::config::Config::mappings_for`]'s order.
+    pub fn all_for_node(&self, node: &str, provider_id: Option<&str>) -> Vec<MappedSource> {
+        self.cfg
+            .mappings_for(node)
+            .into_iter()
+            .filter_map(|m| self.for_mapping(m, node, provider_id))
+            .collect()
+    }
+
+    /// The source `mapping` gives `node`.
+    pub fn for_mapping(
+        &self,
+        mapping: crate::config::Mapping<'_>,
+        node: &str,
+        provider_id: Option<&str>,
+    ) -> Option<MappedSource> {
         use crate::config::Mapping;
         let broken = |backend, address, error| MappedSource {
             source: std::sync::Arc::new(BrokenSource {
@@ -295,7 +314,7 @@ impl PowerSources {
             }),
             deadline: Duration::from_secs(1),
         };
-        match self.cfg.mapping_for(node)? {
+        match mapping {
             Mapping::Bmc(entry) => Some(match self.bmc_source(entry, node) {
                 Ok(source) => MappedSource {
                     source,

@@ -32,6 +32,7 @@ use crate::secret::Secret;
 pub mod actions;
 mod errors;
 mod http;
+mod outlet;
 pub use crate::pinning;
 mod reply;
 #[cfg(test)]
@@ -45,6 +46,7 @@ mod witness;
 use errors::{quote, quote_bytes, status_text};
 use http::{Answer, fetch, url_of};
 pub use http::{EntryShared, client_for};
+pub use outlet::parse_outlet;
 pub use reply::parse_reply;
 
 /// Where the systems collection lives on every Redfish service.
@@ -68,6 +70,10 @@ pub struct RedfishSource {
     node: String,
     /// Configured system path, `{node}` filled in.
     system: Option<String>,
+    /// Configured PDU outlet path (`outlet`), `{node}` filled in: read instead of a system.
+    outlet: Option<String>,
+    /// The most that outlet may draw while it reads Off.
+    outlet_max_off: super::Watts,
     /// System path found under `/redfish/v1/Systems`, kept once a read through it succeeded.
     discovered: OnceLock<String>,
     username: String,
@@ -86,6 +92,7 @@ impl fmt::Debug for RedfishSource {
             .field("address", &self.address())
             .field("node", &self.node)
             .field("system", &self.system)
+            .field("outlet", &self.outlet)
             .field("discovered", &self.discovered.get())
             .field("username", &self.username)
             .field("password", &self.password)
@@ -148,8 +155,15 @@ impl RedfishSource {
         }
 
         let system = entry.system_for(node);
-        if let Some(path) = &system {
-            check_path(path).map_err(|why| format!("system {path:?} {why}"))?;
+        let outlet = entry.outlet_for(node);
+        for (key, path) in [("system", &system), ("outlet", &outlet)] {
+            let Some(path) = path else { continue };
+            check_path(path).map_err(|why| format!("{key} {path:?} {why}"))?;
+            if http::climbs(path) {
+                return Err(format!(
+                    "{key} {path:?} has a '..' segment (spelled out or percent-encoded): it must name a path below the address {address:?}"
+                ));
+            }
         }
         Ok(RedfishSource {
             client: shared.client.clone(),
@@ -157,6 +171,8 @@ impl RedfishSource {
             base,
             node: node.to_string(),
             system,
+            outlet,
+            outlet_max_off: entry.outlet_max_off_watts(),
             discovered: OnceLock::new(),
             username: entry.username.clone(),
             password: entry.password.clone(),
@@ -192,6 +208,9 @@ impl RedfishSource {
     }
 
     async fn read_once(&self, witness_by: tokio::time::Instant) -> Reply {
+        if let Some(outlet) = &self.outlet {
+            return self.read_outlet(outlet).await;
+        }
         let (path, found) = match (&self.system, self.discovered.get()) {
             (Some(path), _) => (path.clone(), false),
             (None, Some(path)) => (path.clone(), false),
@@ -427,7 +446,8 @@ impl PowerSource for RedfishSource {
     ) -> BoxFuture<'a, super::ActionOutcome> {
         Box::pin(async move {
             // The read, an ActionInfo and the command: three requests, each under the entry's
-            // timeout, the whole under three of them.
+            // timeout, the whole under three of them (the caller's check with them: one that
+            // takes longer sends nothing).
             let limit = self.timeout * 3;
             let outcome = tokio::time::timeout(limit, self.act_once(action, check))
                 .await

@@ -44,6 +44,9 @@ async fn a_hung_node_is_powered_off_fenced_powered_on_and_untainted() {
     daemon.wait_identity(&name, "match", DECISION).await;
 
     // Hung: the kubelet stops, the machine runs on.
+    daemon
+        .wait_lease_watched(&name, Duration::from_secs(120))
+        .await;
     kubelet.stop().await;
     node.die(FIRST_BOOT).await;
     let r = daemon
@@ -147,6 +150,9 @@ async fn a_hung_ec2_instance_is_stopped_fenced_started_and_untainted() {
     let kubelet = FakeNode::keep_alive(&[&node], FIRST_BOOT);
     let daemon = s.daemon().await;
     daemon.wait_identity(&name, "match", DECISION).await;
+    daemon
+        .wait_lease_watched(&name, Duration::from_secs(120))
+        .await;
     kubelet.stop().await;
     node.die(FIRST_BOOT).await;
     daemon
@@ -174,5 +180,108 @@ async fn a_hung_ec2_instance_is_stopped_fenced_started_and_untainted() {
     let metrics = daemon.metrics().await;
     support::k8s::assert_one_power_off_and_on_sent(&metrics, "ec2");
     daemon.stop().await;
+    node.delete().await;
+}
+
+/// Writes the power record a power-off of the node's boot `boot_id` leaves, as `cluster`
+/// signs it (the test stands in for the daemon's power-off: no BMC is involved in what the
+/// record's removal decides).
+async fn record_power_off(client: &Client, cluster: &Cluster, name: &str, boot_id: &str) {
+    let patch = json!({"metadata": {"annotations": {
+        cluster::ANNOTATION_POWERED_OFF_AT: jiff::Timestamp::now().to_string(),
+        cluster::ANNOTATION_POWERED_OFF_BOOT_ID: boot_id,
+        cluster::ANNOTATION_POWERED_OFF_BY: cluster.actor(),
+    }}});
+    Api::<Node>::all(client.clone())
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("the power record");
+}
+
+/// A fenced node whose machine oobfence powered off, and whose taint a person removes: the
+/// fence record is cleared (`Step::ClearRecord`), the power-off record stays for as long as the
+/// node reports the boot it was made in, so that the machine is never powered off twice in one
+/// boot when it reads On again before its kubelet registers. Once the node reports another
+/// boot, unfencing drops it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_persons_untaint_keeps_the_power_off_of_the_boot() {
+    let client = support::k8s::client().await;
+    let name = unique("untaint-power");
+    let cluster = Cluster::new(client.clone(), "test");
+    let node = FakeNode::create(&client, &name, &name, "boot-1").await;
+    node.die("boot-1").await;
+    record_power_off(&client, &cluster, &name, "boot-1").await;
+    cluster
+        .apply_fence_taint(
+            &name,
+            &support::k8s::fence_guard_for(&client, &node.get().await).await,
+            "test",
+        )
+        .await
+        .expect("fenced");
+    // A person removes the taint; oobfence clears its fence record.
+    let n = node.get().await;
+    let kept: Vec<_> = taints(&n)
+        .into_iter()
+        .filter(|t| t.key != cluster::OUT_OF_SERVICE_KEY)
+        .collect();
+    node.nodes()
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"taints": kept}})),
+        )
+        .await
+        .expect("untainted by hand");
+    cluster
+        .clear_fence_record(&name, &n.uid().unwrap())
+        .await
+        .expect("record cleared");
+    let n = node.get().await;
+    assert_eq!(annotation(&n, cluster::ANNOTATION_FENCED_AT), None);
+    assert_eq!(
+        annotation(&n, cluster::ANNOTATION_POWERED_OFF_BOOT_ID).as_deref(),
+        Some("boot-1"),
+        "the power-off of boot-1 was forgotten while the node still reports boot-1: {:?}",
+        n.annotations()
+    );
+    let record =
+        cluster::power_record(&cluster::NodeView::from(&n), cluster.actor()).expect("kept");
+    assert!(record.ours);
+
+    // Fenced again, then back on a new boot: the unfence drops the old boot's power record.
+    cluster
+        .apply_fence_taint(
+            &name,
+            &support::k8s::fence_guard_for(&client, &n).await,
+            "test",
+        )
+        .await
+        .expect("fenced again");
+    node.come_back("boot-2").await;
+    // The node lifecycle controller writes the whole taint list as it lifts its NotReady
+    // taints: unfenced once it has, so that its write from an older read cannot restore ours.
+    let n = wait_for("the NotReady taints lifted", DECISION, || {
+        node_has(&client, &name, |n| {
+            !taints(n).iter().any(|t| {
+                t.key == "node.kubernetes.io/not-ready" || t.key == "node.kubernetes.io/unreachable"
+            })
+        })
+    })
+    .await;
+    let unfence = WriteGuard {
+        purpose: GuardPurpose::Unfence,
+        lease_renew_time: None,
+        ..support::k8s::fence_guard_for(&client, &n).await
+    };
+    cluster
+        .remove_fence_taint(&name, &unfence)
+        .await
+        .expect("unfenced");
+    let n = node.get().await;
+    assert!(!FakeNode::has_oos_taint(&n));
+    for key in cluster::POWER_ANNOTATIONS {
+        assert_eq!(annotation(&n, key), None, "{key} of boot-1 left on boot-2");
+    }
     node.delete().await;
 }

@@ -86,8 +86,16 @@ async fn a_node_proven_off_while_ready_is_fenced_and_its_pods_released_before_no
     );
     assert!(FakeNode::has_oos_taint(&node), "the fence came first");
 
-    // The fence was decided and written on a Ready node, the pods released right after.
-    let recs = records(&s, &victim.name);
+    // The fence was decided and written on a Ready node, the pods released right after. The
+    // release's record is written after its last deletion and its Event, so a loaded machine
+    // may see the pods gone a moment before it: wait for the record, not for the pods.
+    let recs = wait_for("the release's record", DECISION, || async {
+        let recs = records(&s, &victim.name);
+        recs.iter()
+            .any(|r| r.action == "release_pods")
+            .then_some(recs)
+    })
+    .await;
     let fence = recs
         .iter()
         .find(|r| r.action == "taint" && r.result == "success")
@@ -187,11 +195,13 @@ async fn with_release_off_the_fence_waits_for_not_ready_and_leaves_the_pods() {
         node_has(&client, &node.name, FakeNode::has_oos_taint)
     })
     .await;
-    let recs = records(&s, &node.name);
-    let fence = recs
-        .iter()
-        .find(|r| r.action == "taint" && r.result == "success")
-        .expect("a fence record");
+    // The record follows the write: wait for it rather than read it the moment the taint shows.
+    let fence = wait_for("the fence's record", DECISION, || async {
+        records(&s, &node.name)
+            .into_iter()
+            .find(|r| r.action == "taint" && r.result == "success")
+    })
+    .await;
     assert_eq!(fence.inputs.ready, "NotReady", "{fence:?}");
     tokio::time::sleep(Duration::from_secs(4)).await;
     assert_eq!(pods_on(&client, &node.name).await, pods, "no pod deleted");

@@ -3,7 +3,7 @@
 //! sends nothing; a DryRun of each says whether the credentials may.
 
 use oobfence::power::ec2::Ec2Source;
-use oobfence::power::{ActionOutcome, PowerAction, PowerSource};
+use oobfence::power::{ActionOutcome, PowerAction, PowerSource, checked};
 
 use super::*;
 
@@ -40,7 +40,9 @@ async fn stop_with_force_and_start_go_to_the_nodes_instance_after_the_check() {
         PowerState::On => Ok(()),
         ref s => Err(format!("not running: {s}")),
     };
-    let outcome = src.act(PowerAction::Off, &running).await;
+    let outcome = src
+        .act(PowerAction::Off, &|r: &Reply| checked(running(r)))
+        .await;
     assert!(
         matches!(&outcome, ActionOutcome::Sent { answer } if answer.contains("StopInstances (Force)") && answer.contains(&ids[0])),
         "{outcome:?}"
@@ -52,13 +54,15 @@ async fn stop_with_force_and_start_go_to_the_nodes_instance_after_the_check() {
         "only the node's instance"
     );
 
-    let outcome = src.act(PowerAction::Off, &running).await;
+    let outcome = src
+        .act(PowerAction::Off, &|r: &Reply| checked(running(r)))
+        .await;
     assert!(
         matches!(&outcome, ActionOutcome::Refused { .. }),
         "{outcome:?}"
     );
 
-    let outcome = src.act(PowerAction::On, &|_: &Reply| Ok(())).await;
+    let outcome = src.act(PowerAction::On, &|_: &Reply| checked(Ok(()))).await;
     assert!(
         matches!(&outcome, ActionOutcome::Sent { answer } if answer.contains("StartInstances")),
         "{outcome:?}"

@@ -177,11 +177,9 @@ pub(super) fn dead_nodes_behind_faulty_redfish_bmcs() -> ScenarioFuture {
         for n in &nodes {
             n.die(FIRST_BOOT).await;
         }
-        wait_taint(&nodes[0], Duration::from_secs(60)).await;
+        wait_taint(&nodes[0], EVENT_BOUND).await;
         for ((suffix, _, _, _, rule), n) in cases.iter().zip(&nodes).skip(1) {
-            let r = daemon
-                .wait_rule(&n.name, rule, Duration::from_secs(45))
-                .await;
+            let r = daemon.wait_rule(&n.name, rule, EVENT_BOUND).await;
             assert!(r["fence"].is_null(), "{suffix}: {r}");
         }
         for n in &nodes[1..] {
@@ -223,10 +221,10 @@ pub(super) fn dead_nodes_behind_faulty_ipmi_bmcs() -> ScenarioFuture {
         for n in [&control, &wrong, &quiet] {
             n.die(FIRST_BOOT).await;
         }
-        wait_taint(&control, Duration::from_secs(60)).await;
+        wait_taint(&control, EVENT_BOUND).await;
         for n in [&wrong, &quiet] {
             daemon
-                .wait_rule(&n.name, "power-unknown", Duration::from_secs(45))
+                .wait_rule(&n.name, "power-unknown", EVENT_BOUND)
                 .await;
             assert!(
                 !FakeNode::has_oos_taint(&n.get().await),

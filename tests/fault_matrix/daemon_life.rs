@@ -16,7 +16,7 @@ pub(super) fn config_broken_under_a_running_daemon() -> ScenarioFuture {
         tokio::time::sleep(Duration::from_secs(2)).await;
         std::fs::write(&daemon.config_path, "datacenter = [[[\n").unwrap();
         power_cut(&s, &node, 0).await;
-        wait_taint(&node, Duration::from_secs(60)).await;
+        wait_taint(&node, EVENT_BOUND).await;
         conclude(
             "config file deleted and corrupted under a running daemon",
             vec![Write::Taint(node.name.clone())],
@@ -38,25 +38,17 @@ pub(super) fn daemon_killed_after_its_fence_and_restarted() -> ScenarioFuture {
         let rec = WriteRecorder::start(&s.client, &s.group).await;
         let daemon = s.daemon().await;
         power_cut(&s, &node, 0).await;
-        wait_taint(&node, Duration::from_secs(60)).await;
+        wait_taint(&node, EVENT_BOUND).await;
         // Killed: no shutdown, no journal flush beyond what was already synced.
         drop(daemon);
         let daemon: RunningDaemon = s.daemon().await;
         daemon
-            .wait_rule(
-                &node.name,
-                "fenced-awaiting-recovery",
-                Duration::from_secs(30),
-            )
+            .wait_rule(&node.name, "fenced-awaiting-recovery", EVENT_BOUND)
             .await;
-        wait_for(
-            "the fence budget restored",
-            Duration::from_secs(15),
-            || async {
-                (sample(&daemon.metrics().await, "oobfence_fence_budget_used") == Some(1.0))
-                    .then_some(())
-            },
-        )
+        wait_for("the fence budget restored", EVENT_BOUND, || async {
+            (sample(&daemon.metrics().await, "oobfence_fence_budget_used") == Some(1.0))
+                .then_some(())
+        })
         .await;
         tokio::time::sleep(Duration::from_secs(3)).await;
         let m = daemon.metrics().await;
@@ -94,7 +86,7 @@ pub(super) fn daemon_killed_after_its_fence_and_restarted() -> ScenarioFuture {
         let daemon: RunningDaemon = s.daemon().await;
         wait_for(
             "the fence budget restored from the Node",
-            Duration::from_secs(15),
+            EVENT_BOUND,
             || async {
                 (sample(&daemon.metrics().await, "oobfence_fence_budget_used") == Some(1.0))
                     .then_some(())
@@ -163,7 +155,7 @@ pub(super) fn conflicts_on_every_write_for_a_while() -> ScenarioFuture {
         }
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         let churn = hammer.await.unwrap();
-        wait_taint(&node, Duration::from_secs(60)).await;
+        wait_taint(&node, EVENT_BOUND).await;
         let n = node.get().await;
         assert_eq!(
             n.labels().get("oobfence.test/churn").map(String::as_str),
@@ -320,17 +312,17 @@ pub(super) fn apiserver_killed_before_the_write() -> ScenarioFuture {
         let daemon = s.daemon_with_kubeconfig(&cluster.kubeconfig()).await;
         let emu = s.redfish_emulator();
         emu.set_power(0, false).await;
-        emu.wait_power(0, "Off", Duration::from_secs(30)).await;
+        emu.wait_power(0, "Off", EVENT_BOUND).await;
         node.die(FIRST_BOOT).await;
         let args = cluster.kill_apiserver();
-        wait_for("oobfence_view_stale 1", Duration::from_secs(30), || async {
+        wait_for("oobfence_view_stale 1", EVENT_BOUND, || async {
             (sample(&daemon.metrics().await, "oobfence_view_stale") == Some(1.0)).then_some(())
         })
         .await;
         tokio::time::sleep(Duration::from_secs(3)).await;
         let restarted = Instant::now();
         cluster.restart_apiserver(&args);
-        wait_taint(&node, Duration::from_secs(120)).await;
+        wait_taint(&node, EVENT_BOUND).await;
         let taint = Write::Taint(node.name.clone());
         assert!(rec.seen(&taint).await > restarted);
         let outcome = conclude(

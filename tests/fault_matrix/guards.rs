@@ -33,6 +33,15 @@ async fn two_racks(s: &Scenario) -> Vec<FakeNode> {
 pub(super) fn storm_in_one_domain_while_another_fences() -> ScenarioFuture {
     Box::pin(async {
         let s = Scenario::redfish("fm-storm", 4).await;
+        // Rack r1's two kubelets go NotReady one API call apart: on a loaded machine that
+        // may be seconds, and with the suite's 2 s grace r1-a may then be fenced, rightly,
+        // before r1-b is NotReady (1 of 2 is no storm). The grace is what "together" means.
+        const GRACE: Duration = Duration::from_secs(20);
+        s.set_policy(
+            &s.policy_lines()
+                .replace("not_ready_grace = \"2s\"", "not_ready_grace = \"20s\""),
+        );
+        assert!(s.policy_lines().contains("not_ready_grace = \"20s\""));
         let nodes = two_racks(&s).await;
         let _alive = FakeNode::keep_alive(&[&nodes[3]], FIRST_BOOT);
         let rec = WriteRecorder::start(&s.client, &s.group).await;
@@ -44,16 +53,29 @@ pub(super) fn storm_in_one_domain_while_another_fences() -> ScenarioFuture {
             emu.set_power(i, false).await;
         }
         for i in 0..3 {
-            emu.wait_power(i, "Off", Duration::from_secs(30)).await;
+            emu.wait_power(i, "Off", EVENT_BOUND).await;
         }
         for n in &nodes[..3] {
             n.die(FIRST_BOOT).await;
         }
-        wait_taint(&nodes[2], Duration::from_secs(60)).await;
+        let mut not_ready = Vec::new();
         for n in &nodes[..2] {
-            let r = daemon
-                .wait_rule(&n.name, "storm", Duration::from_secs(30))
-                .await;
+            let at = wait_for(
+                &format!("{} seen NotReady", n.name),
+                EVENT_BOUND,
+                || async { rec.not_ready_at(&n.name) },
+            )
+            .await;
+            not_ready.push(at);
+        }
+        let apart = not_ready[1].saturating_duration_since(not_ready[0]);
+        assert!(
+            apart < GRACE,
+            "the test's premise failed, not the product: r1's nodes went NotReady {apart:?} apart, not within the {GRACE:?} grace"
+        );
+        wait_taint(&nodes[2], EVENT_BOUND).await;
+        for n in &nodes[..2] {
+            let r = daemon.wait_rule(&n.name, "storm", EVENT_BOUND).await;
             let reason = r["reason"].as_str().unwrap_or_default();
             assert!(reason.contains("failure domain r1"), "{reason}");
         }
@@ -104,6 +126,82 @@ pub(super) fn storm_in_one_domain_while_another_fences() -> ScenarioFuture {
     })
 }
 
+/// The count of a rack and the decision on its node are of one moment. Rack r1's other node
+/// is already NotReady (its machine On: never fenced), and counted; r1-a's machine is proven
+/// Off ahead of NotReady (its Lease stale), so that it is fenced the moment it turns NotReady,
+/// between two passes. That moment makes r1 a storm (2 of 2 NotReady, domain_max_unhealthy
+/// 50%): nothing is written. Before the fix the change was decided on the last pass's count
+/// (1 of 2) and r1-a was tainted in the storm.
+pub(super) fn a_node_proven_off_ahead_that_makes_its_rack_a_storm() -> ScenarioFuture {
+    Box::pin(async {
+        let s = Scenario::redfish("fm-storm-now", 4).await;
+        // Without the release a stale Lease is no NotReady: the node is read ahead, and
+        // fenced the moment it turns NotReady.
+        s.set_policy(&format!(
+            "lease_stale_after = 1.5\nrelease_at_attestation = false\n{}",
+            s.policy_lines()
+        ));
+        let nodes = two_racks(&s).await;
+        let r1a = FakeNode::keep_alive(&[&nodes[0]], FIRST_BOOT);
+        let r1b = FakeNode::keep_alive(&[&nodes[1]], FIRST_BOOT);
+        let _rack2 = FakeNode::keep_alive(&[&nodes[2], &nodes[3]], FIRST_BOOT);
+        let rec = WriteRecorder::start(&s.client, &s.group).await;
+        let daemon = s.daemon().await;
+        for n in &nodes {
+            daemon.wait_identity(&n.name, "match", EVENT_BOUND).await;
+        }
+        drop(r1b);
+        nodes[1].die(FIRST_BOOT).await;
+        wait_for("rack r1 counted 1 of 2 unhealthy", EVENT_BOUND, || async {
+            let (nodes, unhealthy) = scope_count(&daemon, "domain=r1").await?;
+            (nodes == 2 && unhealthy == 1).then_some(())
+        })
+        .await;
+        let emu = s.redfish_emulator();
+        emu.set_power(0, false).await;
+        emu.wait_power(0, "Off", EVENT_BOUND).await;
+        drop(r1a);
+        // The controller-manager marks the node NotReady 20 s after its last renewal, and may
+        // beat the test to it on a loaded machine: that change is decided the same way.
+        daemon
+            .wait_report_where(
+                &nodes[0].name,
+                "rule pre-attested (or NotReady, by the controller-manager)",
+                EVENT_BOUND,
+                |r| r["rule"] == "pre-attested" || r["ready"] != "Ready",
+            )
+            .await;
+        nodes[0].die(FIRST_BOOT).await;
+        let r = daemon.wait_rule(&nodes[0].name, "storm", EVENT_BOUND).await;
+        let reason = r["reason"].as_str().unwrap_or_default();
+        assert!(reason.contains("failure domain r1"), "{reason}");
+        stays_unfenced(&nodes[0], Duration::from_secs(3)).await;
+        conclude(
+            "a node proven Off ahead turns NotReady and makes its rack a storm",
+            vec![],
+            daemon,
+            &rec,
+            &nodes_of(&nodes),
+        )
+        .await
+    })
+}
+
+/// A scope's node count and unhealthy count as the daemon's `/guards` shows them.
+async fn scope_count(daemon: &RunningDaemon, scope: &str) -> Option<(u64, u64)> {
+    let guards: serde_json::Value = reqwest::get(format!("http://{}/guards", daemon.listen))
+        .await
+        .ok()?
+        .json()
+        .await
+        .ok()?;
+    let s = guards["scopes"]
+        .as_array()?
+        .iter()
+        .find(|s| s["scope"] == scope)?;
+    Some((s["nodes"].as_u64()?, s["unhealthy"].as_u64()?))
+}
+
 /// With the release at attestation on, a rack that loses power while its nodes still show
 /// Ready is a storm too (domain_max_unhealthy 50%): its Leases went stale together, and a stale
 /// Lease counts toward the storm where a Ready node may be fenced on its proof alone. Nothing
@@ -118,9 +216,7 @@ pub(super) fn a_rack_gone_silent_while_ready_is_a_storm_with_the_release() -> Sc
         let rec = WriteRecorder::start(&s.client, &s.group).await;
         let daemon = s.daemon().await;
         for n in &nodes {
-            daemon
-                .wait_identity(&n.name, "match", Duration::from_secs(60))
-                .await;
+            daemon.wait_identity(&n.name, "match", EVENT_BOUND).await;
         }
         // Rack r1's PDU trips: both machines off, both kubelets silent; nobody marks them.
         let emu = s.redfish_emulator();
@@ -129,9 +225,7 @@ pub(super) fn a_rack_gone_silent_while_ready_is_a_storm_with_the_release() -> Sc
         }
         drop(rack1);
         for n in &nodes[..2] {
-            let r = daemon
-                .wait_rule(&n.name, "storm", Duration::from_secs(60))
-                .await;
+            let r = daemon.wait_rule(&n.name, "storm", EVENT_BOUND).await;
             let reason = r["reason"].as_str().unwrap_or_default();
             assert!(reason.contains("failure domain r1"), "{reason}");
         }
@@ -166,7 +260,7 @@ pub(super) fn most_bmcs_unreachable_freezes_then_thaws() -> ScenarioFuture {
         let daemon = s.daemon().await;
         power_cut(&s, &dead, 0).await;
         let r = daemon
-            .wait_rule(&dead.name, "self-partition", Duration::from_secs(60))
+            .wait_rule(&dead.name, "self-partition", EVENT_BOUND)
             .await;
         let reason = r["reason"].as_str().unwrap_or_default();
         assert!(reason.contains("3 of 5 power sources"), "{reason}");
@@ -174,7 +268,7 @@ pub(super) fn most_bmcs_unreachable_freezes_then_thaws() -> ScenarioFuture {
         let restored = Instant::now();
         gate.restore();
         // Failed sources of healthy nodes are read again within 15 s.
-        wait_taint(&dead, Duration::from_secs(60)).await;
+        wait_taint(&dead, EVENT_BOUND).await;
         let taint = Write::Taint(dead.name.clone());
         assert!(rec.seen(&taint).await > restored, "fenced before the thaw");
         conclude(
@@ -197,9 +291,7 @@ pub(super) fn pause_file_on_and_off() -> ScenarioFuture {
         let rec = WriteRecorder::start(&s.client, &s.group).await;
         let daemon = s.daemon().await;
         power_cut(&s, &node, 0).await;
-        let r = daemon
-            .wait_rule(&node.name, "paused", Duration::from_secs(60))
-            .await;
+        let r = daemon.wait_rule(&node.name, "paused", EVENT_BOUND).await;
         assert!(
             r["reason"]
                 .as_str()
@@ -214,7 +306,7 @@ pub(super) fn pause_file_on_and_off() -> ScenarioFuture {
         stays_unfenced(&node, Duration::from_secs(3)).await;
         let resumed = Instant::now();
         assert!(oobfence::pause::remove_file(&s.pause_file()).unwrap());
-        wait_taint(&node, Duration::from_secs(30)).await;
+        wait_taint(&node, EVENT_BOUND).await;
         let taint = Write::Taint(node.name.clone());
         assert!(rec.seen(&taint).await > resumed);
         assert_eq!(
@@ -253,9 +345,7 @@ pub(super) fn pause_configmap_on_and_off() -> ScenarioFuture {
         let rec = WriteRecorder::start(&s.client, &s.group).await;
         let daemon = s.daemon().await;
         power_cut(&s, &node, 0).await;
-        let r = daemon
-            .wait_rule(&node.name, "paused", Duration::from_secs(60))
-            .await;
+        let r = daemon.wait_rule(&node.name, "paused", EVENT_BOUND).await;
         assert!(
             r["reason"]
                 .as_str()
@@ -272,7 +362,7 @@ pub(super) fn pause_configmap_on_and_off() -> ScenarioFuture {
         )
         .await
         .unwrap();
-        wait_taint(&node, Duration::from_secs(30)).await;
+        wait_taint(&node, EVENT_BOUND).await;
         let taint = Write::Taint(node.name.clone());
         assert!(rec.seen(&taint).await > resumed);
         let outcome = conclude(
@@ -301,7 +391,7 @@ pub(super) fn api_unreachable_longer_than_the_staleness_limit() -> ScenarioFutur
         let daemon = s.daemon_with_kubeconfig(&kubeconfig).await;
         gate.cut();
         power_cut(&s, &node, 0).await;
-        wait_for("oobfence_view_stale 1", Duration::from_secs(30), || async {
+        wait_for("oobfence_view_stale 1", EVENT_BOUND, || async {
             (sample(&daemon.metrics().await, "oobfence_view_stale") == Some(1.0)).then_some(())
         })
         .await;
@@ -311,7 +401,7 @@ pub(super) fn api_unreachable_longer_than_the_staleness_limit() -> ScenarioFutur
         stays_unfenced(&node, Duration::from_secs(5)).await;
         let restored = Instant::now();
         gate.restore();
-        wait_taint(&node, Duration::from_secs(90)).await;
+        wait_taint(&node, EVENT_BOUND).await;
         let taint = Write::Taint(node.name.clone());
         assert!(rec.seen(&taint).await > restored);
         conclude(
@@ -347,7 +437,7 @@ pub(super) fn flapping_node_is_held() -> ScenarioFuture {
         let daemon = s.daemon().await;
         let emu = s.redfish_emulator();
         emu.set_power(0, false).await;
-        emu.wait_power(0, "Off", Duration::from_secs(30)).await;
+        emu.wait_power(0, "Off", EVENT_BOUND).await;
         drop(kubelet);
         for _ in 0..4 {
             node.die(FIRST_BOOT).await;
@@ -356,9 +446,7 @@ pub(super) fn flapping_node_is_held() -> ScenarioFuture {
             tokio::time::sleep(Duration::from_millis(1500)).await;
         }
         node.die(FIRST_BOOT).await;
-        daemon
-            .wait_rule(&node.name, "flapping", Duration::from_secs(30))
-            .await;
+        daemon.wait_rule(&node.name, "flapping", EVENT_BOUND).await;
         stays_unfenced(&node, Duration::from_secs(5)).await;
         conclude("node flapping", vec![], daemon, &rec, &[&node]).await
     })

@@ -18,14 +18,7 @@ async fn reports_duplicate(instance: &HaInstance) -> bool {
 pub(super) fn two_hosts_one_identity() -> ScenarioFuture {
     Box::pin(async {
         let s = Scenario::redfish("fm-dupid", 3).await;
-        let namespaces: Api<Namespace> = Api::all(s.client.clone());
-        namespaces
-            .create(
-                &PostParams::default(),
-                &serde_json::from_value(json!({"metadata": {"name": s.group}})).unwrap(),
-            )
-            .await
-            .expect("create the Lease's namespace");
+        let namespaces = lease_namespace(&s).await;
         let mut nodes = Vec::new();
         let mut alive = Vec::new();
         for (i, suffix) in ["a", "b", "c"].into_iter().enumerate() {
@@ -37,14 +30,14 @@ pub(super) fn two_hosts_one_identity() -> ScenarioFuture {
         let mut first = HaInstance::named(&s, "first", "host-x", &s.group).await;
         let mut second = HaInstance::named(&s, "second", "host-x", &s.group).await;
         first.start().await;
-        first.wait_leader(1.0, Duration::from_secs(20)).await;
+        first.wait_leader(1.0, EVENT_BOUND).await;
         second.start().await;
         // Longer than the lease (9 s): one writer throughout, and the second says why.
         never_two_leaders(&first, &second, Duration::from_secs(12)).await;
         assert_eq!(first.leader().await, Some(1.0), "the first stopped writing");
         wait_for(
             "the second reports a duplicate identity",
-            Duration::from_secs(20),
+            EVENT_BOUND,
             || async { reports_duplicate(&second).await.then_some(()) },
         )
         .await;
@@ -53,16 +46,16 @@ pub(super) fn two_hosts_one_identity() -> ScenarioFuture {
         // A node dies: fenced once, by whichever writes.
         alive[0] = None;
         power_cut(&s, &nodes[0], 0).await;
-        wait_taint(&nodes[0], Duration::from_secs(60)).await;
+        wait_taint(&nodes[0], EVENT_BOUND).await;
         never_two_leaders(&first, &second, Duration::from_secs(3)).await;
 
         // The writer is SIGKILLed: the other takes over once the Lease has gone unrenewed for
         // the lease, and fences the next dead node.
         first.kill().await;
-        second.wait_leader(1.0, Duration::from_secs(60)).await;
+        second.wait_leader(1.0, EVENT_BOUND).await;
         alive[1] = None;
         power_cut(&s, &nodes[1], 1).await;
-        wait_taint(&nodes[1], Duration::from_secs(60)).await;
+        wait_taint(&nodes[1], EVENT_BOUND).await;
         assert!(
             fenced_by(&nodes[1].get().await).starts_with("oobfence/test@ha/host-x#"),
             "{}",
@@ -166,14 +159,7 @@ impl Drop for SlowPath {
 pub(super) fn a_standby_with_slow_lease_gets() -> ScenarioFuture {
     Box::pin(async {
         let s = Scenario::redfish("fm-slowget", 3).await;
-        let namespaces: Api<Namespace> = Api::all(s.client.clone());
-        namespaces
-            .create(
-                &PostParams::default(),
-                &serde_json::from_value(json!({"metadata": {"name": s.group}})).unwrap(),
-            )
-            .await
-            .expect("create the Lease's namespace");
+        let namespaces = lease_namespace(&s).await;
         let mut nodes = Vec::new();
         let mut alive = Vec::new();
         for (i, suffix) in ["a", "b", "c"].into_iter().enumerate() {
@@ -196,7 +182,7 @@ pub(super) fn a_standby_with_slow_lease_gets() -> ScenarioFuture {
         )
         .unwrap();
         host_a.start().await;
-        host_a.wait_leader(1.0, Duration::from_secs(20)).await;
+        host_a.wait_leader(1.0, EVENT_BOUND).await;
         host_b.start().await;
         // Each of b's requests now waits 1.2 s on its way (the lease is 9 s, a round's bound
         // 2.25 s).
@@ -204,15 +190,15 @@ pub(super) fn a_standby_with_slow_lease_gets() -> ScenarioFuture {
         never_two_leaders(&host_a, &host_b, Duration::from_secs(5)).await;
         alive[0] = None;
         power_cut(&s, &nodes[0], 0).await;
-        wait_taint(&nodes[0], Duration::from_secs(60)).await;
+        wait_taint(&nodes[0], EVENT_BOUND).await;
         never_two_leaders(&host_a, &host_b, Duration::from_secs(2)).await;
 
         // a is cut off; b's GETs stay slow for a few seconds more, then are fast again.
         host_a.gate.cut();
-        let a_stopped = host_a.wait_leader(0.0, Duration::from_secs(30)).await;
+        let a_stopped = host_a.wait_leader(0.0, EVENT_BOUND).await;
         tokio::time::sleep(Duration::from_secs(3)).await;
         slow.hold(Duration::ZERO);
-        let b_took_over = host_b.wait_leader(1.0, Duration::from_secs(60)).await;
+        let b_took_over = host_b.wait_leader(1.0, EVENT_BOUND).await;
         assert!(
             a_stopped < b_took_over,
             "b took the Lease while a still believed it could write"
@@ -223,7 +209,7 @@ pub(super) fn a_standby_with_slow_lease_gets() -> ScenarioFuture {
         ));
         alive[1] = None;
         power_cut(&s, &nodes[1], 1).await;
-        wait_taint(&nodes[1], Duration::from_secs(60)).await;
+        wait_taint(&nodes[1], EVENT_BOUND).await;
         let by = fenced_by(&nodes[1].get().await);
         assert!(by.starts_with("oobfence/test@ha/host-b#"), "{by}");
         host_a.gate.restore();

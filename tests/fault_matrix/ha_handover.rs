@@ -14,6 +14,29 @@ pub(super) struct HaInstance {
     pub(super) log: std::path::PathBuf,
 }
 
+/// The namespace of a scenario's `[ha]` Lease (named after its group), created for it.
+pub(super) async fn lease_namespace(s: &Scenario) -> Api<Namespace> {
+    let namespaces: Api<Namespace> = Api::all(s.client.clone());
+    namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": s.group}})).unwrap(),
+        )
+        .await
+        .expect("create the Lease's namespace");
+    namespaces
+}
+
+/// A scenario's two `[ha]` hosts: host-a started and leading, then host-b started beside it.
+pub(super) async fn leader_and_standby(s: &Scenario) -> (HaInstance, HaInstance) {
+    let mut host_a = HaInstance::new(s, "host-a", &s.group).await;
+    let mut host_b = HaInstance::new(s, "host-b", &s.group).await;
+    host_a.start().await;
+    host_a.wait_leader(1.0, EVENT_BOUND).await;
+    host_b.start().await;
+    (host_a, host_b)
+}
+
 impl HaInstance {
     pub(super) async fn new(s: &Scenario, identity: &'static str, namespace: &str) -> HaInstance {
         HaInstance::named(s, identity, identity, namespace).await
@@ -65,18 +88,14 @@ impl HaInstance {
         let url = format!("http://{}/readyz", self.listen);
         // Liveness only: ready once its first lists are in, which a loaded test API server
         // (the whole matrix at once) can take tens of seconds to answer.
-        wait_for(
-            &format!("{} ready", self.identity),
-            Duration::from_secs(90),
-            || async {
-                reqwest::get(&url)
-                    .await
-                    .ok()?
-                    .status()
-                    .is_success()
-                    .then_some(())
-            },
-        )
+        wait_for(&format!("{} ready", self.identity), EVENT_BOUND, || async {
+            reqwest::get(&url)
+                .await
+                .ok()?
+                .status()
+                .is_success()
+                .then_some(())
+        })
         .await;
     }
 
@@ -163,14 +182,7 @@ pub(super) fn fenced_by(n: &Node) -> String {
 pub(super) fn two_hosts_one_actor() -> ScenarioFuture {
     Box::pin(async {
         let s = Scenario::redfish("fm-ha", 5).await;
-        let namespaces: Api<Namespace> = Api::all(s.client.clone());
-        namespaces
-            .create(
-                &PostParams::default(),
-                &serde_json::from_value(json!({"metadata": {"name": s.group}})).unwrap(),
-            )
-            .await
-            .expect("create the Lease's namespace");
+        let namespaces = lease_namespace(&s).await;
         let mut nodes = Vec::new();
         let mut alive = Vec::new();
         for (i, suffix) in ["a", "b", "c", "d", "e"].into_iter().enumerate() {
@@ -179,11 +191,7 @@ pub(super) fn two_hosts_one_actor() -> ScenarioFuture {
             nodes.push(n);
         }
         let rec = WriteRecorder::start(&s.client, &s.group).await;
-        let mut host_a = HaInstance::new(&s, "host-a", &s.group).await;
-        let mut host_b = HaInstance::new(&s, "host-b", &s.group).await;
-        host_a.start().await;
-        host_a.wait_leader(1.0, Duration::from_secs(20)).await;
-        host_b.start().await;
+        let (mut host_a, mut host_b) = leader_and_standby(&s).await;
         never_two_leaders(&host_a, &host_b, Duration::from_secs(3)).await;
         // The standby answers `why`: the node, and that it does not write.
         let r = host_b.report(&nodes[4].name).await.unwrap();
@@ -200,13 +208,13 @@ pub(super) fn two_hosts_one_actor() -> ScenarioFuture {
             emu.set_power(i, false).await;
         }
         for i in 0..3 {
-            emu.wait_power(i, "Off", Duration::from_secs(30)).await;
+            emu.wait_power(i, "Off", EVENT_BOUND).await;
         }
         for i in 0..3 {
             alive[i] = None;
             nodes[i].die(FIRST_BOOT).await;
         }
-        let first = wait_for("a first fence", Duration::from_secs(60), || async {
+        let first = wait_for("a first fence", EVENT_BOUND, || async {
             for n in &nodes[..3] {
                 let node = n.get().await;
                 if FakeNode::has_oos_taint(&node) {
@@ -225,15 +233,15 @@ pub(super) fn two_hosts_one_actor() -> ScenarioFuture {
         host_a.kill().await;
         // Lease duration (9 s) plus the time to observe it: ~10 s on an idle machine; the
         // bound leaves room for a loaded one.
-        let took_over = host_b.wait_leader(1.0, Duration::from_secs(60)).await;
+        let took_over = host_b.wait_leader(1.0, EVENT_BOUND).await;
         let takeover = took_over - killed;
         for n in &nodes[..3] {
-            wait_taint(n, Duration::from_secs(60)).await;
+            wait_taint(n, EVENT_BOUND).await;
         }
         // The new leader's fence budget counts its predecessor's fences too.
         wait_for(
             "b's budget counts all three fences",
-            Duration::from_secs(15),
+            EVENT_BOUND,
             || async {
                 let m = reqwest::get(format!("http://{}/metrics", host_b.listen))
                     .await
@@ -252,28 +260,28 @@ pub(super) fn two_hosts_one_actor() -> ScenarioFuture {
         // Under load the leader may miss a renewal and stand by for a moment: it is the
         // leader again once it renews. (A loaded test API server has been seen to answer
         // nothing for 20 s: the bound is for liveness, the safety is asserted below.)
-        host_b.wait_leader(1.0, Duration::from_secs(90)).await;
+        host_b.wait_leader(1.0, EVENT_BOUND).await;
         let cut = Instant::now();
         host_b.gate.cut();
-        let b_stopped = host_b.wait_leader(0.0, Duration::from_secs(30)).await;
-        let a_took_over = host_a.wait_leader(1.0, Duration::from_secs(40)).await;
+        let b_stopped = host_b.wait_leader(0.0, EVENT_BOUND).await;
+        let a_took_over = host_a.wait_leader(1.0, EVENT_BOUND).await;
         assert!(
             b_stopped < a_took_over,
             "b still believed it could write when a took the Lease"
         );
         emu.set_power(3, false).await;
-        emu.wait_power(3, "Off", Duration::from_secs(30)).await;
+        emu.wait_power(3, "Off", EVENT_BOUND).await;
         alive[3] = None;
         nodes[3].die(FIRST_BOOT).await;
-        wait_taint(&nodes[3], Duration::from_secs(60)).await;
+        wait_taint(&nodes[3], EVENT_BOUND).await;
         let by = fenced_by(&nodes[3].get().await);
         assert!(by.starts_with("oobfence/test@ha/host-a#"), "{by}");
         // Node b (fenced by host-a or host-b in the first term) comes back: host-a lifts it.
         emu.set_power(1, true).await;
-        emu.wait_power(1, "On", Duration::from_secs(30)).await;
+        emu.wait_power(1, "On", EVENT_BOUND).await;
         nodes[1].come_back("boot-2").await;
         alive[1] = Some(FakeNode::keep_alive(&[&nodes[1]], "boot-2"));
-        wait_for("node b unfenced", Duration::from_secs(60), || async {
+        wait_for("node b unfenced", EVENT_BOUND, || async {
             (!FakeNode::has_oos_taint(&nodes[1].get().await)).then_some(())
         })
         .await;

@@ -8,18 +8,33 @@ use super::*;
 
 /// `[actuation]` as these scenarios set it (after the `[policy]` lines): the shortest silence
 /// allowed; power-on off where the scenario does not follow the machine back.
-fn actuation(power_on: bool, max_per_hour: u32) -> String {
+pub(super) fn actuation(power_on: bool, max_per_hour: u32) -> String {
     format!(
         "[actuation]\nenabled = true\nafter = \"2m\"\npower_on = {power_on}\nmax_per_hour = {max_per_hour}\n"
     )
 }
 
 /// `[actuation] after` in these scenarios.
-const AFTER: Duration = Duration::from_secs(120);
+pub(super) const AFTER: Duration = Duration::from_secs(120);
 
 /// Each node in its own failure domain: one node's power-off does not hold another's.
-async fn own_domain(node: &FakeNode) {
+pub(super) async fn own_domain(node: &FakeNode) {
     label(node, "topology.kubernetes.io/zone", &node.name).await;
+}
+
+/// Nodes `suffixes`, the i-th on machine i, each mapped with `actuate = true`, reporting as
+/// its machine, in a failure domain of its own.
+pub(super) async fn actuated_nodes(s: &Scenario, suffixes: &[&str]) -> Vec<FakeNode> {
+    let mut nodes = Vec::new();
+    for (i, suffix) in suffixes.iter().enumerate() {
+        s.map_with(suffix, i, "actuate = true");
+        let n = s
+            .node_reporting(suffix, FIRST_BOOT, s.identity(i).await)
+            .await;
+        own_domain(&n).await;
+        nodes.push(n);
+    }
+    nodes
 }
 
 /// When the machine of sushy system `i` first reads Off, polled until `limit`; `None` if it
@@ -76,18 +91,17 @@ pub(super) fn hung_nodes_whose_bmcs_refuse_or_ignore_the_power_off() -> Scenario
         }
         let rec = WriteRecorder::start(&s.client, &s.group).await;
         let daemon = s.daemon().await;
-        for n in hung.iter().chain([&control]) {
-            n.die(FIRST_BOOT).await;
-        }
+        let all: Vec<&FakeNode> = hung.iter().chain([&control]).collect();
+        hang_under_watch(&daemon.listen, &all, FIRST_BOOT).await;
         let started = Instant::now();
         daemon
-            .wait_rule(&hung[1].name, "waiting-to-actuate", Duration::from_secs(60))
+            .wait_rule(&hung[1].name, "waiting-to-actuate", EVENT_BOUND)
             .await;
         // The control machine goes off by oobfence's hand and is fenced.
-        wait_taint(&control, AFTER + Duration::from_secs(90)).await;
+        wait_taint(&control, AFTER + EVENT_BOUND).await;
         // The ignoring BMC's machine: one ForceOff, then power-off-ignored for good.
         let r = daemon
-            .wait_rule(&hung[1].name, "power-off-ignored", Duration::from_secs(150))
+            .wait_rule(&hung[1].name, "power-off-ignored", EVENT_BOUND)
             .await;
         assert!(r["fence"].is_null(), "{r}");
         // Let the refusing BMC's retries run past the ignored one's decision.
@@ -172,13 +186,12 @@ pub(super) fn a_kubelet_back_before_the_power_off_restarts_the_silence() -> Scen
         let kubelet = FakeNode::keep_alive(&[&node], FIRST_BOOT);
         let rec = WriteRecorder::start(&s.client, &s.group).await;
         let daemon = s.daemon().await;
-        daemon
-            .wait_identity(&node.name, "match", Duration::from_secs(60))
-            .await;
+        daemon.wait_identity(&node.name, "match", EVENT_BOUND).await;
+        daemon.wait_lease_watched(&node.name, EVENT_BOUND).await;
         kubelet.stop().await;
         node.die(FIRST_BOOT).await;
         daemon
-            .wait_rule(&node.name, "waiting-to-actuate", Duration::from_secs(60))
+            .wait_rule(&node.name, "waiting-to-actuate", EVENT_BOUND)
             .await;
         // A minute in, the kubelet is back for 30 s, then silent again.
         tokio::time::sleep(Duration::from_secs(60)).await;
@@ -190,7 +203,7 @@ pub(super) fn a_kubelet_back_before_the_power_off_restarts_the_silence() -> Scen
         let silent_again = Instant::now();
         node.die(FIRST_BOOT).await;
         // The first silence's two minutes pass: the machine stays On.
-        let off = first_off(&s, 0, AFTER + Duration::from_secs(90)).await;
+        let off = first_off(&s, 0, AFTER + EVENT_BOUND).await;
         let off = off.expect("the machine was never powered off");
         let waited = off.duration_since(silent_again);
         let n = node.get().await;
@@ -209,7 +222,7 @@ pub(super) fn a_kubelet_back_before_the_power_off_restarts_the_silence() -> Scen
             silence.as_secs_f64() >= AFTER.as_secs_f64() - 6.0,
             "powered off {silence:?} after the kubelet's last words"
         );
-        wait_taint(&node, Duration::from_secs(60)).await;
+        wait_taint(&node, EVENT_BOUND).await;
         conclude(
             "hung: kubelet back before the power-off, silent again",
             vec![Write::Taint(node.name.clone())],
@@ -229,39 +242,27 @@ pub(super) fn hung_nodes_beyond_the_power_budget_wait() -> ScenarioFuture {
         let s = Scenario::redfish("fm-hung-budget", 3).await;
         s.set_guards("max_unhealthy = \"100%\"\n");
         s.set_policy(&format!("{}{}", s.policy_lines(), actuation(false, 1)));
-        let mut nodes = Vec::new();
-        for i in 0..3 {
-            let suffix = format!("n{i}");
-            s.map_with(&suffix, i, "actuate = true");
-            let n = s
-                .node_reporting(&suffix, FIRST_BOOT, s.identity(i).await)
-                .await;
-            own_domain(&n).await;
-            nodes.push(n);
-        }
+        let nodes = actuated_nodes(&s, &["n0", "n1", "n2"]).await;
         let rec = WriteRecorder::start(&s.client, &s.group).await;
         let daemon = s.daemon().await;
-        for n in &nodes {
-            n.die(FIRST_BOOT).await;
-        }
-        let fenced = wait_for(
-            "one hung node fenced",
-            AFTER + Duration::from_secs(90),
-            || async {
-                for (i, n) in nodes.iter().enumerate() {
-                    if FakeNode::has_oos_taint(&n.get().await) {
-                        return Some(i);
-                    }
-                }
-                None
-            },
+        hang_under_watch(
+            &daemon.listen,
+            &nodes.iter().collect::<Vec<_>>(),
+            FIRST_BOOT,
         )
+        .await;
+        let fenced = wait_for("one hung node fenced", AFTER + EVENT_BOUND, || async {
+            for (i, n) in nodes.iter().enumerate() {
+                if FakeNode::has_oos_taint(&n.get().await) {
+                    return Some(i);
+                }
+            }
+            None
+        })
         .await;
         // The others hold on the budget.
         for (i, n) in nodes.iter().enumerate().filter(|(i, _)| *i != fenced) {
-            let r = daemon
-                .wait_rule(&n.name, "power-budget", Duration::from_secs(30))
-                .await;
+            let r = daemon.wait_rule(&n.name, "power-budget", EVENT_BOUND).await;
             assert!(r["reason"].to_string().contains("max_per_hour = 1"), "{r}");
             assert!(r["fence"].is_null(), "{r}");
             assert_eq!(s.redfish_emulator().power(i).await, "On");
@@ -289,29 +290,21 @@ pub(super) fn a_rack_of_hung_nodes_is_a_storm_not_a_power_off() -> ScenarioFutur
         let s = Scenario::redfish("fm-hung-storm", 4).await;
         s.set_guards("max_unhealthy = \"50%\"\n");
         s.set_policy(&format!("{}{}", s.policy_lines(), actuation(false, 10)));
-        let mut nodes = Vec::new();
-        for i in 0..4 {
-            let suffix = format!("n{i}");
-            s.map_with(&suffix, i, "actuate = true");
-            let n = s
-                .node_reporting(&suffix, FIRST_BOOT, s.identity(i).await)
-                .await;
-            own_domain(&n).await;
-            nodes.push(n);
-        }
+        let nodes = actuated_nodes(&s, &["n0", "n1", "n2", "n3"]).await;
         let alive = FakeNode::keep_alive(&[&nodes[3]], FIRST_BOOT);
         let rec = WriteRecorder::start(&s.client, &s.group).await;
         let daemon = s.daemon().await;
-        for n in &nodes[..3] {
-            n.die(FIRST_BOOT).await;
-        }
+        // Hangs it watched begin: only the storm guard keeps them On.
+        hang_under_watch(
+            &daemon.listen,
+            &nodes[..3].iter().collect::<Vec<_>>(),
+            FIRST_BOOT,
+        )
+        .await;
         let r = daemon
-            .wait_report_where(
-                &nodes[0].name,
-                "a storm hold",
-                Duration::from_secs(60),
-                |r| r["holds"].to_string().contains("storm"),
-            )
+            .wait_report_where(&nodes[0].name, "a storm hold", EVENT_BOUND, |r| {
+                r["holds"].to_string().contains("storm")
+            })
             .await;
         assert!(r["fence"].is_null(), "{r}");
         // Past `after` and a margin: every machine still On.
@@ -340,38 +333,25 @@ pub(super) fn two_hosts_one_power_off() -> ScenarioFuture {
         let s = Scenario::redfish("fm-hung-ha", 1).await;
         s.set_guards("max_unhealthy = \"100%\"\n");
         s.set_policy(&format!("{}{}", s.policy_lines(), actuation(true, 10)));
-        let namespaces: Api<Namespace> = Api::all(s.client.clone());
-        namespaces
-            .create(
-                &PostParams::default(),
-                &serde_json::from_value(json!({"metadata": {"name": s.group}})).unwrap(),
-            )
-            .await
-            .expect("create the Lease's namespace");
+        let namespaces = lease_namespace(&s).await;
         s.map_with("n", 0, "actuate = true");
         let node = s.node_reporting("n", FIRST_BOOT, s.identity(0).await).await;
         let rec = WriteRecorder::start(&s.client, &s.group).await;
-        let mut host_a = HaInstance::new(&s, "host-a", &s.group).await;
-        let mut host_b = HaInstance::new(&s, "host-b", &s.group).await;
-        host_a.start().await;
-        host_a.wait_leader(1.0, Duration::from_secs(20)).await;
-        host_b.start().await;
-        node.die(FIRST_BOOT).await;
+        let (mut host_a, mut host_b) = leader_and_standby(&s).await;
+        hang_under_watch(&host_a.listen, &[&node], FIRST_BOOT).await;
         // The leader powers the machine off; it is killed at once, before any fence.
-        let off = first_off(&s, 0, AFTER + Duration::from_secs(90)).await;
+        let off = first_off(&s, 0, AFTER + EVENT_BOUND).await;
         assert!(off.is_some(), "never powered off");
         host_a.kill().await;
         let n = node.get().await;
         let by = support::k8s::annotation(&n, "oobfence.io/powered-off-by").unwrap_or_default();
         assert!(by.starts_with("oobfence/test@ha/host-a#"), "{by}");
         // host-b takes over: fences it and powers it on again.
-        host_b.wait_leader(1.0, Duration::from_secs(60)).await;
-        wait_taint(&node, Duration::from_secs(60)).await;
-        wait_for(
-            "the machine powered on again",
-            Duration::from_secs(90),
-            || async { (s.redfish_emulator().power(0).await == "On").then_some(()) },
-        )
+        host_b.wait_leader(1.0, EVENT_BOUND).await;
+        wait_taint(&node, EVENT_BOUND).await;
+        wait_for("the machine powered on again", EVENT_BOUND, || async {
+            (s.redfish_emulator().power(0).await == "On").then_some(())
+        })
         .await;
         host_b.kill().await;
         let journal = std::fs::read_to_string(s.journal()).unwrap_or_default();

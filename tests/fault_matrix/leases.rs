@@ -51,7 +51,7 @@ pub(super) fn power_cut_timeline(release: bool) -> ScenarioFuture {
         let rec = WriteRecorder::start(&s.client, &s.group).await;
         let daemon = s.daemon().await;
         daemon
-            .wait_identity(&victim.name, "match", Duration::from_secs(60))
+            .wait_identity(&victim.name, "match", EVENT_BOUND)
             .await;
         // Let the kubelet settle into its rhythm, then cut the power.
         tokio::time::sleep(Duration::from_secs(6)).await;
@@ -256,12 +256,10 @@ async fn a_stall_with_a_lying_bmc(s: &Scenario, node: &FakeNode) -> (WriteRecord
     let kubelet = FakeNode::keep_alive(&[node], FIRST_BOOT);
     let rec = WriteRecorder::start(&s.client, &s.group).await;
     let daemon = s.daemon().await;
-    daemon
-        .wait_identity(&node.name, "match", Duration::from_secs(60))
-        .await;
+    daemon.wait_identity(&node.name, "match", EVENT_BOUND).await;
     let emu = s.redfish_emulator();
     emu.set_power(0, false).await;
-    emu.wait_power(0, "Off", Duration::from_secs(30)).await;
+    emu.wait_power(0, "Off", EVENT_BOUND).await;
     drop(kubelet);
     node.renew_lease().await;
     (rec, daemon)
@@ -394,9 +392,7 @@ pub(super) fn most_leases_stale_at_once_reads_nothing_ahead() -> ScenarioFuture 
         let rec = WriteRecorder::start(&s.client, &s.group).await;
         let daemon = s.daemon().await;
         for n in &nodes {
-            daemon
-                .wait_identity(&n.name, "match", Duration::from_secs(60))
-                .await;
+            daemon.wait_identity(&n.name, "match", EVENT_BOUND).await;
         }
         drop(kubelets);
         let reads_total = |m: &str| support::k8s::sum_of(m, "oobfence_power_reads_total{");
@@ -427,7 +423,12 @@ pub(super) fn most_leases_stale_at_once_reads_nothing_ahead() -> ScenarioFuture 
         assert_eq!(after, before, "BMCs were read during a lease storm");
         // A stale node says why it is not read.
         let r = daemon.report(&nodes[0].name).await.unwrap();
-        assert_eq!(r["rule"], "node-ready", "{r}");
+        // Still Ready, or (on a loaded machine, the controller-manager's 20 s grace run out)
+        // NotReady within not_ready_grace: either way unread, and saying why.
+        assert!(
+            r["rule"] == "node-ready" || r["rule"] == "not-ready-grace",
+            "{r}"
+        );
         let reason = r["reason"].as_str().unwrap_or_default();
         assert!(
             reason.contains("Leases went unrenewed at once") && reason.contains("control plane"),

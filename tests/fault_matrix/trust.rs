@@ -12,7 +12,9 @@ use super::support::k8s::{FakeNode, events_for, free_port, kubeconfig_path, wait
 use super::support::moto::MotoServer;
 use super::support::scenario::{FIRST_BOOT, Scenario};
 use super::support::{OutputAside, venv_bin};
-use super::{Outcome, ScenarioFuture, WriteRecorder, conclude, nodes_of, stays_unfenced};
+use super::{
+    EVENT_BOUND, Outcome, ScenarioFuture, WriteRecorder, conclude, nodes_of, stays_unfenced,
+};
 
 /// What changes under the running daemon.
 #[derive(Clone, Copy)]
@@ -89,7 +91,7 @@ async fn reader_changed_under_a_partitioned_node(change: Change) -> Outcome {
     .await;
     // While the node is healthy, the reader finds its instance: the binding.
     daemon
-        .wait_report(&node.name, "identity match", Duration::from_secs(60), |r| {
+        .wait_report(&node.name, "identity match", EVENT_BOUND, |r| {
             r["identity"]["verdict"] == "match"
         })
         .await;
@@ -118,19 +120,15 @@ async fn reader_changed_under_a_partitioned_node(change: Change) -> Outcome {
             "oobfence_node_identity_problem{{node=\"{}\",problem=\"gone-while-alive\"}} 1",
             node.name
         );
-        wait_for(
-            "the gone-while-alive problem",
-            Duration::from_secs(90),
-            || async {
-                let metrics = reqwest::get(format!("http://{listen}/metrics"))
-                    .await
-                    .ok()?
-                    .text()
-                    .await
-                    .ok()?;
-                metrics.contains(&problem).then_some(())
-            },
-        )
+        wait_for("the gone-while-alive problem", EVENT_BOUND, || async {
+            let metrics = reqwest::get(format!("http://{listen}/metrics"))
+                .await
+                .ok()?
+                .text()
+                .await
+                .ok()?;
+            metrics.contains(&problem).then_some(())
+        })
         .await;
         let events = events_for(&s.client, &node.name).await;
         assert!(
@@ -148,12 +146,9 @@ async fn reader_changed_under_a_partitioned_node(change: Change) -> Outcome {
     alive.stop().await;
     node.die(FIRST_BOOT).await;
     let r = daemon
-        .wait_report(
-            &node.name,
-            &format!("rule {rule}"),
-            Duration::from_secs(90),
-            |r| r["rule"] == rule,
-        )
+        .wait_report(&node.name, &format!("rule {rule}"), EVENT_BOUND, |r| {
+            r["rule"] == rule
+        })
         .await;
     let reason = r["reason"].as_str().unwrap_or_default().to_string();
     stays_unfenced(&node, Duration::from_secs(3)).await;
@@ -223,12 +218,12 @@ pub fn a_cloned_system_uuid_proves_no_machine() -> ScenarioFuture {
         let daemon = s.daemon().await;
         let emu = s.redfish_emulator();
         emu.set_power(0, false).await;
-        emu.wait_power(0, "Off", Duration::from_secs(30)).await;
+        emu.wait_power(0, "Off", EVENT_BOUND).await;
         alive.stop().await;
         let alive = FakeNode::keep_alive(&[&clone], FIRST_BOOT);
         a.die(FIRST_BOOT).await;
         let r = daemon
-            .wait_rule(&a.name, "duplicate-system-uuid", Duration::from_secs(60))
+            .wait_rule(&a.name, "duplicate-system-uuid", EVENT_BOUND)
             .await;
         assert!(
             r["reason"]

@@ -2,7 +2,7 @@
 //! account, after the caller's check on the chassis and System GUID read in the same session;
 //! a User account is refused before anything is sent, and a refused check sends nothing.
 
-use oobfence::power::{ActionOutcome, PowerAction, Reply};
+use oobfence::power::{ActionOutcome, PowerAction, Reply, checked};
 
 use super::*;
 
@@ -45,7 +45,9 @@ async fn chassis_control_powers_down_and_up_as_operator_after_the_check() {
             r.state, r.identity
         )),
     };
-    let outcome = src.act(PowerAction::Off, &on_and_ours).await;
+    let outcome = src
+        .act(PowerAction::Off, &|r: &Reply| checked(on_and_ours(r)))
+        .await;
     assert!(
         matches!(&outcome, ActionOutcome::Sent { .. }),
         "{outcome:?}"
@@ -54,12 +56,14 @@ async fn chassis_control_powers_down_and_up_as_operator_after_the_check() {
     assert_eq!(src.read().await, PowerState::Off);
 
     // Off now: the check refuses, nothing is sent, the chassis stays off.
-    let outcome = src.act(PowerAction::Off, &on_and_ours).await;
+    let outcome = src
+        .act(PowerAction::Off, &|r: &Reply| checked(on_and_ours(r)))
+        .await;
     assert!(
         matches!(&outcome, ActionOutcome::Refused { why } if why.contains("not On")),
         "{outcome:?}"
     );
-    let outcome = src.act(PowerAction::On, &|_: &Reply| Ok(())).await;
+    let outcome = src.act(PowerAction::On, &|_: &Reply| checked(Ok(()))).await;
     assert!(
         matches!(&outcome, ActionOutcome::Sent { .. }),
         "{outcome:?}"
@@ -80,11 +84,11 @@ async fn a_user_account_is_refused_before_anything_is_sent() {
             .is_err_and(|e| e.contains("Operator privilege")),
         "{support:?}"
     );
-    let checked = std::sync::atomic::AtomicBool::new(false);
+    let checked_at_all = std::sync::atomic::AtomicBool::new(false);
     let outcome = src
         .act(PowerAction::Off, &|_: &Reply| {
-            checked.store(true, std::sync::atomic::Ordering::SeqCst);
-            Ok(())
+            checked_at_all.store(true, std::sync::atomic::Ordering::SeqCst);
+            checked(Ok(()))
         })
         .await;
     assert!(
@@ -92,7 +96,7 @@ async fn a_user_account_is_refused_before_anything_is_sent() {
         "{outcome:?}"
     );
     assert!(
-        !checked.load(std::sync::atomic::Ordering::SeqCst),
+        !checked_at_all.load(std::sync::atomic::Ordering::SeqCst),
         "nothing was even read"
     );
     assert_eq!(sim.ipmitool_power(), "on");
@@ -119,6 +123,9 @@ async fn the_daemon_powers_a_hung_ipmi_node_down_fences_it_and_powers_it_up() {
     let daemon = s.daemon().await;
     let limit = Duration::from_secs(90);
     daemon.wait_identity(&name, "match", limit).await;
+    daemon
+        .wait_lease_watched(&name, Duration::from_secs(120))
+        .await;
     kubelet.stop().await;
     node.die(FIRST_BOOT).await;
     daemon.wait_rule(&name, "waiting-to-actuate", limit).await;

@@ -2,7 +2,7 @@
 //! target the system names, only after the caller's check passed on the reply read right
 //! before; a refused check sends nothing.
 
-use oobfence::power::{ActionOutcome, PowerAction, Reply};
+use oobfence::power::{ActionOutcome, PowerAction, Reply, checked};
 
 use super::*;
 
@@ -56,7 +56,9 @@ async fn force_off_and_on_go_to_the_systems_own_reset_after_the_check() {
             ))
         }
     };
-    let outcome = src.act(PowerAction::Off, &on_and_ours).await;
+    let outcome = src
+        .act(PowerAction::Off, &|r: &Reply| checked(on_and_ours(r)))
+        .await;
     assert!(
         matches!(&outcome, ActionOutcome::Sent { answer } if answer.contains("ResetType=ForceOff")),
         "{outcome:?}"
@@ -68,7 +70,9 @@ async fn force_off_and_on_go_to_the_systems_own_reset_after_the_check() {
     reads_until(&src, PowerState::Off).await;
 
     // Off now: the same check refuses, and nothing is sent.
-    let outcome = src.act(PowerAction::Off, &on_and_ours).await;
+    let outcome = src
+        .act(PowerAction::Off, &|r: &Reply| checked(on_and_ours(r)))
+        .await;
     assert!(
         matches!(&outcome, ActionOutcome::Refused { why } if why.contains("not On")),
         "{outcome:?}"
@@ -76,7 +80,7 @@ async fn force_off_and_on_go_to_the_systems_own_reset_after_the_check() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(src.read().await, PowerState::Off);
 
-    let outcome = src.act(PowerAction::On, &|_: &Reply| Ok(())).await;
+    let outcome = src.act(PowerAction::On, &|_: &Reply| checked(Ok(()))).await;
     assert!(
         matches!(&outcome, ActionOutcome::Sent { answer } if answer.contains("ResetType=On")),
         "{outcome:?}"

@@ -108,6 +108,31 @@ impl DaemonProcess {
         }
     }
 
+    /// SIGHUP with a config the daemon must refuse: waits until the log says so, and returns
+    /// that line; panics with the log if the reload took or nothing came within 30 s.
+    pub async fn reload_refused(&self) -> String {
+        let before = self.log_text().matches("config reload refused").count();
+        let reloaded = self.log_text().matches("reloaded").count();
+        self.signal("-HUP");
+        let started = Instant::now();
+        loop {
+            let log = self.log_text();
+            if log.matches("config reload refused").count() > before {
+                return log
+                    .lines()
+                    .rfind(|l| l.contains("config reload refused"))
+                    .unwrap_or_default()
+                    .to_string();
+            }
+            assert!(
+                log.matches("reloaded").count() == reloaded
+                    && started.elapsed() < Duration::from_secs(30),
+                "the reload was not refused; log:\n{log}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
     /// Waits until the report of `node` satisfies `reached`; on a timeout the panic shows the
     /// last report and the log.
     pub async fn wait_report(

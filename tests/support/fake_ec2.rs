@@ -124,6 +124,12 @@ impl FakeEc2 {
         }
     }
 
+    /// How many more answers leave `id` out (0 once the hidden ones were served).
+    pub fn hidden_left(&self, id: &str) -> Option<usize> {
+        let t = self.table.lock().unwrap();
+        t.instances.get(id).map(|i| i.absent_for)
+    }
+
     pub fn throttle(&self, on: bool) {
         self.throttling.store(on, Ordering::Relaxed);
     }

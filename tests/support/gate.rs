@@ -11,6 +11,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 pub struct Gate {
     pub port: u16,
+    upstream_port: u16,
     open: Arc<AtomicBool>,
     /// Bumped on every cut, so that connections opened before it end.
     epoch: Arc<AtomicU64>,
@@ -21,6 +22,10 @@ impl Gate {
     /// A relay to `127.0.0.1:upstream_port`, open or cut from the start.
     pub async fn start(upstream_port: u16, open: bool) -> Gate {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Gate::serve(listener, upstream_port, open)
+    }
+
+    fn serve(listener: TcpListener, upstream_port: u16, open: bool) -> Gate {
         let port = listener.local_addr().unwrap().port();
         let is_open = Arc::new(AtomicBool::new(open));
         let epoch = Arc::new(AtomicU64::new(0));
@@ -58,6 +63,7 @@ impl Gate {
         });
         Gate {
             port,
+            upstream_port,
             open: is_open,
             epoch,
             task,
@@ -73,8 +79,36 @@ impl Gate {
         self.epoch.fetch_add(1, Ordering::SeqCst);
     }
 
+    /// Cuts the relayed connections and closes the port: a new connection is refused, as by a
+    /// BMC that lost its power (a cut gate accepts and drops it instead, which a TLS client
+    /// reads as a handshake cut short, not as a peer that is gone).
+    pub fn close(self) -> ClosedGate {
+        self.cut();
+        // Dropping aborts the accept loop, and with it the listening socket.
+        ClosedGate {
+            port: self.port,
+            upstream_port: self.upstream_port,
+        }
+    }
+
     pub fn restore(&self) {
         self.open.store(true, Ordering::SeqCst);
+    }
+}
+
+/// A gate's port, closed by [`Gate::close`].
+pub struct ClosedGate {
+    port: u16,
+    upstream_port: u16,
+}
+
+impl ClosedGate {
+    /// The gate open again on its old port: the BMC is back, at the address the config names.
+    pub async fn reopen(self) -> Gate {
+        let listener = TcpListener::bind(("127.0.0.1", self.port))
+            .await
+            .expect("bind the closed gate's port again");
+        Gate::serve(listener, self.upstream_port, true)
     }
 }
 

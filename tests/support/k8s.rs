@@ -24,7 +24,10 @@ pub use node_view::{
 #[allow(unused_imports)]
 pub use pods::{NAMESPACE, bound_pod, force_delete_pod, pods_on, tolerating, with_claim};
 #[allow(unused_imports)]
-pub use running_daemon::{RunningDaemon, node_report, scrape, wait_node_report, wait_ready};
+pub use running_daemon::{
+    RunningDaemon, hang_under_watch, node_report, scrape, wait_lease_watched, wait_node_report,
+    wait_ready,
+};
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

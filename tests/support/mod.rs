@@ -17,12 +17,16 @@ pub mod ipmi_sim;
 pub mod k8s;
 pub mod moto;
 pub mod odd_bmc;
+pub mod proxy_bmc;
 pub mod redfish_farm;
+pub mod redfish_pdu;
 pub mod rmcp_bmc;
 pub mod scenario;
 pub mod session_bmc;
 pub mod slow_api;
+pub mod snmp_pdu;
 pub mod sushy;
+pub mod vcenter;
 
 use std::path::PathBuf;
 
@@ -119,6 +123,17 @@ pub fn start_python_server(
     args: &[&std::ffi::OsStr],
     what: &str,
 ) -> (std::process::Child, u16) {
+    start_python_server_logging(script, args, std::process::Stdio::inherit(), what)
+}
+
+/// [`start_python_server`], with the server's standard error sent to `stderr` (a log file the
+/// test reads).
+pub fn start_python_server_logging(
+    script: &str,
+    args: &[&std::ffi::OsStr],
+    stderr: impl Into<std::process::Stdio>,
+    what: &str,
+) -> (std::process::Child, u16) {
     use std::io::BufRead;
 
     let mut child = std::process::Command::new(venv_bin("python"))
@@ -127,6 +142,7 @@ pub fn start_python_server(
         .args(args)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
+        .stderr(stderr)
         .spawn()
         .unwrap_or_else(|e| panic!("start {what}: {e}"));
     let mut line = String::new();

@@ -82,6 +82,8 @@ pub struct Scenario {
     guards: Mutex<String>,
     /// `[pause] configmap`.
     pause_configmap: Mutex<String>,
+    /// `[guards] record`, when not the scenario's own ([`Scenario::guard_record`]).
+    guard_record: Mutex<Option<String>>,
     /// `[aws] endpoint_url` for a scenario without machines (a fake EC2).
     aws_endpoint: Mutex<Option<String>>,
     /// Lines added to the `[aws]` section (`actuate = true`, ...).
@@ -143,6 +145,7 @@ impl Scenario {
             bmc_entries: Mutex::new(Vec::new()),
             guards: Mutex::new(OPEN_GUARDS.into()),
             pause_configmap: Mutex::new("oobfence/oobfence-pause".into()),
+            guard_record: Mutex::new(None),
             aws_endpoint: Mutex::new(None),
             aws_extra: Mutex::new(String::new()),
             policy: Mutex::new(FAST_POLICY.into()),
@@ -183,9 +186,18 @@ impl Scenario {
 
     /// `[guards] record`: the scenario's own ConfigMap in `default` (every scenario's
     /// datacenter is [`DATACENTER`]: one record for all would carry one test's fences and
-    /// storms into another's daemons).
+    /// storms into another's daemons), unless [`Scenario::set_guard_record`] names another.
     pub fn guard_record(&self) -> String {
-        format!("default/{}-guards", self.group)
+        self.guard_record
+            .lock()
+            .unwrap()
+            .clone()
+            .unwrap_or_else(|| format!("default/{}-guards", self.group))
+    }
+
+    /// `[guards] record = "NAMESPACE/NAME"` (deploy/rbac.yaml's, for a daemon with its token).
+    pub fn set_guard_record(&self, namespace_and_name: &str) {
+        *self.guard_record.lock().unwrap() = Some(namespace_and_name.to_string());
     }
 
     /// The pause file of the scenario's daemons.
@@ -233,6 +245,23 @@ impl Scenario {
     /// The decision journal of the scenario's daemons; it outlives them.
     pub fn journal(&self) -> PathBuf {
         self.dir().join("state/journal.jsonl")
+    }
+
+    /// The journal's record of `node`'s fence that landed, once written (it follows the write,
+    /// so it is waited for, within `bound`).
+    pub async fn fence_record(
+        &self,
+        node: &str,
+        bound: std::time::Duration,
+    ) -> oobfence::journal::Record {
+        super::k8s::wait_for("the fence's journal record", bound, || async {
+            oobfence::journal::tail(&self.journal(), node, 100)
+                .ok()?
+                .records
+                .into_iter()
+                .find(|r| r.action == "taint" && r.result == "success")
+        })
+        .await
     }
 
     /// The name of node `suffix`: `{group}-{suffix}`.

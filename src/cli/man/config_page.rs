@@ -216,8 +216,10 @@ pub(super) fn render() -> String {
         }
         paragraphs(&mut out, &section.intro, ".PP\n");
         for entry in &section.entries {
+            // Unpaddable spaces around `=`: a long value (a path, an inline table) must not
+            // have them stretched by justification, nor a line break at them.
             out.push_str(&format!(
-                ".TP\n\\fB{}\\fR = {}{}\n",
+                ".TP\n\\fB{}\\fR\\ =\\ {}{}\n",
                 escape(&entry.key),
                 escape(&entry.value),
                 if entry.optional { " (optional)" } else { "" }

@@ -3,19 +3,24 @@
 //! listener off loopback.
 
 use super::{Finding, Severity, finding};
-use crate::config::{BmcEntry, Config};
+use crate::config::{BmcEntry, Config, Mapping};
 
 /// Glob characters: a pattern without them names one node.
 const GLOB: [char; 3] = ['*', '?', '['];
 
-/// Entries the first-match rule never reaches: every node each of their patterns could match
-/// is matched first by an earlier entry.
+/// Level-1 Redfish and IPMI entries the first-match rule never reaches: every node each of
+/// their patterns could match is matched first by an earlier one (a machine has one BMC, see
+/// [`Config::mappings_for`]; other entries matching a node are all its sources).
 pub(super) fn shadowed(cfg: &Config) -> Vec<Finding> {
     let mut out = Vec::new();
     // Earlier names (one node each) and earlier globs, with the entry they belong to.
     let mut names: std::collections::HashMap<&str, &BmcEntry> = Default::default();
     let mut globs: Vec<(&glob::Pattern, &BmcEntry)> = Vec::new();
-    for b in &cfg.bmc {
+    for b in cfg
+        .bmc
+        .iter()
+        .filter(|b| b.level == 1 && Mapping::Bmc(b).reads_the_machine())
+    {
         let listed: Vec<&str> = match &b.inventory {
             Some(inv) => inv.nodes().into_iter().map(|(n, _)| n).collect(),
             None => b.nodes.iter().map(glob::Pattern::as_str).collect(),
@@ -65,7 +70,7 @@ pub(super) fn shadowed(cfg: &Config) -> Vec<Finding> {
                 Severity::Warning,
                 format!("bmc[{}].nodes", b.index),
                 format!(
-                    "{} is never used: every node its nodes {} match is matched first by {} (the first entry that matches a node is its only one); move this entry above, or narrow the earlier one",
+                    "{} is never used: every node its nodes {} match is matched first by {} (a machine has one BMC: of the level-1 Redfish and IPMI entries that match a node, the first is its only one); move this entry above, or narrow the earlier one",
                     b.label(),
                     describe_nodes(b),
                     earlier.join(" and ")
@@ -157,6 +162,19 @@ pub(super) fn password_lines(b: &BmcEntry) -> Option<Finding> {
 }
 
 /// `[server] listen` on an address other hosts can reach.
+/// What an entry that reads a PDU outlet proves, and what it does not.
+pub(super) fn outlet(b: &BmcEntry) -> Option<Finding> {
+    let outlet = b.outlet.as_ref()?;
+    Some(finding(
+        Severity::Note,
+        format!("bmc[{}].outlet", b.index),
+        format!(
+            "reads the PDU outlet {outlet} (not the machine's BMC): an outlet proves only this entry's mapping of nodes to outlets, and its Off counts only while it draws at most {} (PowerWatts); an unmetered outlet's Off stands on its state alone",
+            b.outlet_max_off_watts()
+        ),
+    ))
+}
+
 pub(super) fn listen(cfg: &Config) -> Option<Finding> {
     let addr = cfg.server.listen;
     if addr.ip().is_loopback() {

@@ -21,6 +21,7 @@ fn actuation_is_off_unless_enabled_and_each_source_says_actuate() {
     assert_eq!(a.policy.after, Duration::from_secs(300));
     assert!(a.policy.power_on);
     assert_eq!(a.max_per_hour, 3);
+    assert_eq!(a.policy.max_silence, Duration::from_secs(3600));
     assert_eq!(cfg.policy.actuation, Some(a.policy));
     assert!(cfg.bmc[0].actuate);
 }
@@ -48,6 +49,22 @@ fn actuation_after_must_be_well_past_not_ready_and_the_budget_at_least_one() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("force"), "{e}");
+    // A hung node must have room to be powered off before it counts as abandoned.
+    let e = parse("datacenter = \"dc1\"\n[actuation]\nenabled = true\nafter = \"40m\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("actuation.max_silence") && e.contains("twice after"),
+        "{e}"
+    );
+    let cfg = parse(
+        "datacenter = \"dc1\"\n[actuation]\nenabled = true\nafter = \"40m\"\nmax_silence = \"2h\"\n",
+    )
+    .unwrap();
+    assert_eq!(
+        cfg.actuation.unwrap().policy.max_silence,
+        Duration::from_secs(7200)
+    );
     // Off: its other keys are not judged.
     assert!(parse("datacenter = \"dc1\"\n[actuation]\nafter = \"30s\"\n").is_ok());
 }

@@ -3,8 +3,9 @@
 
 use std::time::Duration;
 
+use super::super::sources::{SourceTrack, member_facts};
 use super::*;
-use crate::decision::PowerState;
+use crate::decision::{PowerReading, PowerState};
 
 fn t(s: i64) -> Timestamp {
     Timestamp::from_second(1_800_000_000 + s).unwrap()
@@ -23,45 +24,64 @@ fn off(at: i64) -> PowerReading {
 }
 
 /// A read sent before a reload mapped the node to another power source, answered after
-/// it, is no evidence about the node: dropped. A node the reload left on its source keeps
-/// its reads and takes the answers under way.
+/// it, is no evidence about the node: dropped. A source the reload left as it was keeps its
+/// reads and takes the answers under way.
 #[test]
 fn a_read_sent_before_a_remapping_reload_is_dropped() {
+    let source = |target: &str, level: u32| SourceTrack {
+        level,
+        target: target.into(),
+        ..Default::default()
+    };
     let mut t = Tracker {
         uid: "uid-1".into(),
-        reads: vec![off(0)],
         ..Default::default()
     };
-    let sent = t.read_for("n1");
+    let mut fresh = vec![source("redfish https://a", 1), source("fence-agent pdu", 2)];
+    super::super::sources::carry_over(&mut t.sources, &mut fresh, &mut t.next_generation);
+    t.sources = fresh;
+    t.sources[0].reads = vec![off(0)];
+    t.sources[1].reads = vec![off(0)];
+    let sent = t.read_for("n1", 0);
+    let kept_sent = t.read_for("n1", 1);
     assert_eq!((sent.node.as_str(), sent.uid.as_str()), ("n1", "uid-1"));
-    let kept = Tracker {
-        uid: "uid-2".into(),
-        reads: vec![off(0)],
-        ..Default::default()
-    };
-    let kept_sent = kept.read_for("n2");
 
-    t.remapped();
-    assert!(t.reads.is_empty(), "the old source's reads go");
-    assert!(
-        !t.takes_read(&sent.uid, sent.generation),
+    // The reload maps the BMC elsewhere and leaves the outlet as it was.
+    let mut fresh = vec![source("redfish https://b", 1), source("fence-agent pdu", 2)];
+    assert!(super::super::sources::carry_over(
+        &mut t.sources,
+        &mut fresh,
+        &mut t.next_generation
+    ));
+    t.sources = fresh;
+    assert!(t.sources[0].reads.is_empty(), "the old source's reads go");
+    assert_eq!(
+        t.takes_read(&sent.uid, sent.generation),
+        None,
         "sent to the old source"
     );
-    let after = t.read_for("n1");
-    assert!(
+    let after = t.read_for("n1", 0);
+    assert_eq!(
         t.takes_read(&after.uid, after.generation),
+        Some(0),
         "sent to the new one"
     );
+    assert_eq!(
+        t.takes_read(&kept_sent.uid, kept_sent.generation),
+        Some(1),
+        "the outlet stays"
+    );
+    assert_eq!(t.sources[1].reads.len(), 1);
     // Another reload: an answer from two sources ago is dropped as well.
-    t.remapped();
-    assert!(!t.takes_read(&after.uid, after.generation));
-    assert!(
-        !t.takes_read("uid-other", t.source_generation),
+    let mut fresh = vec![source("redfish https://c", 1), source("fence-agent pdu", 2)];
+    super::super::sources::carry_over(&mut t.sources, &mut fresh, &mut t.next_generation);
+    t.sources = fresh;
+    assert_eq!(t.takes_read(&after.uid, after.generation), None);
+    assert_eq!(
+        t.takes_read("uid-other", t.sources[1].generation),
+        None,
         "another object"
     );
-
-    assert!(kept.takes_read(&kept_sent.uid, kept_sent.generation));
-    assert_eq!(kept.reads.len(), 1);
 }
 
 /// A Lease renewal is dated by when oobfence saw it, never by the kubelet's clock: a
@@ -85,7 +105,7 @@ fn lease_renewals_are_dated_by_oobfences_clock() {
 /// apart, from the same boot) count; an On read closes it, and so does another boot.
 #[test]
 fn signs_of_life_after_an_off_read_of_a_ready_node_are_counted() {
-    let mut tracker = Tracker::default();
+    let mut tracker = one_source();
     let mut facts = crate::cluster::node_facts(&crate::cluster::NodeView::default(), None, "me");
     facts.readiness = Readiness::Ready;
     facts.boot_id = "boot-1".into();
@@ -99,15 +119,15 @@ fn signs_of_life_after_an_off_read_of_a_ready_node_are_counted() {
             *renew += 1;
         }
         facts.lease_renew_time = Some(t(*renew));
-        tracker.observe(facts, t(at));
+        observe(tracker, facts, t(at));
         facts.off_while_alive.clone().map(|o| o.signs_of_life_after)
     };
     assert_eq!(pass(&mut tracker, &mut facts, &mut renew, true, 0), None);
     // An Off read of a node that was NotReady when it started opens nothing.
-    tracker.power_answered(&PowerState::Off, t(1), false, t(2));
+    tracker.power_answered(0, &PowerState::Off, t(1), false, t(2));
     assert_eq!(pass(&mut tracker, &mut facts, &mut renew, true, 3), None);
     // Ready when read: watched from the answer on.
-    tracker.power_answered(&PowerState::Off, t(4), true, t(5));
+    tracker.power_answered(0, &PowerState::Off, t(4), true, t(5));
     assert_eq!(
         pass(&mut tracker, &mut facts, &mut renew, false, 5),
         Some(0)
@@ -125,15 +145,15 @@ fn signs_of_life_after_an_off_read_of_a_ready_node_are_counted() {
     );
     assert!(facts.off_while_alive.as_ref().unwrap().proven());
     // Another Off keeps the count; an On drops it.
-    tracker.power_answered(&PowerState::Off, t(20), true, t(21));
+    tracker.power_answered(0, &PowerState::Off, t(20), true, t(21));
     assert_eq!(
         pass(&mut tracker, &mut facts, &mut renew, false, 22),
         Some(2)
     );
-    tracker.power_answered(&PowerState::On, t(30), true, t(31));
+    tracker.power_answered(0, &PowerState::On, t(30), true, t(31));
     assert_eq!(pass(&mut tracker, &mut facts, &mut renew, true, 32), None);
     // Signs of life from another boot prove nothing: the machine may have been off.
-    tracker.power_answered(&PowerState::Off, t(40), true, t(41));
+    tracker.power_answered(0, &PowerState::Off, t(40), true, t(41));
     assert_eq!(
         pass(&mut tracker, &mut facts, &mut renew, true, 42),
         Some(1)
@@ -147,17 +167,17 @@ fn signs_of_life_after_an_off_read_of_a_ready_node_are_counted() {
 #[test]
 fn a_gone_answer_for_a_ready_node_is_watched_like_an_off_one() {
     for state in [PowerState::NotFound, PowerState::Terminated] {
-        let mut tracker = Tracker::default();
+        let mut tracker = one_source();
         let mut facts =
             crate::cluster::node_facts(&crate::cluster::NodeView::default(), None, "me");
         facts.readiness = Readiness::Ready;
         facts.boot_id = "boot-1".into();
         facts.lease_renew_time = Some(t(0));
-        tracker.observe(&mut facts, t(0));
-        tracker.power_answered(&state, t(1), true, t(2));
+        observe(&mut tracker, &mut facts, t(0));
+        tracker.power_answered(0, &state, t(1), true, t(2));
         for (renewal, at) in [(1, 12), (2, 22)] {
             facts.lease_renew_time = Some(t(renewal));
-            tracker.observe(&mut facts, t(at));
+            observe(&mut tracker, &mut facts, t(at));
         }
         let o = facts.off_while_alive.as_ref();
         assert!(o.is_some_and(|o| o.proven()), "{state}: {o:?}");
@@ -169,7 +189,7 @@ fn a_gone_answer_for_a_ready_node_is_watched_like_an_off_one() {
 /// nothing.
 #[test]
 fn not_ready_transitions_are_counted_once_each() {
-    let mut tracker = Tracker::default();
+    let mut tracker = one_source();
     let mut facts = crate::cluster::node_facts(&crate::cluster::NodeView::default(), None, "me");
     let mut see = |ready: bool, at: i64| {
         facts.readiness = if ready {
@@ -197,7 +217,10 @@ fn not_ready_transitions_are_counted_once_each() {
 #[test]
 fn reads_are_dropped_whenever_the_node_is_seen_ready() {
     let mut tracker = Tracker {
-        reads: vec![off(10), off(15)],
+        sources: vec![SourceTrack {
+            reads: vec![off(10), off(15)],
+            ..Default::default()
+        }],
         ..Default::default()
     };
     let mut facts = crate::cluster::node_facts(&crate::cluster::NodeView::default(), None, "me");
@@ -207,19 +230,26 @@ fn reads_are_dropped_whenever_the_node_is_seen_ready() {
     };
     tracker.reads_boot_id = Some(facts.boot_id.clone());
     tracker.observe(&mut facts, t(20));
-    assert_eq!(tracker.reads.len(), 2, "still the same NotReady period");
+    assert_eq!(
+        tracker.sources[0].reads.len(),
+        2,
+        "still the same NotReady period"
+    );
     // The node reports another bootID while still NotReady: it booted since the reads.
     facts.boot_id = "boot-2".into();
     tracker.observe(&mut facts, t(20));
-    assert!(tracker.reads.is_empty(), "reads of another boot");
-    tracker.reads = vec![off(17), off(19)];
+    assert!(tracker.sources[0].reads.is_empty(), "reads of another boot");
+    tracker.sources[0].reads = vec![off(17), off(19)];
     tracker.observe(&mut facts, t(20));
-    assert_eq!(tracker.reads.len(), 2, "reads of this boot stay");
+    assert_eq!(tracker.sources[0].reads.len(), 2, "reads of this boot stay");
     facts.readiness = Readiness::Ready;
     tracker.observe(&mut facts, t(21));
-    assert!(tracker.reads.is_empty(), "seen Ready: the period is over");
+    assert!(
+        tracker.sources[0].reads.is_empty(),
+        "seen Ready: the period is over"
+    );
     // A fenced node seen Ready keeps its reads: they are what lifts the fence.
-    tracker.reads = vec![off(30)];
+    tracker.sources[0].reads = vec![off(30)];
     facts.fence = Some(decision::FenceRecord {
         at: t(25),
         boot_id: "b".into(),
@@ -227,7 +257,7 @@ fn reads_are_dropped_whenever_the_node_is_seen_ready() {
         ours: true,
     });
     tracker.observe(&mut facts, t(31));
-    assert_eq!(tracker.reads.len(), 1);
+    assert_eq!(tracker.sources[0].reads.len(), 1);
 }
 
 /// Reads taken ahead of NotReady are kept while the node shows Ready with a silent
@@ -235,35 +265,35 @@ fn reads_are_dropped_whenever_the_node_is_seen_ready() {
 /// heartbeat.
 #[test]
 fn reads_ahead_of_not_ready_last_until_a_sign_of_life() {
-    let mut tracker = Tracker::default();
+    let mut tracker = one_source();
     let mut facts = crate::cluster::node_facts(&crate::cluster::NodeView::default(), None, "me");
     facts.readiness = Readiness::Ready;
     facts.lease_renew_time = Some(t(-100));
     facts.ready_heartbeat = Some(t(-200));
     tracker.observe(&mut facts, t(0));
     assert_eq!(tracker.last_alive(), Some(t(0)), "first sighting");
-    tracker.reads = vec![off(13), off(18)];
+    tracker.sources[0].reads = vec![off(13), off(18)];
     tracker.observe(&mut facts, t(19));
-    assert_eq!(tracker.reads.len(), 2, "Ready, silent: kept");
+    assert_eq!(tracker.sources[0].reads.len(), 2, "Ready, silent: kept");
     assert_eq!(facts.lease_renewal_seen, Some(t(0)));
     // A new heartbeat while Ready: alive.
     facts.ready_heartbeat = Some(t(-150));
     tracker.observe(&mut facts, t(20));
-    assert!(tracker.reads.is_empty());
+    assert!(tracker.sources[0].reads.is_empty());
     assert_eq!(facts.heartbeat_seen, Some(t(20)));
     assert_eq!(tracker.last_alive(), Some(t(20)));
     // A renewal: alive.
-    tracker.reads = vec![off(40)];
+    tracker.sources[0].reads = vec![off(40)];
     facts.lease_renew_time = Some(t(-90));
     tracker.observe(&mut facts, t(41));
-    assert!(tracker.reads.is_empty());
+    assert!(tracker.sources[0].reads.is_empty());
     assert_eq!(tracker.last_alive(), Some(t(41)));
     // NotReady: a heartbeat field moving then (the controller's write) is no sign of life.
-    tracker.reads = vec![off(50)];
+    tracker.sources[0].reads = vec![off(50)];
     facts.readiness = Readiness::NotReady { since: t(49) };
     facts.ready_heartbeat = Some(t(-140));
     tracker.observe(&mut facts, t(51));
-    assert_eq!(tracker.reads.len(), 1);
+    assert_eq!(tracker.sources[0].reads.len(), 1);
     assert_eq!(facts.heartbeat_seen, Some(t(20)));
 }
 
@@ -348,4 +378,120 @@ fn an_instance_of_another_region_is_a_conflict_not_a_read() {
         other => panic!("{other:?}"),
     }
     assert!(!conflicts.contains_key("ip-10-0-0-2"));
+}
+
+/// Any change of the Lease is a sign of life, not only a new renewTime: a kubelet whose clock
+/// stands still (or was stepped back) writes the same renewTime again, and its Lease's
+/// resourceVersion is what moves. Counting only renewTime would date its last renewal at the
+/// first one and let a live node look silent.
+#[test]
+fn a_lease_change_that_keeps_its_renew_time_is_a_renewal() {
+    let mut tracker = one_source();
+    let mut facts = crate::cluster::node_facts(&crate::cluster::NodeView::default(), None, "me");
+    facts.readiness = Readiness::Ready;
+    facts.lease_renew_time = Some(t(0));
+    facts.lease_version = Some(1);
+    tracker.observe(&mut facts, t(0));
+    assert_eq!(facts.lease_renewal_seen, Some(t(0)));
+    assert!(
+        facts.lease_first_sight,
+        "the first sighting is no renewal watched"
+    );
+    // The same Lease seen again: nothing moved.
+    tracker.observe(&mut facts, t(10));
+    assert_eq!(facts.lease_renewal_seen, Some(t(0)));
+    // Written again with the same renewTime: renewed now, and watched.
+    facts.lease_version = Some(2);
+    tracker.observe(&mut facts, t(20));
+    assert_eq!(facts.lease_renewal_seen, Some(t(20)));
+    assert!(!facts.lease_first_sight);
+    assert_eq!(facts.ready_seen, Some(t(20)), "seen Ready on each pass");
+}
+
+/// A confirmation annotation is first seen once per value: kept while unchanged, a new
+/// sighting when changed, forgotten when it goes; a malformed one is reported once and is
+/// never a confirmation.
+#[test]
+fn a_confirmation_is_sighted_once_per_value_and_forgotten_with_its_annotation() {
+    let good = r#"{"bootID":"boot-a","reason":"cord pulled"}"#;
+    let mut seen = None;
+    assert!(!SeenConfirmation::observe(&mut seen, Some(good), t(0)));
+    assert!(!SeenConfirmation::observe(&mut seen, Some(good), t(5)));
+    let c = seen.as_ref().unwrap().confirmation().unwrap();
+    assert_eq!((c.seen, c.note.boot_id.as_str()), (t(0), "boot-a"));
+
+    let changed = r#"{"bootID":"boot-a","reason":"cord pulled, checked twice"}"#;
+    assert!(!SeenConfirmation::observe(&mut seen, Some(changed), t(7)));
+    assert_eq!(seen.as_ref().unwrap().confirmation().unwrap().seen, t(7));
+
+    assert!(SeenConfirmation::observe(&mut seen, Some("off"), t(8)));
+    assert!(!SeenConfirmation::observe(&mut seen, Some("off"), t(9)));
+    let s = seen.as_ref().unwrap();
+    assert!(s.confirmation().is_none());
+    assert!(s.note.as_ref().unwrap_err().contains("not the JSON"));
+
+    assert!(!SeenConfirmation::observe(&mut seen, None, t(10)));
+    assert_eq!(seen, None);
+}
+
+/// A tracker of one power source.
+fn one_source() -> Tracker {
+    Tracker {
+        sources: vec![SourceTrack::default()],
+        ..Default::default()
+    }
+}
+
+/// What the tracker tells of the node and of its one source, into `facts`.
+fn observe(tracker: &mut Tracker, facts: &mut decision::NodeFacts, at: Timestamp) {
+    tracker.observe(facts, at);
+    *facts = member_facts(facts, &tracker.sources[0], false);
+}
+
+/// One outlet above level 1 feeding two nodes (a twin server on one feed) is one source for
+/// both: no shared-machine conflict, and the nodes it feeds are known (actuation asks them
+/// before switching it). At level 1 such an entry is still refused.
+#[test]
+fn an_outlet_above_level_1_feeding_several_nodes_is_no_conflict() {
+    let dir = tempfile::tempdir().unwrap();
+    let entries = |level: &str| {
+        format!(
+            r#"
+[[bmc]]
+nodes = ["twin-*"]
+protocol = "redfish"
+address = "https://{{node}}-bmc.example"
+username = "u"
+password_file = "PW"
+[[bmc]]
+nodes = ["twin-a", "twin-b"]
+protocol = "redfish"
+address = "https://pdu-7.example"
+system = "/redfish/v1/PowerEquipment/RackPDUs/1/Outlets/A3"
+username = "u"
+password_file = "PW"
+{level}
+"#
+        )
+    };
+    let nodes = [("twin-a", None), ("twin-b", None)];
+    let cfg = config(dir.path(), &entries("level = 2"));
+    let conflicts = mapping_conflicts(&cfg, nodes);
+    assert!(conflicts.is_empty(), "{conflicts:?}");
+    let outlets = shared_outlets(&cfg, nodes.iter().map(|(n, _)| *n));
+    assert_eq!(outlets.len(), 1, "{outlets:?}");
+    assert_eq!(
+        outlets.values().next().unwrap(),
+        &["twin-a".to_string(), "twin-b".to_string()]
+    );
+    // At level 1 one entry for both is two nodes on one machine, refused as before.
+    let pw = dir.path().join("pw");
+    let text =
+        format!("datacenter = \"dc1\"\n{}", entries("")).replace("PW", &pw.display().to_string());
+    let e = Config::parse(&text, std::path::Path::new("dc1.toml")).unwrap_err();
+    assert!(
+        e.problem
+            .contains("every one of them would read the same machine"),
+        "{e}"
+    );
 }

@@ -1,17 +1,22 @@
-//! What of the guards' memory must outlive the process: the fences of the budget window and
-//! when each scope's last storm ended (its cooldown). A restarted daemon, or the `[ha]`
-//! instance that takes over, reads it back before its first pass, so that it counts its
-//! predecessor's fences and keeps its cooldowns.
+//! What of the guards' memory must outlive the process: the fences of the budget window, when
+//! each scope's last storm ended (its cooldown), and the power actions of the last hour (the
+//! `[actuation] max_per_hour` budget). A restarted daemon, or the `[ha]` instance that takes
+//! over, reads it back before its first pass, so that it counts its predecessor's fences and
+//! power actions and keeps its cooldowns.
 //!
-//! The fence records on the Nodes (`oobfence.io/*`) tell of taints, but a Node deleted by a
-//! fence leaves nothing, and a storm's end is written nowhere on the cluster: hence this record
-//! ([`crate::daemon`] keeps it in a ConfigMap). Pure: the clock is passed in.
+//! The fence and power records on the Nodes (`oobfence.io/*`) tell of taints and power-offs,
+//! but a Node deleted by a fence leaves nothing, an unfence or a cleared record erases them, and
+//! a storm's end is written nowhere on the cluster: hence this record ([`crate::daemon`] keeps
+//! it in a ConfigMap). An entry dated after the reader's clock counts as made now: a writer's
+//! clock far ahead (or a hand edit) must not hold a budget or a cooldown for ever. Pure: the
+//! clock is passed in.
 
 use std::collections::BTreeMap;
 
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
+use super::power::POWER_WINDOW;
 use super::{Calm, GuardPolicy, Scope, elapsed};
 
 /// The guards' memory as written down.
@@ -24,12 +29,23 @@ pub struct GuardRecord {
     /// label (`datacenter`, `domain=VALUE`).
     #[serde(default)]
     pub storms_ended: BTreeMap<String, Timestamp>,
+    /// Power actions (opt-in actuation) of the last hour, oldest first. Absent when none, so a
+    /// datacenter without actuation writes the record it always did.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub power_actions: Vec<RecordedPowerAction>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RecordedFence {
     pub at: Timestamp,
     /// The fenced Node's uid.
+    pub uid: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordedPowerAction {
+    pub at: Timestamp,
+    /// The Node's uid.
     pub uid: String,
 }
 
@@ -64,17 +80,28 @@ impl Calm {
                 .filter(|(_, ended)| elapsed(*ended, now) < policy.cooldown)
                 .map(|(scope, ended)| (scope.label(), ended))
                 .collect(),
+            power_actions: self
+                .power_actions
+                .iter()
+                .filter(|(at, _)| elapsed(*at, now) < POWER_WINDOW)
+                .map(|(at, uid)| RecordedPowerAction {
+                    at: *at,
+                    uid: uid.clone(),
+                })
+                .collect(),
         }
     }
 
     /// Takes back a predecessor's record (before the first pass, or any time: nothing already
     /// known is lost). Fences count against the budget while in the window; a storm end starts
     /// the cooldown of its scope as if this process had seen it. A later storm end seen here
-    /// wins.
+    /// wins. Power actions count against their budget for their hour. Entries dated after
+    /// `now` count as made at `now`.
     pub fn restore(&mut self, record: &GuardRecord, policy: &GuardPolicy, now: Timestamp) {
         for f in &record.fences {
-            if elapsed(f.at, now) < policy.fence_budget_window {
-                self.record_fence(&f.uid, f.at);
+            let at = f.at.min(now);
+            if elapsed(at, now) < policy.fence_budget_window {
+                self.record_fence(&f.uid, at);
             }
         }
         self.fences.sort_by_key(|(at, _)| *at);
@@ -82,12 +109,19 @@ impl Calm {
             let Some(scope) = scope_of(label) else {
                 continue;
             };
-            if elapsed(*ended, now) >= policy.cooldown {
+            let ended = (*ended).min(now);
+            if elapsed(ended, now) >= policy.cooldown {
                 continue;
             }
             let st = self.scopes.entry(scope).or_default();
-            if st.storm_ended.is_none_or(|mine| mine < *ended) {
-                st.storm_ended = Some(*ended);
+            if st.storm_ended.is_none_or(|mine| mine < ended) {
+                st.storm_ended = Some(ended);
+            }
+        }
+        for a in &record.power_actions {
+            let at = a.at.min(now);
+            if elapsed(at, now) < POWER_WINDOW {
+                self.record_power_action(&a.uid, at);
             }
         }
     }
@@ -191,6 +225,60 @@ mod tests {
         c.restore(&GuardRecord::default(), &p, t(2));
         c.record_pending = false;
         assert_eq!(c.holds(Some("a"), "u1", &p, t(2)).fence, None);
+    }
+
+    /// A record read back holds the power budget as it holds the fence budget: the power
+    /// actions of the last hour, written and restored, so that a restart or a takeover (whose
+    /// Nodes' records an unfence or a cleared record may have erased) gets no fresh budget.
+    #[test]
+    fn a_successor_keeps_the_power_budget_spent() {
+        let p = policy();
+        let mut before = Calm::default();
+        before.record_power_action("u0", t(10));
+        before.record_power_action("u1", t(20));
+        let text = serde_json::to_string(&before.record(&p, t(30))).unwrap();
+        assert!(text.contains("u1"), "no power action written: {text}");
+        let read: GuardRecord = serde_json::from_str(&text).unwrap();
+        let mut after = Calm::default();
+        after.restore(&read, &p, t(40));
+        let h = after
+            .power_hold("u9", "a", 2, t(50))
+            .expect("the budget spent");
+        assert_eq!(h.kind, HoldKind::PowerBudget);
+        assert!(h.reason.contains("max_per_hour = 2"), "{}", h.reason);
+        // An hour on, the places free and nothing of them is written again.
+        assert_eq!(after.power_hold("u9", "a", 2, t(3621)), None);
+        after.expire_power_actions(t(3621));
+        assert_eq!(after.record(&p, t(3621)), GuardRecord::default());
+    }
+
+    /// An entry dated ahead of the reader's clock (a writer's clock far off, a hand edit) is
+    /// taken as made now: it holds for one window from now, not until its date comes.
+    #[test]
+    fn entries_from_the_future_count_from_now() {
+        let p = policy();
+        let now = t(0);
+        let year = 365 * 24 * 3600;
+        let record: GuardRecord = serde_json::from_value(serde_json::json!({
+            "fences": [{"at": t(year).to_string(), "uid": "f1"}, {"at": t(year).to_string(), "uid": "f2"}],
+            "storms_ended": {"datacenter": t(year).to_string()},
+            "power_actions": [{"at": t(year).to_string(), "uid": "p1"}],
+        }))
+        .unwrap();
+        let nodes: Vec<_> = (0..4).map(|i| node(&format!("u{i}"), "a", false)).collect();
+        let mut c = Calm::default();
+        c.restore(&record, &p, now);
+        pass(&mut c, &nodes, now);
+        let h = c.holds(Some("a"), "u3", &p, now).fence.expect("held");
+        assert_eq!(h.kind, HoldKind::StormCooldown, "{}", h.reason);
+        assert!(c.power_hold("u3", "a", 1, now).is_some());
+        // Past the cooldown, the window and the power hour (from now, not from a year on).
+        let later = t(3700);
+        pass(&mut c, &nodes, later);
+        c.expire_power_actions(later);
+        assert_eq!(c.holds(Some("a"), "u3", &p, later).fence, None);
+        assert_eq!(c.power_hold("u3", "a", 1, later), None);
+        assert_eq!(c.record(&p, later), GuardRecord::default());
     }
 
     /// Old entries and unknown scopes are ignored; an empty or partial record is no error.

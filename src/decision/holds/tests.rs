@@ -204,6 +204,8 @@ fn a_scope_freezes_when_most_of_its_sources_fail_and_thaws_by_itself() {
         calm.holds(Some("a"), "u", &p, t(10)).evidence_not_before,
         None
     );
+    // A person's word rests on no read: the freeze does not hold it.
+    assert_eq!(calm.holds(Some("a"), "u", &p, t(10)).fence_on_word, None);
     // 5 of 10: not more than half: thawed, and reads from before t(20) do not count.
     pass(&mut calm, &sources(5, 5), &p, 20);
     let h = calm.holds(Some("a"), "u", &p, t(20));

@@ -7,11 +7,12 @@ use super::*;
 use crate::decision::actuation::{ActuationFacts, ActuationPolicy, PowerRecord};
 
 /// Actuation on, after 300 s of silence.
-fn actuating() -> Policy {
+pub(super) fn actuating() -> Policy {
     Policy {
         actuation: Some(ActuationPolicy {
             after: Duration::from_secs(300),
             power_on: true,
+            ..ActuationPolicy::default()
         }),
         ..policy()
     }
@@ -142,6 +143,180 @@ fn an_opted_out_node_or_one_another_remediator_owns_is_never_powered_off() {
     );
 }
 
+/// A machine fenced after oobfence powered it off, reading Off: due to be powered on.
+fn fenced_powered_off() -> NodeFacts {
+    NodeFacts {
+        actuation: powered_off_at(296, "boot-a"),
+        ..fenced(Readiness::NotReady { since: t(0) }, "boot-a")
+    }
+}
+
+#[test]
+fn a_silence_that_did_not_begin_under_oobfences_watch_is_never_powered_off() {
+    let p = actuating();
+    // A restart (or a node long NotReady when oobfence first looked): the Lease's renewTime is
+    // what oobfence found, not a renewal it watched; the silence before is unknown.
+    let first_sight = NodeFacts {
+        lease_first_sight: true,
+        ..hung()
+    };
+    // Never seen Ready by this oobfence.
+    let never_ready = NodeFacts {
+        ready_seen: None,
+        ..hung()
+    };
+    // Seen Ready only before its kubelet's last sign of life: the silence began NotReady.
+    let ready_before = NodeFacts {
+        ready_seen: Some(t(-20)),
+        ..hung()
+    };
+    for (name, f, says) in [
+        ("first sight", first_sight, "silence begin"),
+        ("never Ready", never_ready, "Ready"),
+        ("Ready before the silence", ready_before, "Ready"),
+    ] {
+        let d = decide(&f, &[on(2000)], &p, t(2001));
+        assert_eq!(
+            (d.step, d.rule),
+            (Step::Idle, Rule::PowerOn),
+            "{name}: {}",
+            d.reason
+        );
+        assert!(d.reason.contains(says), "{name}: {}", d.reason);
+        assert_eq!(d.guard, None, "{name}");
+    }
+}
+
+#[test]
+fn a_node_silent_past_max_silence_is_abandoned_not_hung() {
+    let p = actuating();
+    // Silent since t(-10): past the hour at t(3590).
+    let d = decide(&hung(), &[on(3585)], &p, t(3586));
+    assert_eq!(d.step, Step::PowerOff, "{}", d.reason);
+    let d = decide(&hung(), &[on(3600)], &p, t(3601));
+    assert_eq!(
+        (d.step, d.rule),
+        (Step::Idle, Rule::PowerOn),
+        "{}",
+        d.reason
+    );
+    assert!(d.reason.contains("max_silence"), "{}", d.reason);
+    // A node NotReady for weeks, its UUID unchanged: never.
+    let d = decide(&hung(), &[on(1_800_000)], &p, t(1_800_001));
+    assert_eq!(d.step, Step::Idle, "{}", d.reason);
+}
+
+#[test]
+fn a_node_under_maintenance_is_never_powered_off_nor_on() {
+    let p = actuating();
+    for why in [
+        "cordoned (spec.unschedulable = true)",
+        "taint medik8s.io/drain:NoSchedule (NodeMaintenance)",
+        "condition MaintenanceInProgress=True",
+    ] {
+        let f = NodeFacts {
+            maintenance: Some(why.into()),
+            ..hung()
+        };
+        let d = decide(&f, &[on(295)], &p, t(296));
+        assert_eq!(
+            (d.step, d.rule),
+            (Step::Idle, Rule::PowerOn),
+            "{why}: {}",
+            d.reason
+        );
+        assert!(d.reason.contains(why), "{}", d.reason);
+        // Maintenance never blocks the fence of a machine proven off.
+        let d = decide(&f, &[off(290), off(295)], &p, t(296));
+        assert_eq!(
+            d.step,
+            Step::Fence(FenceAction::Taint),
+            "{why}: {}",
+            d.reason
+        );
+        let fenced = NodeFacts {
+            maintenance: Some(why.into()),
+            ..fenced_powered_off()
+        };
+        let d = decide(&fenced, &[off(150)], &p, t(151));
+        assert_eq!(d.step, Step::Idle, "{why}: {}", d.reason);
+        assert!(d.reason.contains(why), "{}", d.reason);
+    }
+}
+
+#[test]
+fn a_power_on_honours_opt_outs_other_remediators_and_a_reload_that_turned_actuate_off() {
+    let p = actuating();
+    let off = [off(150)];
+    assert_eq!(
+        decide(&fenced_powered_off(), &off, &p, t(151)).step,
+        Step::PowerOn
+    );
+    let mut refusing = fenced_powered_off();
+    refusing.actuation.source_refuses =
+        Some("its [[bmc]] entry does not say actuate = true".into());
+    for (name, f, says) in [
+        (
+            "opted out",
+            NodeFacts {
+                opted_out: Some("annotation oobfence.io/exclude=true".into()),
+                ..fenced_powered_off()
+            },
+            "exclude",
+        ),
+        (
+            "another remediator",
+            NodeFacts {
+                other_remediator: Some("taint medik8s.io/remediation".into()),
+                ..fenced_powered_off()
+            },
+            "medik8s.io/remediation",
+        ),
+        ("actuate turned off", refusing, "actuate = true"),
+    ] {
+        let d = decide(&f, &off, &p, t(151));
+        assert_eq!(d.step, Step::Idle, "{name}: {}", d.reason);
+        assert_eq!(d.guard, None, "{name}");
+        assert!(d.reason.contains(says), "{name}: {}", d.reason);
+    }
+}
+
+#[test]
+fn a_persons_untaint_never_opens_a_second_power_off_of_the_boot() {
+    let p = actuating();
+    // Fenced after oobfence powered it off; a person removes the taint: the fence record
+    // goes.
+    let mut untainted = fenced_powered_off();
+    untainted.fence.as_mut().unwrap().taint_present = false;
+    let d = decide(&untainted, &[], &p, t(400));
+    assert_eq!(d.step, Step::ClearRecord, "{}", d.reason);
+    // The power-off record of the boot stays (the cluster drops it only on another bootID):
+    // the machine, powered on again by the person, reads On with its kubelet still silent,
+    // long past `after`. Never a second power-off of that boot.
+    let cleared = NodeFacts {
+        fence: None,
+        ..fenced_powered_off()
+    };
+    let d = decide(&cleared, &[on(1000)], &p, t(1001));
+    assert_eq!(
+        (d.step, d.rule),
+        (Step::Idle, Rule::PowerOffIgnored),
+        "{}",
+        d.reason
+    );
+    assert!(d.reason.contains("never powered off twice"), "{}", d.reason);
+    // A new boot is a new machine life: its own hang may be powered off once.
+    let rebooted = NodeFacts {
+        boot_id: "boot-b".into(),
+        actuation: powered_off_at(100, "boot-a"),
+        ..hung()
+    };
+    assert_eq!(
+        decide(&rebooted, &[on(295)], &p, t(296)).step,
+        Step::PowerOff
+    );
+}
+
 #[test]
 fn every_hold_stops_a_power_off_and_only_write_and_power_holds_a_power_on() {
     let reads = [on(295)];
@@ -238,6 +413,7 @@ fn after_the_power_off_the_fence_needs_its_off_reads_and_the_power_on_comes_once
         actuation: Some(ActuationPolicy {
             after: Duration::from_secs(300),
             power_on: false,
+            ..ActuationPolicy::default()
         }),
         ..policy()
     };
@@ -252,10 +428,37 @@ fn after_the_power_off_the_fence_needs_its_off_reads_and_the_power_on_comes_once
     assert_eq!(decide(&not_ours, &[off(150)], &p, t(151)).step, Step::Idle);
 }
 
-/// Over readiness, signs of life, opt-ins, records, holds and every short sequence of reads: a
-/// power-off only with both opt-ins, on a NotReady node silent for `after`, its newest read a
-/// fresh On from its own machine, no hold, and no power-off of this boot before; a power-on
-/// only of a fence of a boot oobfence powered off.
+/// How the node's silence began, as oobfence saw it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Watch {
+    /// Seen Ready, then its kubelet's last renewal watched: the silence began under watch.
+    Watched,
+    /// The Lease is as oobfence first found it (a restart): the silence began out of sight.
+    FirstSight,
+    /// Seen Ready only before the last sign of life: the silence began NotReady.
+    ReadyBefore,
+}
+
+/// Every combination of how the silence began, maintenance and an opt-out.
+fn node_sides() -> Vec<(Watch, bool, bool)> {
+    let mut v = Vec::new();
+    for w in [Watch::Watched, Watch::FirstSight, Watch::ReadyBefore] {
+        for m in [false, true] {
+            for o in [false, true] {
+                v.push((w, m, o));
+            }
+        }
+    }
+    v
+}
+
+/// Over readiness, signs of life, how the silence began, maintenance, opt-outs, records, holds
+/// and every short sequence of reads: a
+/// power-off only with both opt-ins, on a NotReady node silent for `after` but not past
+/// `max_silence`, a silence oobfence watched begin while the node was Ready, no maintenance, no
+/// opt-out, its newest read a fresh On from its own machine, no hold, and no power-off of this
+/// boot before; a power-on only of a fence of a boot oobfence powered off, with the source
+/// still allowed to act and neither maintenance nor an opt-out.
 #[test]
 fn property_no_power_action_without_the_opt_ins_the_silence_a_fresh_own_on_read_and_no_hold() {
     let states = [
@@ -273,7 +476,7 @@ fn property_no_power_action_without_the_opt_ins_the_silence_a_fresh_own_on_read_
     for enabled in [false, true] {
         let p = if enabled { actuating() } else { policy() };
         for r in &readiness {
-            for alive in [-10i64, 200] {
+            for alive in [-4000i64, -10, 200] {
                 for record in &records {
                     for refuses in [false, true] {
                         for held in [false, true] {
@@ -294,39 +497,71 @@ fn property_no_power_action_without_the_opt_ins_the_silence_a_fresh_own_on_read_
                                 if held {
                                     f.holds.power = Some(hold(HoldKind::PowerBudget));
                                 }
-                                for reads in sequences(&states, 2, 280, 10) {
-                                    for now in [291i64, 310] {
-                                        let d = decide(&f, &reads, &p, t(now));
-                                        checked += 1;
-                                        match d.step {
-                                            Step::PowerOff | Step::WouldPowerOff => {
-                                                offs += 1;
-                                                assert!(enabled && !refuses && !held, "{d:?}");
-                                                assert!(!fenced_node, "{d:?}");
-                                                assert_ne!(f.readiness, Readiness::Ready, "{d:?}");
-                                                assert!(now - alive >= 300, "{d:?}");
-                                                let last = reads.last().unwrap();
-                                                assert_eq!(last.state, PowerState::On);
-                                                assert!(identity_of(&f, last).is_match());
-                                                assert!(elapsed(last.at, t(now)) <= p.read_max_age);
-                                                assert!(
-                                                    f.actuation.powered_off(&f.boot_id).is_none(),
-                                                    "{d:?}"
-                                                );
+                                for (watch, maintenance, opted) in node_sides() {
+                                    let mut f = f.clone();
+                                    match watch {
+                                        Watch::Watched => f.ready_seen = Some(t(alive)),
+                                        Watch::FirstSight => f.lease_first_sight = true,
+                                        Watch::ReadyBefore => f.ready_seen = Some(t(alive - 1)),
+                                    }
+                                    if maintenance {
+                                        f.maintenance = Some("cordoned".into());
+                                    }
+                                    if opted {
+                                        f.opted_out = Some("annotation".into());
+                                    }
+                                    for reads in sequences(&states, 2, 280, 10) {
+                                        for now in [291i64, 310] {
+                                            let d = decide(&f, &reads, &p, t(now));
+                                            checked += 1;
+                                            match d.step {
+                                                Step::PowerOff | Step::WouldPowerOff => {
+                                                    offs += 1;
+                                                    assert!(enabled && !refuses && !held, "{d:?}");
+                                                    assert!(!fenced_node, "{d:?}");
+                                                    assert_ne!(
+                                                        f.readiness,
+                                                        Readiness::Ready,
+                                                        "{d:?}"
+                                                    );
+                                                    assert!(now - alive >= 300, "{d:?}");
+                                                    assert!(now - alive <= 3600, "{d:?}");
+                                                    assert_eq!(watch, Watch::Watched, "{d:?}");
+                                                    assert!(!maintenance && !opted, "{d:?}");
+                                                    let last = reads.last().unwrap();
+                                                    assert_eq!(last.state, PowerState::On);
+                                                    assert!(identity_of(&f, last).is_match());
+                                                    assert!(
+                                                        elapsed(last.at, t(now)) <= p.read_max_age
+                                                    );
+                                                    assert!(
+                                                        f.actuation
+                                                            .powered_off(&f.boot_id)
+                                                            .is_none(),
+                                                        "{d:?}"
+                                                    );
+                                                }
+                                                Step::PowerOn | Step::WouldPowerOn => {
+                                                    ons += 1;
+                                                    assert!(
+                                                        enabled && !held && fenced_node,
+                                                        "{d:?}"
+                                                    );
+                                                    assert!(
+                                                        !refuses && !maintenance && !opted,
+                                                        "{d:?}"
+                                                    );
+                                                    let fence = f.fence.as_ref().unwrap();
+                                                    assert!(
+                                                        f.actuation
+                                                            .powered_off(&fence.boot_id)
+                                                            .is_some(),
+                                                        "{d:?}"
+                                                    );
+                                                    assert_ne!(f.readiness, Readiness::Ready);
+                                                }
+                                                _ => {}
                                             }
-                                            Step::PowerOn | Step::WouldPowerOn => {
-                                                ons += 1;
-                                                assert!(enabled && !held && fenced_node, "{d:?}");
-                                                let fence = f.fence.as_ref().unwrap();
-                                                assert!(
-                                                    f.actuation
-                                                        .powered_off(&fence.boot_id)
-                                                        .is_some(),
-                                                    "{d:?}"
-                                                );
-                                                assert_ne!(f.readiness, Readiness::Ready);
-                                            }
-                                            _ => {}
                                         }
                                     }
                                 }
@@ -337,7 +572,7 @@ fn property_no_power_action_without_the_opt_ins_the_silence_a_fresh_own_on_read_
             }
         }
     }
-    assert!(checked > 4_000, "{checked}");
+    assert!(checked > 40_000, "{checked}");
     assert!(
         offs > 0 && ons > 0,
         "the generator never reached a power action: {offs} {ons}"

@@ -233,3 +233,36 @@ fn property_gone_needs_the_binding_reader_and_no_lie_and_no_shared_uuid() {
         "no fence ({fences}) or no delete ({deletes}): the generator is wrong"
     );
 }
+
+/// A reader that could not tell which key signed its call (EC2: no access key id seen, or
+/// another one on a retry) names nobody: two accounts in that state read as the same words.
+/// Its answers never match a binding, not even one learnt through those same words.
+#[test]
+fn a_reader_whose_key_is_unknown_never_matches_a_binding() {
+    let unknown = "ec2 us-east-1 at the region's endpoint, key unknown";
+    let learnt_unknown = NodeFacts {
+        identity_binding: bound().identity_binding.map(|b| IdentityBinding {
+            reader: unknown.into(),
+            ..b
+        }),
+        ..bound()
+    };
+    let through_unknown = [
+        via(gone(60, PowerState::NotFound), unknown),
+        via(gone(65, PowerState::NotFound), unknown),
+    ];
+    for facts in [learnt_unknown, bound()] {
+        let d = decide(&facts, &through_unknown, &policy(), t(66));
+        assert_eq!(
+            (d.state, d.step),
+            (NodeState::Blocked, Step::Idle),
+            "{}",
+            d.reason
+        );
+        assert!(
+            d.reason.contains("key unknown") && d.reason.contains("proves nothing"),
+            "{}",
+            d.reason
+        );
+    }
+}

@@ -145,7 +145,7 @@ impl Ec2Source {
         if let crate::power::PowerState::Error { .. } = &reply.state {
             return ActionOutcome::Failed { error: reply.state };
         }
-        if let Err(why) = check(&reply) {
+        if let Err(why) = check(&reply).await {
             return ActionOutcome::Refused { why };
         }
         self.reader.send_action(&self.instance_id, action).await

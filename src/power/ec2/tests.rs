@@ -426,3 +426,26 @@ fn the_signing_key_is_read_off_the_authorization_header() {
         assert_eq!(signing_key_id(unsigned), None, "{unsigned:?}");
     }
 }
+
+/// A call whose signing key was not seen gives a reader that names nobody: the decision core
+/// matches it with no binding. One whose key was seen is known.
+#[tokio::test]
+async fn a_reader_whose_signing_key_was_not_seen_names_nobody() {
+    use crate::decision::reading::reader_is_known;
+    let cfg = AwsConfig {
+        region: "us-east-1".into(),
+        nodes: Vec::new(),
+        endpoint_url: Some("https://127.0.0.1:9".into()),
+        profile: None,
+        timeout: Duration::from_secs(1),
+        volume_release_warning: Duration::from_secs(60),
+        identity: Default::default(),
+        actuate: false,
+    };
+    let reader = Ec2Reader::new(&cfg, Default::default()).await;
+    assert!(!reader_is_known(&reader.reader_id(None)));
+    let source = Ec2Source::new(reader.clone(), "i-0123abcd".into());
+    assert!(!reader_is_known(&source.reader_id()));
+    let known = reader.reader_id(Some("AKIAIOSFODNN7EXAMPLE"));
+    assert!(reader_is_known(&known), "{known}");
+}

@@ -3,16 +3,19 @@
 //! per plug would start as many agents. Reads that arrive while a call runs wait for the next
 //! one; one call is in flight per endpoint. A plug the list does not name is an error read,
 //! never Off; a plug it lists as neither on nor off (`UNKNOWN`: agents whose list has no power
-//! state, such as `fence_kubevirt`) is read with its own `status` run instead.
+//! state, such as `fence_kubevirt`) is read with its own `status` run instead. A plug the list
+//! names twice (two VMs of one name) is an error for that plug, never either line's state nor
+//! a `status` run, which would pick one of them. An SNMP PDU agent's plug is an outlet's number
+//! or its name (`outlets.rs`); read plug by plug, its Off still needs the outlet listed.
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{Semaphore, oneshot};
 
-use super::process::{Agent, last_lines};
-use super::status_of;
+use super::listing::{Listed, parse_list_status};
+use super::plug_status;
+use super::process::Agent;
 use crate::power::{PowerState, ReadErrorKind};
 
 /// Reads arriving within this long of the first one share its call.
@@ -20,45 +23,6 @@ const GATHER: Duration = Duration::from_millis(50);
 
 /// `status` runs at once per endpoint for plugs its list left unknown.
 const FALLBACK_RUNS: usize = 4;
-
-/// A plug's state as an agent's list gives it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Listed {
-    On,
-    Off,
-    Unknown,
-}
-
-/// Parses `list-status` output: one `plug,alias,status` line per plug (fencing.py's format, `,`
-/// its default separator). Lines that are not such a line (a notice, `N/A`) are skipped; output
-/// with no such line at all is an error: the agent cannot list.
-pub fn parse_list_status(text: &str) -> Result<BTreeMap<String, Listed>, String> {
-    let mut plugs = BTreeMap::new();
-    for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
-        let Some((front, status)) = line.rsplit_once(',') else {
-            continue;
-        };
-        let Some((plug, _alias)) = front.split_once(',') else {
-            continue;
-        };
-        let listed = match status.trim().to_ascii_lowercase().as_str() {
-            "on" => Listed::On,
-            "off" => Listed::Off,
-            "unknown" => Listed::Unknown,
-            _ => continue,
-        };
-        if plugs.insert(plug.trim().to_string(), listed).is_some() {
-            return Err(format!("the list names plug {:?} twice", plug.trim()));
-        }
-    }
-    if plugs.is_empty() {
-        return Err(format!(
-            "the list-status output has no plug,alias,status line: {}",
-            last_lines(text)
-        ));
-    }
-    Ok(plugs)
-}
 
 type Waiting = Vec<(String, oneshot::Sender<PowerState>)>;
 
@@ -109,7 +73,7 @@ impl Lister {
         };
         let Some(start) = start else {
             let _permit = self.fallback.acquire().await;
-            return status_of(&self.agent, Some(plug)).await;
+            return plug_status(&self.agent, Some(plug)).await;
         };
         if start {
             let me = self.clone();
@@ -140,7 +104,7 @@ impl Lister {
             let listed = match self.agent.run("list-status", None).await {
                 Err((kind, detail)) => Err(PowerState::error(kind, detail)),
                 Ok(run) if run.code == Some(0) => match parse_list_status(&run.stdout) {
-                    Ok(plugs) => Ok(plugs),
+                    Ok(plugs) => Ok((plugs, run.stdout)),
                     Err(e) => {
                         // No list at all: this endpoint is read plug by plug from now on.
                         tracing::info!(agent = %self.agent.name, "list-status gives no list ({e}); reading each plug with status instead");
@@ -155,7 +119,7 @@ impl Lister {
                             let permits = self.fallback.clone();
                             tokio::spawn(async move {
                                 let _permit = permits.acquire_owned().await;
-                                let _ = tx.send(status_of(&agent, Some(&plug)).await);
+                                let _ = tx.send(plug_status(&agent, Some(&plug)).await);
                             });
                         }
                         return;
@@ -167,59 +131,53 @@ impl Lister {
                 }
             };
             for (plug, tx) in batch {
-                let state = match &listed {
-                    Err(e) => e.clone(),
-                    Ok(plugs) => match plugs.get(&plug) {
-                        Some(Listed::On) => PowerState::On,
-                        Some(Listed::Off) => PowerState::Off,
-                        Some(Listed::Unknown) => {
-                            // The list gives no state for it: its own status run says.
-                            let agent = self.agent.clone();
-                            let permits = self.fallback.clone();
-                            tokio::spawn(async move {
-                                let _permit = permits.acquire_owned().await;
-                                let _ = tx.send(status_of(&agent, Some(&plug)).await);
-                            });
-                            continue;
-                        }
-                        None => PowerState::error(
+                let name = &self.agent.name;
+                let found = match &listed {
+                    Err(e) => Err(e.clone()),
+                    // An SNMP PDU agent's plug is an outlet's number or its name.
+                    Ok((_, text)) if self.agent.outlet_plugs => {
+                        super::outlets::find_outlet(text, &plug).map_err(|why| {
+                            PowerState::error(
+                                ReadErrorKind::BadReply,
+                                format!("{name} list-status {why}"),
+                            )
+                        })
+                    }
+                    Ok((plugs, _)) => match plugs.get(&plug) {
+                        Some(listed) => Ok(*listed),
+                        None => Err(PowerState::error(
                             ReadErrorKind::BadReply,
                             format!(
-                                "{} list-status does not name plug {plug:?} (it lists {} plugs)",
-                                self.agent.name,
+                                "{name} list-status does not name plug {plug:?} (it lists {} plugs)",
                                 plugs.len()
                             ),
-                        ),
+                        )),
                     },
+                };
+                let state = match found {
+                    Ok(Listed::On) => PowerState::On,
+                    Ok(Listed::Off) => PowerState::Off,
+                    Ok(Listed::Twice) => PowerState::error(
+                        ReadErrorKind::BadReply,
+                        format!(
+                            "{name} list-status names plug {plug:?} twice: two machines answer to that name, so neither's state is this node's (rename one)"
+                        ),
+                    ),
+                    Ok(Listed::Unknown) => {
+                        // The list gives no state for it: its own status run says (listed
+                        // once, so the agent's own lookup of the plug finds that one).
+                        let agent = self.agent.clone();
+                        let permits = self.fallback.clone();
+                        tokio::spawn(async move {
+                            let _permit = permits.acquire_owned().await;
+                            let _ = tx.send(plug_status(&agent, Some(&plug)).await);
+                        });
+                        continue;
+                    }
+                    Err(error) => error,
                 };
                 let _ = tx.send(state);
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn list_status_lines_are_plug_alias_and_state() {
-        let out = "NOTICE: something\nvm-1,db one,ON\nvm-2,,off\n7,Outlet 7,UNKNOWN\nN/A\n";
-        let plugs = parse_list_status(out).unwrap();
-        assert_eq!(plugs.get("vm-1"), Some(&Listed::On));
-        assert_eq!(plugs.get("vm-2"), Some(&Listed::Off));
-        assert_eq!(plugs.get("7"), Some(&Listed::Unknown));
-        assert_eq!(plugs.len(), 3);
-        // An alias with a comma in it keeps plug and state apart.
-        let plugs = parse_list_status("vm-3,web, front,on\n").unwrap();
-        assert_eq!(plugs.get("vm-3"), Some(&Listed::On));
-    }
-
-    #[test]
-    fn output_without_a_list_or_with_a_plug_twice_is_an_error() {
-        let e = parse_list_status("N/A\n").unwrap_err();
-        assert!(e.contains("no plug,alias,status line"), "{e}");
-        let e = parse_list_status("vm-1,,on\nvm-1,,off\n").unwrap_err();
-        assert!(e.contains("twice"), "{e}");
     }
 }

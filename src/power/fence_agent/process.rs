@@ -1,6 +1,7 @@
 //! Running a fence agent once, as its interface (FenceAgentAPI) asks and as oobfence needs:
 //! options on stdin, a scrubbed environment, its own process group killed whole at the
-//! deadline, its output capped and the password redacted.
+//! deadline, its output capped and every secret it was given (the password, `community`,
+//! `secret_key`, ...) scrubbed.
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -20,16 +21,21 @@ pub struct Agent {
     pub(super) name: String,
     /// `name=value` pairs for stdin, `{node}` filled in; credentials and plug apart.
     pub(super) options: Vec<(String, String)>,
+    /// The names of the options that are secrets: redacted in `Debug`, scrubbed from output.
+    pub(super) secret_options: Vec<String>,
     pub(super) username: Option<String>,
     pub(super) password: Option<Secret>,
     pub(super) timeout: Duration,
+    /// An SNMP PDU agent (the config's `known::OUTLET_AGENTS`): a plug is found in its outlet
+    /// list before its Off is believed.
+    pub(super) outlet_plugs: bool,
 }
 
 impl std::fmt::Debug for Agent {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Agent")
             .field("agent", &self.agent)
-            .field("options", &self.options)
+            .field("options", &self.public_options())
             .field("username", &self.username)
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
             .finish()
@@ -58,15 +64,46 @@ impl Agent {
         if let Some(pw) = &self.password {
             lines.push(format!("password={}", pw.expose()));
         }
+        if self.outlet_plugs {
+            // It then logs each SNMP answer: the outlet state it read, checked before an Off.
+            lines.push("verbose=1".into());
+        }
         lines.join("\n") + "\n"
     }
 
-    /// `text` with the password replaced, for messages.
+    /// The options with each secret one's value redacted.
+    fn public_options(&self) -> Vec<(&str, &str)> {
+        self.options
+            .iter()
+            .map(|(k, v)| {
+                let v = if self.secret_options.contains(k) {
+                    "<redacted>"
+                } else {
+                    v.as_str()
+                };
+                (k.as_str(), v)
+            })
+            .collect()
+    }
+
+    /// `text` with every secret it was given replaced by the secret's name (`<password>`,
+    /// `<community>`), for messages: the longest first, so that a secret containing another
+    /// is never half shown.
     pub(super) fn scrub(&self, text: &str) -> String {
-        match &self.password {
-            Some(pw) if !pw.expose().is_empty() => text.replace(pw.expose(), "<password>"),
-            _ => text.to_string(),
+        let mut secrets: Vec<(&str, &str)> = self
+            .options
+            .iter()
+            .filter(|(k, _)| self.secret_options.contains(k))
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .chain(self.password.as_ref().map(|pw| ("password", pw.expose())))
+            .filter(|(_, v)| !v.is_empty())
+            .collect();
+        secrets.sort_by_key(|(_, v)| std::cmp::Reverse(v.len()));
+        let mut text = text.to_string();
+        for (name, value) in secrets {
+            text = text.replace(value, &format!("<{name}>"));
         }
+        text
     }
 
     /// Runs the agent once for `action` (on `plug`), at most the entry's timeout; the whole
@@ -146,7 +183,13 @@ impl Agent {
             None => "killed by a signal".into(),
         };
         let lower = said.to_ascii_lowercase();
-        let kind = if lower.contains("unable to connect/login") || lower.contains("login") {
+        // net-snmp's words for a wrong SNMPv3 key or user (a wrong v1/v2c community gets no
+        // answer at all: a timeout).
+        let kind = if lower.contains("unable to connect/login")
+            || lower.contains("login")
+            || lower.contains("authentication fail")
+            || lower.contains("unknown user name")
+        {
             ReadErrorKind::Auth
         } else if lower.contains("timed out") || lower.contains("timeout") {
             ReadErrorKind::Timeout

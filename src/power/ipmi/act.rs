@@ -107,7 +107,7 @@ async fn act_in(
             };
         }
     };
-    if let Err(why) = check(&reply) {
+    if let Err(why) = check(&reply).await {
         return ActionOutcome::Refused { why };
     }
     let code = chassis_control(action);

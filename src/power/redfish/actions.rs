@@ -1,7 +1,8 @@
 //! Redfish power actions: `ComputerSystem.Reset` with `ForceOff` or `On`, sent to the target
 //! and checked against the allowed values the system's own resource names (inline
 //! `ResetType@Redfish.AllowableValues`, or its `@Redfish.ActionInfo`), never a guessed URL.
-//! The system is read right before, in the same call, and the caller's check sees that reply.
+//! The system is read right before, in the same call, and the caller's check sees that reply;
+//! the check runs last, after the ActionInfo GET, immediately before the POST.
 
 use serde_json::Value;
 
@@ -56,19 +57,20 @@ pub fn reset_action(body: &[u8], system: &str) -> Result<ResetAction, String> {
     })
 }
 
-/// The `ResetType` values an ActionInfo resource lists for its `ResetType` parameter.
-pub fn action_info_values(body: &[u8]) -> Result<Vec<String>, String> {
+/// The values an ActionInfo resource lists for its parameter `name` (`ResetType`, an outlet's
+/// `PowerState`).
+pub fn action_info_values(body: &[u8], name: &str) -> Result<Vec<String>, String> {
     let v: Value = serde_json::from_slice(body)
         .map_err(|e| format!("the ActionInfo resource is not JSON ({e})"))?;
     v.get("Parameters")
         .and_then(Value::as_array)
         .and_then(|ps| {
             ps.iter()
-                .find(|p| p.get("Name").and_then(Value::as_str) == Some("ResetType"))
+                .find(|p| p.get("Name").and_then(Value::as_str) == Some(name))
         })
         .and_then(|p| p.get("AllowableValues"))
         .and_then(strings)
-        .ok_or_else(|| "the ActionInfo lists no AllowableValues for ResetType".to_string())
+        .ok_or_else(|| format!("the ActionInfo lists no AllowableValues for {name}"))
 }
 
 fn strings(v: &Value) -> Option<Vec<String>> {
@@ -118,6 +120,13 @@ impl RedfishSource {
     ) -> Result<(String, Vec<String>), ActionOutcome> {
         let refused = |why: String| ActionOutcome::Refused { why };
         let reset = reset_action(body, system).map_err(refused)?;
+        // Neither is followed if it leaves the address's prefix; refused, as a wrong target is.
+        for path in std::iter::once(&reset.target).chain(&reset.action_info) {
+            super::url_of(&self.base, path).map_err(|e| match e {
+                PowerState::Error { detail, .. } => refused(detail),
+                other => refused(other.to_string()),
+            })?;
+        }
         let allowed = match (reset.allowed, reset.action_info) {
             (Some(values), _) => values,
             (None, Some(info)) => {
@@ -127,7 +136,7 @@ impl RedfishSource {
                     .map_err(|error| ActionOutcome::Failed {
                         error: self.scrub(error),
                     })?;
-                action_info_values(&body).map_err(refused)?
+                action_info_values(&body, "ResetType").map_err(refused)?
             }
             (None, None) => {
                 return Err(refused(
@@ -143,6 +152,9 @@ impl RedfishSource {
         action: PowerAction,
         check: ActionCheck<'_>,
     ) -> ActionOutcome {
+        if let Some(outlet) = &self.outlet {
+            return self.act_on_outlet(outlet, action, check).await;
+        }
         let system = match self.system_path().await {
             Ok(path) => path,
             Err(error) => {
@@ -160,9 +172,6 @@ impl RedfishSource {
             }
         };
         let reply: Reply = self.scrub_reply(parse_reply(&body, &system));
-        if let Err(why) = check(&reply) {
-            return ActionOutcome::Refused { why };
-        }
         let (target, allowed) = match self.resolved_reset(&body, &system).await {
             Ok(found) => found,
             Err(outcome) => return outcome,
@@ -171,6 +180,11 @@ impl RedfishSource {
             Ok(v) => v,
             Err(why) => return ActionOutcome::Refused { why },
         };
+        // Last, right before the POST: a slow ActionInfo GET must not stand between the check
+        // (the pause read afresh, the holds, leadership) and the command.
+        if let Err(why) = check(&reply).await {
+            return ActionOutcome::Refused { why };
+        }
         let command = serde_json::json!({ "ResetType": value });
         match self
             .send(reqwest::Method::POST, &target, Some(&command))
@@ -186,6 +200,9 @@ impl RedfishSource {
     }
 
     pub(super) async fn support(&self) -> ActionSupport {
+        if let Some(outlet) = &self.outlet {
+            return self.outlet_support(outlet).await;
+        }
         let failed = |e: PowerState| {
             ActionSupport::unsupported(&format!("the system could not be read: {e}"))
         };
@@ -279,7 +296,10 @@ mod tests {
             { "Name": "ResetType", "AllowableValues": ["On", "ForceOff"] }
         ]}))
         .unwrap();
-        assert_eq!(action_info_values(&info).unwrap(), vec!["On", "ForceOff"]);
-        assert!(action_info_values(b"{}").is_err());
+        assert_eq!(
+            action_info_values(&info, "ResetType").unwrap(),
+            vec!["On", "ForceOff"]
+        );
+        assert!(action_info_values(b"{}", "ResetType").is_err());
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use reqwest::header::HeaderMap;
 use reqwest::{StatusCode, Url};
 
-use super::errors::{classify, error_chain, quote};
+use super::errors::{classify, error_chain, quote, truncate};
 use super::{MAX_BODY, session};
 use crate::config::{BmcEntry, BmcTls};
 use crate::pinning;
@@ -70,14 +70,61 @@ pub struct Answer {
 }
 
 /// `path` (a path on the BMC, `/redfish/v1/...`) below `base` (the address and its prefix,
-/// ending in `/`).
+/// ending in `/`). A path that leaves the prefix is refused, naming it: behind a path-prefix
+/// proxy (`https://proxy/bmc-07/`) it reaches another BMC, with this one's credentials. Every
+/// path the BMC hands out (`Links.Sessions`, a collection's members, an action's target, a
+/// session's `Location`) comes through here.
 pub fn url_of(base: &Url, path: &str) -> Result<Url, PowerState> {
-    base.join(path.trim_start_matches('/')).map_err(|e| {
+    let off_prefix = || {
+        PowerState::error(
+            ReadErrorKind::BadReply,
+            format!(
+                "the path \"{}\" leaves the BMC address's prefix {} ('..', spelled out or \
+                 percent-encoded): not followed, so no credentials go beyond the prefix; the BMC \
+                 (or the proxy in front of it) must name its paths below its own",
+                // Whole, as far as a path goes: the operator must see where it led.
+                truncate(path, 400).escape_debug(),
+                base.path()
+            ),
+        )
+    };
+    if climbs(path) {
+        return Err(off_prefix());
+    }
+    let url = base.join(path.trim_start_matches('/')).map_err(|e| {
         PowerState::error(
             ReadErrorKind::Config,
             format!("cannot join {} to the BMC address: {e}", quote(path)),
         )
-    })
+    })?;
+    let same_origin = url.scheme() == base.scheme()
+        && url.host_str() == base.host_str()
+        && url.port_or_known_default() == base.port_or_known_default();
+    if !same_origin || !url.path().starts_with(base.path()) {
+        return Err(off_prefix());
+    }
+    Ok(url)
+}
+
+/// Whether `path` has a `..` segment as written or once percent-decoded (`%2e%2e`, `..%2f`,
+/// encoded again and again): a proxy decodes before it routes, so any of them may climb out.
+pub fn climbs(path: &str) -> bool {
+    let path = path.split(['?', '#']).next().unwrap_or_default();
+    let mut text = std::borrow::Cow::Borrowed(path);
+    // Each round peels one layer of encoding; a path still encoded after these is refused.
+    for _ in 0..4 {
+        if text.split(['/', '\\']).any(|segment| segment == "..") {
+            return true;
+        }
+        let decoded = percent_encoding::percent_decode_str(&text)
+            .decode_utf8_lossy()
+            .into_owned();
+        if decoded == text {
+            return false;
+        }
+        text = std::borrow::Cow::Owned(decoded);
+    }
+    true
 }
 
 /// Sends `request` (`method` of `path`, for messages) and reads the whole answer, at most
@@ -120,6 +167,41 @@ pub async fn fetch(
                 });
             }
             Err(e) => return Err(named(classify(e, path))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_path_that_climbs_out_of_the_prefix_is_refused_however_spelled() {
+        let base = Url::parse("https://proxy.example/bmc-07/").unwrap();
+        for path in [
+            "/redfish/v1/Systems/1",
+            "/redfish/v1/Systems/1.2",
+            "/redfish/v1/Systems/..1",
+        ] {
+            assert!(url_of(&base, path).is_ok(), "{path}");
+        }
+        for path in [
+            "/redfish/../../bmc-08/redfish/v1",
+            "/redfish/%2e%2e/%2E%2e/bmc-08/redfish/v1",
+            "/redfish/..%2f..%2fbmc-08/redfish/v1",
+            "/redfish/%252e%252e%252f%252e%252e%252fbmc-08/redfish/v1",
+            "/redfish/..\\..\\bmc-08/redfish/v1",
+            "/redfish/v1/..",
+            "https://proxy.example/bmc-08/redfish/v1",
+            "https://other.example/bmc-07/redfish/v1",
+        ] {
+            match url_of(&base, path) {
+                Err(PowerState::Error { detail, .. }) => assert!(
+                    detail.contains("leaves the BMC address's prefix /bmc-07/"),
+                    "{path}: {detail}"
+                ),
+                other => panic!("{path}: {other:?}"),
+            }
         }
     }
 }

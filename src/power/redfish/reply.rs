@@ -44,11 +44,11 @@ pub fn parse_reply(body: &[u8], asked: &str) -> Reply {
     }
 }
 
-fn bad(detail: String) -> PowerState {
+pub(super) fn bad(detail: String) -> PowerState {
     PowerState::error(ReadErrorKind::BadReply, detail)
 }
 
-fn parse_resource(body: &[u8]) -> Result<Resource, PowerState> {
+pub(super) fn parse_resource(body: &[u8]) -> Result<Resource, PowerState> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Err(bad("empty reply".to_string()));
     }
@@ -78,7 +78,7 @@ fn parse_resource(body: &[u8]) -> Result<Resource, PowerState> {
 ///
 /// `@odata.id` may differ from `asked` by one trailing slash, or be a full URL whose path is
 /// `asked` (some services write absolute URLs). `@odata.type` must be a ComputerSystem's (see
-/// [`is_computer_system_type`]); a `ComputerSystemCollection`, a Chassis, a Manager or anything
+/// [`is_resource_type`]); a `ComputerSystemCollection`, a Chassis, a Manager or anything
 /// else is refused.
 fn check_is_asked_system(resource: &Resource, asked: &str) -> Result<(), PowerState> {
     let id = one_string(&resource.odata_ids, "@odata.id").map_err(|why| {
@@ -100,7 +100,7 @@ fn check_is_asked_system(resource: &Resource, asked: &str) -> Result<(), PowerSt
             "reply {why}, so it is not known to be a ComputerSystem"
         ))
     })?;
-    if !is_computer_system_type(odata_type) {
+    if !is_resource_type(odata_type, "ComputerSystem") {
         return Err(bad(format!(
             "reply is a {}, not a ComputerSystem (expected \
              #ComputerSystem.v1_20_0.ComputerSystem or, in the Redfish 1.0 form, \
@@ -133,9 +133,9 @@ pub(super) fn names_path(odata_id: &str, asked: &str) -> bool {
     one_slash_off(&path) == one_slash_off(asked)
 }
 
-/// Whether an `@odata.type` names a ComputerSystem: namespace `ComputerSystem`, type
-/// `ComputerSystem`, and between them no version or a version in one of the two forms Redfish
-/// has used:
+/// Whether an `@odata.type` names a resource of type `name` (`ComputerSystem`, `Outlet`):
+/// namespace `name`, type `name`, and between them no version or a version in one of the two
+/// forms Redfish has used:
 /// - `#ComputerSystem.v1_20_0.ComputerSystem`: `v`, then numbers joined by underscores (Redfish
 ///   1.1 and later, and most services);
 /// - `#ComputerSystem.1.0.1.ComputerSystem`: numbers joined by dots, no `v` (the Redfish 1.0
@@ -144,11 +144,15 @@ pub(super) fn names_path(odata_id: &str, asked: &str) -> bool {
 ///
 /// The namespace and the type are matched whole, so `#ComputerSystemCollection...`,
 /// `#Chassis.1.0.0.Chassis` or `#ComputerSystem.1.0.1.Foo` are not a ComputerSystem.
-fn is_computer_system_type(odata_type: &str) -> bool {
-    let Some(rest) = odata_type.strip_prefix("#ComputerSystem.") else {
+pub(super) fn is_resource_type(odata_type: &str, name: &str) -> bool {
+    let Some(rest) = odata_type
+        .strip_prefix('#')
+        .and_then(|t| t.strip_prefix(name))
+        .and_then(|t| t.strip_prefix('.'))
+    else {
         return false;
     };
-    let Some(version) = rest.strip_suffix("ComputerSystem") else {
+    let Some(version) = rest.strip_suffix(name) else {
         return false;
     };
     if version.is_empty() {
@@ -168,7 +172,10 @@ fn is_computer_system_type(odata_type: &str) -> bool {
 
 /// The single string value of a property; the reason, as the end of a sentence starting with
 /// "reply", when there is none, several, or not a string.
-fn one_string<'a>(values: &'a [serde_json::Value], name: &str) -> Result<&'a str, String> {
+pub(super) fn one_string<'a>(
+    values: &'a [serde_json::Value],
+    name: &str,
+) -> Result<&'a str, String> {
     match values {
         [] => Err(format!("has no {name}")),
         [serde_json::Value::String(s)] => Ok(s),
@@ -247,12 +254,14 @@ fn serial_of(resource: &Resource) -> Option<String> {
 /// The parts of a Redfish resource that matter here. Every occurrence of each property is kept
 /// (a plain map would silently keep only the last of duplicated keys); the rest is skipped.
 #[derive(Default)]
-struct Resource {
-    power_states: Vec<serde_json::Value>,
-    odata_ids: Vec<serde_json::Value>,
-    odata_types: Vec<serde_json::Value>,
+pub(super) struct Resource {
+    pub(super) power_states: Vec<serde_json::Value>,
+    pub(super) odata_ids: Vec<serde_json::Value>,
+    pub(super) odata_types: Vec<serde_json::Value>,
     uuids: Vec<serde_json::Value>,
     serials: Vec<serde_json::Value>,
+    /// An Outlet's `PowerWatts` (a Sensor excerpt).
+    pub(super) power_watts: Vec<serde_json::Value>,
 }
 
 impl<'de> Deserialize<'de> for Resource {
@@ -279,6 +288,7 @@ impl<'de> Visitor<'de> for ResourceVisitor {
                 "@odata.type" => &mut r.odata_types,
                 "UUID" => &mut r.uuids,
                 "SerialNumber" => &mut r.serials,
+                "PowerWatts" => &mut r.power_watts,
                 _ => {
                     map.next_value::<IgnoredAny>()?;
                     continue;

@@ -335,7 +335,10 @@ impl Slot {
     }
 
     /// The session the login made, to DELETE at the end: its `Location` (or the body's
-    /// `@odata.id`) where that is on this BMC's own address. A token is never sent elsewhere.
+    /// `@odata.id`), below this BMC's address and prefix. A path leaving the prefix is not
+    /// deleted (the BMC times the session out): a token is never sent elsewhere. An absolute URL
+    /// on the address's own origin that lacks the prefix (a BMC unaware of its proxy) is the
+    /// BMC's own path, and goes below the prefix.
     fn session_resource(&self, answer: &Answer) -> Option<Url> {
         let location = answer
             .headers
@@ -349,14 +352,29 @@ impl Slot {
                     .as_str()
                     .map(str::to_string)
             })?;
-        if location.starts_with('/') && !location.starts_with("//") {
-            return url_of(&self.base, &location).ok();
+        let path = if location.starts_with('/') && !location.starts_with("//") {
+            location
+        } else {
+            let url = Url::parse(&location).ok()?;
+            let same_origin = url.scheme() == self.base.scheme()
+                && url.host_str() == self.base.host_str()
+                && url.port_or_known_default() == self.base.port_or_known_default();
+            if !same_origin {
+                return None;
+            }
+            let path = url.path();
+            match path.strip_prefix(self.base.path()) {
+                Some(below) => format!("/{below}"),
+                None => path.to_string(),
+            }
+        };
+        match url_of(&self.base, &path) {
+            Ok(url) => Some(url),
+            Err(e) => {
+                tracing::warn!(bmc = %self.base, error = %e, "the BMC named its session off its address's prefix: not deleted, it times out on the BMC");
+                None
+            }
         }
-        let url = Url::parse(&location).ok()?;
-        let same_origin = url.scheme() == self.base.scheme()
-            && url.host_str() == self.base.host_str()
-            && url.port_or_known_default() == self.base.port_or_known_default();
-        same_origin.then_some(url)
     }
 
     async fn log_out(&self, login: Login) {

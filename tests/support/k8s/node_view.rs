@@ -81,5 +81,6 @@ pub async fn fence_guard_for(client: &Client, node: &Node) -> oobfence::decision
         while_ready: false,
         ready_heartbeat: None,
         release_pods: false,
+        on_word: false,
     }
 }

@@ -14,6 +14,36 @@ pub async fn node_report(listen: &str, node: &str) -> Option<serde_json::Value> 
     r.json().await.ok()
 }
 
+/// Waits until the daemon serving HTTP on `listen` has watched `node`'s kubelet renew its
+/// Lease (not only found it at start): a silence that begins after this is one it saw begin,
+/// a hang that opt-in actuation may power off. The kubelet must be renewing
+/// (`FakeNode::keep_alive`).
+pub async fn wait_lease_watched(listen: &str, node: &str, limit: Duration) -> serde_json::Value {
+    wait_node_report(
+        listen,
+        node,
+        "a Lease renewal watched",
+        limit,
+        |r| r["lease_watched"] == true,
+        String::new,
+    )
+    .await
+}
+
+/// The nodes hang under the watch of the daemon serving HTTP on `listen`: their kubelets renew
+/// (as `boot_id`) until it has watched each one renew, then stop and post NotReady, the
+/// machines left On. A hang oobfence did not see begin is never powered off.
+pub async fn hang_under_watch(listen: &str, nodes: &[&FakeNode], boot_id: &str) {
+    let kubelets = FakeNode::keep_alive(nodes, boot_id);
+    for n in nodes {
+        wait_lease_watched(listen, &n.name, Duration::from_secs(120)).await;
+    }
+    kubelets.stop().await;
+    for n in nodes {
+        n.die(boot_id).await;
+    }
+}
+
 /// Waits until the report of `node` from the daemon serving HTTP on `listen` satisfies
 /// `reached`; on a timeout the panic shows the last report and `more` (a daemon's log).
 pub async fn wait_node_report(
@@ -149,6 +179,12 @@ impl RunningDaemon {
         let what = format!("identity verdict {verdict}");
         self.wait_report(node, &what, limit, |r| r["identity"]["verdict"] == verdict)
             .await
+    }
+
+    /// Waits until the daemon has watched `node`'s kubelet renew its Lease: see
+    /// [`wait_lease_watched`].
+    pub async fn wait_lease_watched(&self, node: &str, limit: Duration) -> serde_json::Value {
+        wait_lease_watched(&self.listen, node, limit).await
     }
 
     /// Waits until the daemon's report for `node` satisfies `reached` (`what` names it); on a
