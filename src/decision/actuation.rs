@@ -12,7 +12,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 use serde::Serialize;
 
-use super::{NodeFacts, elapsed, last_sign_of_life, plus, secs};
+use super::{DEFAULT_LEASE_DURATION, NodeFacts, elapsed, last_sign_of_life, plus, secs};
 
 /// How long a machine oobfence powered off may go on reading On before it counts as having
 /// ignored the command (`power-off-ignored`); until then its failure domain is busy.
@@ -135,10 +135,19 @@ pub fn off_verdict(
             "oobfence has not seen its kubelet renew its Lease since it started watching the node, so it did not see the silence begin: the machine may have been abandoned (reinstalled, retired) long before; only a silence watched from a Ready node is a hang".into(),
         );
     }
-    if node.ready_seen.is_none_or(|ready| ready < alive) {
-        return OffVerdict::No(
-            "oobfence has not seen the node Ready since its kubelet's last sign of life, so the silence did not begin while it watched a healthy node; only a silence watched from a Ready node is a hang".into(),
-        );
+    // Seen Ready at most one Lease duration before the last sign of life: the pass that first
+    // sees a kubelet's last renewal may already see the node NotReady (it posted NotReady and
+    // hung, or both came between two passes). A kubelet that renewed on for longer while the
+    // node was NotReady began its silence NotReady.
+    let window = node.lease_duration.unwrap_or(DEFAULT_LEASE_DURATION);
+    if node
+        .ready_seen
+        .is_none_or(|ready| plus(ready, window) < alive)
+    {
+        return OffVerdict::No(format!(
+            "oobfence has not seen the node Ready within {} (its Lease duration) before its kubelet's last sign of life, so the silence did not begin while it watched a healthy node; only a silence watched from a Ready node is a hang",
+            secs(window)
+        ));
     }
     let silent = elapsed(alive, now);
     if silent > p.max_silence {

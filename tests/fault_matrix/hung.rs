@@ -99,6 +99,7 @@ pub(super) fn hung_nodes_whose_bmcs_refuse_or_ignore_the_power_off() -> Scenario
             .await;
         // The control machine goes off by oobfence's hand and is fenced.
         wait_taint(&control, AFTER + EVENT_BOUND).await;
+        let control_fenced = started.elapsed();
         // The ignoring BMC's machine: one ForceOff, then power-off-ignored for good.
         let r = daemon
             .wait_rule(&hung[1].name, "power-off-ignored", EVENT_BOUND)
@@ -112,7 +113,8 @@ pub(super) fn hung_nodes_whose_bmcs_refuse_or_ignore_the_power_off() -> Scenario
         let ignored = odd.posts(&reset("ignores")).await;
         let graceful = odd.posts(&reset("graceful-only")).await;
         report(&format!(
-            "fault matrix: hung nodes: {} Reset POSTs to the refusing BMC, {} to the ignoring one, {} to the one without ForceOff, in {:.0}s",
+            "fault matrix: hung nodes: the control fenced {:.0}s after the kubelets stopped; {} Reset POSTs to the refusing BMC, {} to the ignoring one, {} to the one without ForceOff, in {:.0}s",
+            control_fenced.as_secs_f64(),
             refused.len(),
             ignored.len(),
             graceful.len(),

@@ -165,9 +165,10 @@ fn a_silence_that_did_not_begin_under_oobfences_watch_is_never_powered_off() {
         ready_seen: None,
         ..hung()
     };
-    // Seen Ready only before its kubelet's last sign of life: the silence began NotReady.
+    // Seen Ready only more than a Lease duration (40 s) before its kubelet's last sign of
+    // life: the kubelet renewed on while the node was NotReady, so the silence began NotReady.
     let ready_before = NodeFacts {
-        ready_seen: Some(t(-20)),
+        ready_seen: Some(t(-51)),
         ..hung()
     };
     for (name, f, says) in [
@@ -184,6 +185,27 @@ fn a_silence_that_did_not_begin_under_oobfences_watch_is_never_powered_off() {
         );
         assert!(d.reason.contains(says), "{name}: {}", d.reason);
         assert_eq!(d.guard, None, "{name}");
+    }
+}
+
+/// The pass that first sees a kubelet's last renewal may be the one that sees the node
+/// NotReady too (the kubelet posted NotReady and hung, or both came between two passes): the
+/// node was seen Ready moments before that renewal, so the silence still began under watch.
+#[test]
+fn a_last_renewal_seen_together_with_not_ready_still_began_under_watch() {
+    let p = actuating();
+    for ready_seen in [-15, -49] {
+        let f = NodeFacts {
+            ready_seen: Some(t(ready_seen)),
+            ..hung()
+        };
+        let d = decide(&f, &[on(2000)], &p, t(2001));
+        assert_eq!(
+            d.step,
+            Step::PowerOff,
+            "Ready seen at {ready_seen}: {}",
+            d.reason
+        );
     }
 }
 
@@ -435,14 +457,23 @@ enum Watch {
     Watched,
     /// The Lease is as oobfence first found it (a restart): the silence began out of sight.
     FirstSight,
-    /// Seen Ready only before the last sign of life: the silence began NotReady.
+    /// Seen Ready moments (within a Lease duration) before the last sign of life, which a
+    /// pass saw only with the node NotReady: still a silence that began under watch.
+    ReadyMomentsBefore,
+    /// Seen Ready only more than a Lease duration before the last sign of life: the silence
+    /// began NotReady.
     ReadyBefore,
 }
 
 /// Every combination of how the silence began, maintenance and an opt-out.
 fn node_sides() -> Vec<(Watch, bool, bool)> {
     let mut v = Vec::new();
-    for w in [Watch::Watched, Watch::FirstSight, Watch::ReadyBefore] {
+    for w in [
+        Watch::Watched,
+        Watch::FirstSight,
+        Watch::ReadyMomentsBefore,
+        Watch::ReadyBefore,
+    ] {
         for m in [false, true] {
             for o in [false, true] {
                 v.push((w, m, o));
@@ -502,7 +533,10 @@ fn property_no_power_action_without_the_opt_ins_the_silence_a_fresh_own_on_read_
                                     match watch {
                                         Watch::Watched => f.ready_seen = Some(t(alive)),
                                         Watch::FirstSight => f.lease_first_sight = true,
-                                        Watch::ReadyBefore => f.ready_seen = Some(t(alive - 1)),
+                                        Watch::ReadyMomentsBefore => {
+                                            f.ready_seen = Some(t(alive - 30))
+                                        }
+                                        Watch::ReadyBefore => f.ready_seen = Some(t(alive - 41)),
                                     }
                                     if maintenance {
                                         f.maintenance = Some("cordoned".into());
@@ -526,7 +560,14 @@ fn property_no_power_action_without_the_opt_ins_the_silence_a_fresh_own_on_read_
                                                     );
                                                     assert!(now - alive >= 300, "{d:?}");
                                                     assert!(now - alive <= 3600, "{d:?}");
-                                                    assert_eq!(watch, Watch::Watched, "{d:?}");
+                                                    assert!(
+                                                        matches!(
+                                                            watch,
+                                                            Watch::Watched
+                                                                | Watch::ReadyMomentsBefore
+                                                        ),
+                                                        "{d:?}"
+                                                    );
                                                     assert!(!maintenance && !opted, "{d:?}");
                                                     let last = reads.last().unwrap();
                                                     assert_eq!(last.state, PowerState::On);
