@@ -32,7 +32,7 @@ pub const READER: &str = "reader";
 pub const READER_PASSWORD: &str = "readerpass";
 
 /// How long the simulator may take to answer an RMCP ping after being started.
-const START_DEADLINE: Duration = Duration::from_secs(15);
+const START_DEADLINE: Duration = super::SERVER_START_BOUND;
 
 /// The `chassis_control` hook: `HOOK STATEFILE get power` prints `power:0|1`,
 /// `HOOK STATEFILE set power 0|1` writes it.

@@ -29,6 +29,13 @@ pub mod sushy;
 pub mod vcenter;
 
 use std::path::PathBuf;
+use std::time::Duration;
+
+/// How long a test server (a Python emulator, `ipmi_sim`, moto, snmpsim, the daemon's HTTP
+/// port) may take to start answering. Generous: on a loaded 2-core machine the fault matrix
+/// starts dozens of Python servers at once behind other builds, and an import-heavy one took
+/// over 20 s there. A server that exits early fails at once, not at the bound.
+pub const SERVER_START_BOUND: Duration = Duration::from_secs(120);
 
 /// Runs blocking work (a child process waited for) so that it holds up no other task: on a
 /// multi-thread runtime the worker first hands its queue to another thread. Otherwise a task

@@ -63,8 +63,11 @@ impl MotoServer {
             {
                 break;
             }
-            if start.elapsed() > Duration::from_secs(30) {
-                panic!("moto_server did not answer on {url} within 30s");
+            if start.elapsed() > super::SERVER_START_BOUND {
+                panic!(
+                    "moto_server did not answer on {url} within {:?}",
+                    super::SERVER_START_BOUND
+                );
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }

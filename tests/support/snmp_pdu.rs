@@ -27,7 +27,7 @@ pub const V3_AUTH_KEY: &str = "v3-auth-secret";
 pub const V3_PRIV_KEY: &str = "v3-priv-secret";
 
 /// How long snmpsim may take to answer its first GET (it builds its index first).
-const START_DEADLINE: Duration = Duration::from_secs(30);
+const START_DEADLINE: Duration = super::SERVER_START_BOUND;
 
 /// One PDU family's MIB, as its fence agent reads it.
 pub struct PduModel {

@@ -17,7 +17,7 @@ pub const USERNAME: &str = "admin";
 pub const PASSWORD: &str = "password";
 
 /// How long the emulator may take to answer its service root after being started.
-const START_DEADLINE: Duration = Duration::from_secs(20);
+const START_DEADLINE: Duration = super::SERVER_START_BOUND;
 
 /// One running `sushy-emulator` process; killed (by PID) and reaped on drop.
 pub struct SushyEmulator {

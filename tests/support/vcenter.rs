@@ -12,7 +12,7 @@ pub const USERNAME: &str = "admin";
 pub const PASSWORD: &str = "password";
 
 /// How long the server may take to print its port.
-const START_DEADLINE: Duration = Duration::from_secs(20);
+const START_DEADLINE: Duration = super::SERVER_START_BOUND;
 
 pub struct VcenterRest {
     child: Child,

@@ -136,7 +136,7 @@ impl RunningDaemon {
             task: Some(task),
             _dir: dir,
         };
-        wait_ready(&d.listen, Duration::from_secs(30)).await;
+        wait_ready(&d.listen, crate::support::SERVER_START_BOUND).await;
         d
     }
 
