@@ -272,6 +272,21 @@ async fn power_cut(s: &Scenario, node: &FakeNode, i: usize) {
     node.die(FIRST_BOOT).await;
 }
 
+/// [`wait_taint`] for a node the daemon on `listen` must fence: a timeout shows what the
+/// daemon made of the node (its last report), not only that no taint came.
+async fn wait_fenced_by(listen: &str, node: &FakeNode, limit: Duration) {
+    support::k8s::wait_node_report(
+        listen,
+        &node.name,
+        "its fence",
+        limit,
+        |r| !r["fence"].is_null(),
+        String::new,
+    )
+    .await;
+    wait_taint(node, EVENT_BOUND).await;
+}
+
 async fn wait_taint(node: &FakeNode, limit: Duration) {
     wait_for(
         &format!("the out-of-service taint on {}", node.name),

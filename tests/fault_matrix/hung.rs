@@ -98,7 +98,7 @@ pub(super) fn hung_nodes_whose_bmcs_refuse_or_ignore_the_power_off() -> Scenario
             .wait_rule(&hung[1].name, "waiting-to-actuate", EVENT_BOUND)
             .await;
         // The control machine goes off by oobfence's hand and is fenced.
-        wait_taint(&control, AFTER + EVENT_BOUND).await;
+        wait_fenced_by(&daemon.listen, &control, AFTER + EVENT_BOUND).await;
         let control_fenced = started.elapsed();
         // The ignoring BMC's machine: one ForceOff, then power-off-ignored for good.
         let r = daemon
@@ -343,7 +343,17 @@ pub(super) fn two_hosts_one_power_off() -> ScenarioFuture {
         hang_under_watch(&host_a.listen, &[&node], FIRST_BOOT).await;
         // The leader powers the machine off; it is killed at once, before any fence.
         let off = first_off(&s, 0, AFTER + EVENT_BOUND).await;
-        assert!(off.is_some(), "never powered off");
+        if off.is_none() {
+            panic!(
+                "never powered off; host-a's report: {:#}; host-b's: {:#}",
+                support::k8s::node_report(&host_a.listen, &node.name)
+                    .await
+                    .unwrap_or_default(),
+                support::k8s::node_report(&host_b.listen, &node.name)
+                    .await
+                    .unwrap_or_default()
+            );
+        }
         host_a.kill().await;
         let n = node.get().await;
         let by = support::k8s::annotation(&n, "oobfence.io/powered-off-by").unwrap_or_default();

@@ -47,7 +47,7 @@ pub(super) fn abandoned_or_maintained_nodes_are_never_powered_off() -> ScenarioF
         hang_under_watch(&daemon.listen, &[cordoned, maintained, control], FIRST_BOOT).await;
         // The control node proves the daemon powers a watched hang off: `after` has passed for
         // the others too by then.
-        wait_taint(control, AFTER + EVENT_BOUND).await;
+        wait_fenced_by(&daemon.listen, control, AFTER + EVENT_BOUND).await;
         for (n, says) in [
             (abandoned, "did not see the silence begin"),
             (cordoned, "cordoned"),
@@ -97,7 +97,7 @@ pub(super) fn a_persons_untaint_after_a_power_off_brings_no_second_power_off() -
         let rec = WriteRecorder::start(&s.client, &s.group).await;
         let daemon = s.daemon().await;
         hang_under_watch(&daemon.listen, &[&node], FIRST_BOOT).await;
-        wait_taint(&node, AFTER + EVENT_BOUND).await;
+        wait_fenced_by(&daemon.listen, &node, AFTER + EVENT_BOUND).await;
         // A person powers the machine on and lifts the fence; its kubelet is not back yet.
         s.redfish_emulator().set_power(0, true).await;
         s.redfish_emulator().wait_power(0, "On", EVENT_BOUND).await;
@@ -185,7 +185,7 @@ pub(super) fn a_takeover_after_a_power_cycle_keeps_the_power_budget() -> Scenari
         let second_alive = FakeNode::keep_alive(&[second], FIRST_BOOT);
         hang_under_watch(&host_a.listen, &[cycled], FIRST_BOOT).await;
         // Off, fenced, on: two power actions.
-        wait_taint(cycled, AFTER + EVENT_BOUND).await;
+        wait_fenced_by(&host_a.listen, cycled, AFTER + EVENT_BOUND).await;
         wait_for("the machine powered on again", EVENT_BOUND, || async {
             (s.redfish_emulator().power(0).await == "On").then_some(())
         })
