@@ -8,6 +8,7 @@ use super::*;
 use crate::identity::{MachineIdentity, NodeIdentity};
 
 mod actuation;
+mod actuation_property;
 mod confirmation;
 mod contradicted_off;
 mod grace_and_leases;
