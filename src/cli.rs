@@ -1,7 +1,9 @@
 //! Command line: `run`, `check-config`, `probe`, `why`, `nodes`, `pause`, `resume`,
 //! `confirm-off`, `make-kubeconfig`, `completions`.
 //!
-//! Exit codes: 0 success, 1 a runtime failure (cluster, BMC, no daemon), 2 a bad config.
+//! Exit codes: 0 success, 1 a runtime failure (cluster, BMC, no daemon), 2 a bad config, 3 the
+//! daemon answering on `[server] listen` is not the daemon of the config given
+//! (`right_daemon`).
 //!
 //! This file holds the arguments and the dispatch, and `run`; beside it, `logging` sets up
 //! the daemon's log lines, `check` is `check-config` and `probe`, `daemon_commands` the
@@ -22,6 +24,7 @@ mod daemon_commands;
 mod drill;
 mod logging;
 mod man;
+mod right_daemon;
 mod setup;
 
 use check::{check_config, probe};
@@ -377,9 +380,14 @@ async fn run(path: &Path) -> Result<ExitCode, ExitCode> {
         .map_err(|e| match e {
             // Another process holds the address, or it is not this host's: a restart would
             // fail the same way, so exit 2, which the unit does not restart.
-            daemon::DaemonError::Listen { .. } => {
+            daemon::DaemonError::Listen { ref holder, .. } => {
+                let what_to_do = if holder.is_empty() {
+                    "; free the address or change [server] listen"
+                } else {
+                    ""
+                };
                 say_error(format!(
-                    "{}: {e}; free the address or change [server] listen (the unit is not restarted for this)",
+                    "{}: {e}{what_to_do} (the unit is not restarted for this)",
                     path.display()
                 ));
                 ExitCode::from(2)
