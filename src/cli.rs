@@ -46,9 +46,11 @@ pub struct Cli {
     /// Log format for stderr: text for people, json for log shippers.
     #[arg(long, value_enum, global = true, default_value = "text")]
     pub log_format: LogFormat,
-    /// Log level for stderr. $OOBFENCE_LOG, a full filter ("info,kube=warn"), wins when set.
-    #[arg(long, value_enum, global = true, default_value = "info")]
-    pub log_level: LogLevel,
+    /// Log level of oobfence's own lines on stderr (default: info for `run`; warn for the
+    /// other commands, which print their own words and no library's). $OOBFENCE_LOG, a full
+    /// filter ("info,kube=warn"), wins when set.
+    #[arg(long, value_enum, global = true)]
+    pub log_level: Option<LogLevel>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -244,7 +246,11 @@ pub enum Command {
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.log_format, cli.log_level);
+    let daemon = matches!(cli.command, Command::Run { .. });
+    init_logging(cli.log_format, cli.log_level, daemon);
+    if spawns_nothing(&cli.command) {
+        quit_quietly_on_a_closed_pipe();
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -256,6 +262,33 @@ pub fn main() -> ExitCode {
         }
     };
     runtime.block_on(dispatch(cli.command))
+}
+
+/// The commands that start no process of their own (a fence agent, a power tool): only those
+/// may die of SIGPIPE, for an agent that exits before it reads its options must not kill the
+/// command that runs it.
+fn spawns_nothing(command: &Command) -> bool {
+    matches!(
+        command,
+        Command::Why { .. }
+            | Command::Nodes { .. }
+            | Command::Pause { .. }
+            | Command::Resume { .. }
+            | Command::Completions { .. }
+            | Command::Man { .. }
+            | Command::ConfirmOff { .. }
+            | Command::MakeKubeconfig { .. }
+    )
+}
+
+/// `oobfence why NODE | head -1`: once the reader is gone, the next line printed ends the
+/// process quietly, as it ends `cat` (the default action of SIGPIPE, which Rust programs
+/// ignore, so that printing fails and panics instead). Sockets are not concerned: they are
+/// written with MSG_NOSIGNAL.
+fn quit_quietly_on_a_closed_pipe() {
+    use nix::sys::signal::{SigHandler, Signal, signal};
+    // SAFETY: the default action installs no handler code; nothing else sets SIGPIPE.
+    let _ = unsafe { signal(Signal::SIGPIPE, SigHandler::SigDfl) };
 }
 
 /// An error line on stderr, at error priority in the journal.
