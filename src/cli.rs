@@ -130,7 +130,8 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Ask the running daemon what it thinks of a node, and why.
+    /// Ask the running daemon what it thinks of a node, and why: only the daemon of this config
+    /// (same datacenter, same file) is believed; another answering is refused, exit 3.
     Why {
         /// The datacenter's config file, /etc/oobfence/DC.toml.
         #[arg(long, short, env = "OOBFENCE_CONFIG")]
@@ -142,7 +143,8 @@ pub enum Command {
         json: bool,
     },
     /// Every node the running daemon watches, one line each (state, rule, power source, its
-    /// last answer, identity), like `kubectl get`.
+    /// last answer, identity), like `kubectl get`; only from the daemon of this config (exit 3
+    /// when another answers).
     Nodes {
         /// The datacenter's config file, /etc/oobfence/DC.toml.
         #[arg(long, short, env = "OOBFENCE_CONFIG")]
@@ -166,7 +168,9 @@ pub enum Command {
     /// Stop every write of this datacenter's daemon (fence, unfence, delete) without stopping
     /// it: writes the pause file named in the config; with `[ha]`, the datacenter's annotation
     /// on the pause ConfigMap, which every instance reads (so a failover does not lift it).
-    /// Decisions, reads, Events and metrics go on; `why` shows the pause.
+    /// Decisions, reads, Events and metrics go on; `why` shows the pause. Then says whether the
+    /// daemon of this config answers to honour it (none: it reads the file when it starts; exit
+    /// 3 when another daemon answers on its address).
     Pause {
         /// The datacenter's config file, /etc/oobfence/DC.toml.
         #[arg(long, short, env = "OOBFENCE_CONFIG")]
