@@ -156,6 +156,45 @@ async fn pause_says_whether_a_daemon_is_there_to_honour_it() {
     daemon.stop().await;
 }
 
+/// Serves "404 Not Found" to every request on a port of its own, as a program that is not
+/// oobfence (or an oobfence from before `/whoami`) would: its address.
+fn not_oobfence() -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
+            let _ = conn.read(&mut [0u8; 4096]);
+            let _ = conn.write_all(
+                b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+            );
+        }
+    });
+    addr
+}
+
+/// Something that answers on the address without saying who it is is not believed: `nodes`
+/// exits 3 saying so; `pause` writes the file and does not claim it is honoured.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_program_that_does_not_say_who_it_is_is_not_believed() {
+    let dir = tempfile::tempdir().unwrap();
+    let listen = not_oobfence();
+    let config = write_bare_config(dir.path(), "dc1", &listen, &unique("rd-unknown"));
+    let o = oobfence_async(&["nodes"], &config).await;
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    assert!(
+        err.contains("does not say it is the daemon of datacenter dc1") && err.contains("404"),
+        "{err}"
+    );
+    let o = oobfence_async(&["pause", "--reason", "rack 7"], &config).await;
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert!(dir.path().join("dc1.paused").exists());
+    assert!(stderr(&o).contains("cannot be told"), "{}", stderr(&o));
+}
+
 /// The daemon of a config stays recognized when the file changes: edited and not yet
 /// reloaded (a note says a reload applies it), then reloaded (no note; `/whoami` carries the
 /// new digest).
