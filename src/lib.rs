@@ -19,6 +19,8 @@
 //!   writes.
 //! - [`metrics`], [`journal`], [`volumes`]: what oobfence reports about what it did and what
 //!   followed (Prometheus metrics, the decision journal, VolumeAttachment release).
+//! - [`whoami`]: who a daemon is (datacenter, config file, digest), so that a command talks
+//!   to the daemon of its config and to no other.
 
 pub mod api_error;
 pub mod cli;
@@ -42,6 +44,7 @@ pub mod report;
 pub mod secret;
 pub mod status;
 pub mod volumes;
+pub mod whoami;
 
 /// The log filter when `OOBFENCE_LOG` is not set (the unit sets the same). The libraries speak
 /// at WARN and up only; two not at all, as oobfence logs those failures itself, once, saying

@@ -65,6 +65,15 @@ const EXIT_STATUS: &[(&str, &str)] = &[
          that: the unit says RestartPreventExitStatus=2, so oobfence@DC stays failed and \
          `journalctl -u oobfence@DC` shows the one line that says what is wrong.",
     ),
+    (
+        "3",
+        "why, nodes, pause, resume, drill: the daemon answering on the config's [server] \
+         listen is not the daemon of that config (another datacenter's, or one started from \
+         another file), or does not say who it is (GET /whoami). The message names both and \
+         what to do: use the other daemon's config, or give this one a [server] listen of its \
+         own. pause and resume have set or removed the switch all the same. A config edited \
+         and not yet reloaded is still its daemon's (a note says so).",
+    ),
 ];
 
 const ENVIRONMENT: &[(&str, &str)] = &[
