@@ -96,6 +96,10 @@ pub enum Command {
         /// Also list the cluster's nodes and read the power state of each mapped one.
         #[arg(long)]
         probe: bool,
+        /// The user the daemon runs as (the unit's User=). Run as root, check-config checks
+        /// that it can read every file the config names; "root" skips that.
+        #[arg(long, env = "OOBFENCE_DAEMON_USER", default_value = crate::config::checks::DAEMON_USER)]
+        daemon_user: String,
         /// Exit 1 on any warning (a setting that works but weakens the proof, an entry an
         /// earlier glob hides), as a CI gate or a deploy step does.
         #[arg(long)]
@@ -312,9 +316,18 @@ async fn dispatch(command: Command) -> ExitCode {
         Command::CheckConfig {
             config,
             probe,
+            daemon_user,
             strict,
             json,
-        } => check_config(&config, probe, strict, json).await,
+        } => {
+            let options = check::Options {
+                probe,
+                strict,
+                json,
+                daemon_user,
+            };
+            check_config(&config, &options).await
+        }
         Command::Probe { config, node, json } => probe(&config, &node, json).await,
         Command::Why { config, node, json } => why(&config, &node, json).await,
         Command::Drill { config, node, json } => drill(&config, &node, json).await,

@@ -456,6 +456,10 @@ fn the_config_may_come_from_oobfence_config() {
     std::fs::write(&path, good_config(dir.path())).unwrap();
     let o = std::process::Command::new(env!("CARGO_BIN_EXE_oobfence"))
         .args(["check-config", "--log-level", "debug"])
+        .env(
+            support::cli::DAEMON_USER_ENV.0,
+            support::cli::DAEMON_USER_ENV.1,
+        )
         .env("OOBFENCE_CONFIG", &path)
         .env_remove("OOBFENCE_LOG")
         .output()

@@ -17,14 +17,7 @@ fn stderr(o: &Output) -> String {
 
 /// A password file and an offline kubeconfig in `dir`; the top of a config using them.
 fn head(dir: &Path) -> String {
-    let pw = dir.join("pw");
-    std::fs::write(&pw, "sup3r-secret-pw\n").unwrap();
-    std::fs::set_permissions(&pw, std::fs::Permissions::from_mode(0o600)).unwrap();
-    support::k8s::write_offline_kubeconfig(&dir.join("kubeconfig"));
-    format!(
-        "datacenter = \"dc1\"\n[kubernetes]\nkubeconfig = \"{}\"\n",
-        dir.join("kubeconfig").display()
-    )
+    support::cli::config_head(dir)
 }
 
 /// One `[[bmc]]` entry for `nodes`, its extra keys after it.

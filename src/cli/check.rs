@@ -16,19 +16,26 @@ mod probe;
 
 pub(super) use self::probe::probe;
 
-/// `check-config [--probe] [--strict] [--json]`: the text lines, or with `json` one document
-/// on stdout holding the same (see [`Say`]); the exit code is the same either way: 2 an error,
-/// 1 with `strict` a warning (or with `probe` a node that could not be read), else 0.
-pub(super) async fn check_config(
-    path: &Path,
-    probe: bool,
-    strict: bool,
-    json: bool,
-) -> Result<ExitCode, ExitCode> {
-    let mut say = Say::new(path, json);
-    let code = check_config_into(&mut say, path, probe).await;
+/// What `check-config` was asked for.
+pub(super) struct Options {
+    /// `--probe`: read every mapped node's power source too.
+    pub probe: bool,
+    /// `--strict`: a warning exits 1.
+    pub strict: bool,
+    /// `--json`: one document instead of lines.
+    pub json: bool,
+    /// `--daemon-user`: who the named files are checked as, when run as root.
+    pub daemon_user: String,
+}
+
+/// `check-config`: the text lines, or with `json` one document on stdout holding the same
+/// (see [`Say`]); the exit code is the same either way: 2 an error, 1 with `strict` a warning
+/// (or with `probe` a node that could not be read), else 0.
+pub(super) async fn check_config(path: &Path, options: &Options) -> Result<ExitCode, ExitCode> {
+    let mut say = Say::new(path, options.json);
+    let code = check_config_into(&mut say, path, options).await;
     let mut code = code.unwrap_or_else(|c| c);
-    if strict && code == ExitCode::SUCCESS && say.warnings > 0 {
+    if options.strict && code == ExitCode::SUCCESS && say.warnings > 0 {
         say.err(format!(
             "oobfence: {} warning(s) and --strict: exit 1 (fix them, or run without --strict to accept them)",
             say.warnings
@@ -38,7 +45,11 @@ pub(super) async fn check_config(
     Ok(say.finish(code))
 }
 
-async fn check_config_into(say: &mut Say, path: &Path, probe: bool) -> Result<ExitCode, ExitCode> {
+async fn check_config_into(
+    say: &mut Say,
+    path: &Path,
+    options: &Options,
+) -> Result<ExitCode, ExitCode> {
     let (cfg, mut errors) = match Config::load(path) {
         Ok(cfg) => (Some(cfg), Vec::new()),
         Err(e) => (None, e.errors),
@@ -51,7 +62,10 @@ async fn check_config_into(say: &mut Say, path: &Path, probe: bool) -> Result<Ex
     let mut findings: Vec<Finding> = kubernetes
         .map(|k| checks::kubeconfig(&k, jiff::Timestamp::now()))
         .unwrap_or_default();
-    let access = checks::unreadable_by(&checks::Reader::for_this_run(), &checks::named_files(path));
+    let access = checks::unreadable_by(
+        &checks::Reader::for_this_run(&options.daemon_user),
+        &checks::named_files(path),
+    );
     // A file the load or the kubeconfig check could not read either is said once, with its fix.
     let said_by_access = |key: &str, problem: &str| {
         access.iter().any(|a| {
@@ -132,7 +146,7 @@ async fn check_config_into(say: &mut Say, path: &Path, probe: bool) -> Result<Ex
         cfg.policy.action,
         if cfg.policy.dry_run { ", dry run" } else { "" }
     ));
-    if !probe {
+    if !options.probe {
         return Ok(ExitCode::SUCCESS);
     }
     cluster::read_cluster(say, cfg, path).await

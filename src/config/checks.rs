@@ -15,7 +15,7 @@ use crate::identity::IdentityCheck;
 
 mod access;
 mod entries;
-pub use access::{Reader, named_files, unreadable_by};
+pub use access::{DAEMON_USER, Reader, named_files, unreadable_by};
 pub use entries::unmatched;
 
 /// A token expiring sooner than this is a warning.

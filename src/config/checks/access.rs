@@ -25,17 +25,19 @@ pub struct Reader {
     pub uid: u32,
     /// The primary group and every supplementary one.
     pub gids: Vec<u32>,
+    /// The group to give a file it must read: the daemon user's own.
+    pub group: String,
     /// The daemon's user (run as root), rather than whoever runs `check-config`.
     pub is_daemon_user: bool,
 }
 
 impl Reader {
-    /// As root, the `oobfence` user where it exists (else root: nothing to learn); as anyone
-    /// else, that user.
-    pub fn for_this_run() -> Reader {
+    /// As root, `daemon_user` (the daemon's, `oobfence` unless its unit says otherwise)
+    /// where it exists (else root: nothing to learn); as anyone else, that user.
+    pub fn for_this_run(daemon_user: &str) -> Reader {
         let me = nix::unistd::geteuid();
         if me.is_root()
-            && let Some(reader) = Reader::of_user(DAEMON_USER)
+            && let Some(reader) = Reader::of_user(daemon_user)
         {
             return reader;
         }
@@ -52,6 +54,7 @@ impl Reader {
                 .map_or_else(|| me.to_string(), |u| u.name),
             uid: me.as_raw(),
             gids,
+            group: DAEMON_USER.to_string(),
             is_daemon_user: false,
         }
     }
@@ -65,11 +68,16 @@ impl Reader {
             .into_iter()
             .map(Gid::as_raw)
             .collect();
+        let group = Group::from_gid(user.gid)
+            .ok()
+            .flatten()
+            .map_or_else(|| user.gid.to_string(), |g| g.name);
         Some(Reader {
+            group,
             name: user.name,
             uid: user.uid.as_raw(),
             gids,
-            is_daemon_user: name == DAEMON_USER,
+            is_daemon_user: true,
         })
     }
 
@@ -91,7 +99,8 @@ impl Reader {
 }
 
 /// The files the config file at `config` names, each with its key, as written in the file
-/// (whether or not the rest of it loads): `kubernetes.kubeconfig` and the files it names,
+/// (whether or not the rest of it loads): the config file itself (key ""),
+/// `kubernetes.kubeconfig` and the files it names,
 /// each `[[bmc]]` entry's `password_file`, `ca_file` and `inventory`.
 pub fn named_files(config: &Path) -> Vec<(String, PathBuf)> {
     let Some(doc) = std::fs::read_to_string(config)
@@ -100,7 +109,8 @@ pub fn named_files(config: &Path) -> Vec<(String, PathBuf)> {
     else {
         return Vec::new();
     };
-    let mut out = Vec::new();
+    // The daemon reads the config file itself first.
+    let mut out = vec![(String::new(), config.to_path_buf())];
     let kubernetes = doc.get("kubernetes").and_then(toml::Value::as_table);
     if let Some(kc) = kubernetes
         .and_then(|k| k.get("kubeconfig"))
@@ -203,7 +213,7 @@ pub fn unreadable_by(reader: &Reader, files: &[(String, PathBuf)]) -> Vec<Findin
 fn blocked(reader: &Reader, file: &Path, full: &Path) -> Option<String> {
     let who = match reader.is_daemon_user {
         true => format!(
-            "user {}, which the daemon runs as (checked as it because check-config runs as root)",
+            "user {}, which the daemon runs as (checked as it because check-config runs as root; --daemon-user names another)",
             reader.name
         ),
         false => format!(
@@ -211,12 +221,13 @@ fn blocked(reader: &Reader, file: &Path, full: &Path) -> Option<String> {
             reader.name
         ),
     };
+    let group = &reader.group;
     let dirs: Vec<&Path> = full.ancestors().skip(1).collect();
     for dir in dirs.into_iter().rev() {
         let meta = std::fs::metadata(dir).ok()?;
         if !reader.may(&meta, 1) {
             return Some(format!(
-                "{} cannot be read by {who}: its directory {} is {}, which it may not enter; fix: chgrp {DAEMON_USER} {} && chmod 750 {}",
+                "{} cannot be read by {who}: its directory {} is {}, which it may not enter; fix: chgrp {group} {} && chmod 750 {}",
                 file.display(),
                 dir.display(),
                 owned(&meta),
@@ -228,7 +239,7 @@ fn blocked(reader: &Reader, file: &Path, full: &Path) -> Option<String> {
     let meta = std::fs::metadata(full).ok()?;
     (!reader.may(&meta, 4)).then(|| {
         format!(
-            "{} cannot be read by {who}: it is {}; fix: chgrp {DAEMON_USER} {} && chmod 640 {}",
+            "{} cannot be read by {who}: it is {}; fix: chgrp {group} {} && chmod 640 {}",
             file.display(),
             owned(&meta),
             quoted(file),
@@ -270,6 +281,7 @@ mod tests {
             name: "someone".into(),
             uid,
             gids: gids.to_vec(),
+            group: "oobfence".into(),
             is_daemon_user: true,
         }
     }
