@@ -265,7 +265,7 @@ impl Mapping<'_> {
     /// Why this mapping's machines may not be powered off or on (`None`: `actuate = true`).
     pub fn actuation_refused(&self) -> Option<String> {
         let (actuate, what) = match self {
-            Mapping::Bmc(b) => (b.actuate, format!("its [[bmc]] entry (bmc[{}])", b.index)),
+            Mapping::Bmc(b) => (b.actuate, format!("its entry {}", b.label())),
             Mapping::Aws(a) => (a.actuate, "[aws]".to_string()),
         };
         (!actuate).then(|| format!("{what} does not say actuate = true"))

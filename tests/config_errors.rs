@@ -5,7 +5,6 @@
 
 mod support;
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Output;
 
@@ -178,7 +177,7 @@ fn every_semantic_error_in_one_pass() {
 }
 
 /// A key set twice: the error names it and its second line; nothing further is checked, and
-/// the message says so.
+/// the message says so; the closing line counts it and names the command to run again.
 #[test]
 fn a_duplicate_key_is_named() {
     let dir = tempfile::tempdir().unwrap();
@@ -189,7 +188,14 @@ fn a_duplicate_key_is_named() {
     );
     let (o, err, file) = check(d, &text);
     assert_eq!(o.status.code(), Some(2), "{err}");
-    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert_eq!(err.trim_end().lines().count(), 2, "{err}");
+    assert!(
+        err.trim_end()
+            .lines()
+            .last()
+            .is_some_and(|l| l.starts_with(&format!("oobfence: 1 error in {file}"))),
+        "{err}"
+    );
     assert!(
         err.contains(&format!(
             "{file}:{}: invalid TOML: duplicate key `dry_run`",
