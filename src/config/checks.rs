@@ -393,8 +393,9 @@ pub fn kubeconfig(k: &KubernetesConfig, now: Timestamp) -> Vec<Finding> {
                 Severity::Error,
                 context_key,
                 format!(
-                    "the token of user {:?} expired on {when}: mint a new one (oobfence make-kubeconfig)",
-                    context.user.as_deref().unwrap_or("")
+                    "the token of user {:?} expired on {when}: mint a new one: {}",
+                    context.user.as_deref().unwrap_or(""),
+                    mint_hint(k)
                 ),
             ));
         } else if left < TOKEN_EXPIRY_WARNING {
@@ -402,9 +403,10 @@ pub fn kubeconfig(k: &KubernetesConfig, now: Timestamp) -> Vec<Finding> {
                 Severity::Warning,
                 context_key,
                 format!(
-                    "the token of user {:?} expires on {when}, in {:.0} hours: mint a new one (oobfence make-kubeconfig)",
+                    "the token of user {:?} expires on {when}, in {:.0} hours: mint a new one: {}",
                     context.user.as_deref().unwrap_or(""),
-                    left.as_secs_f64() / 3600.0
+                    left.as_secs_f64() / 3600.0,
+                    mint_hint(k)
                 ),
             ));
         } else {
@@ -416,6 +418,24 @@ pub fn kubeconfig(k: &KubernetesConfig, now: Timestamp) -> Vec<Finding> {
         }
     }
     out
+}
+
+/// The commands that replace the kubeconfig `k` names with a freshly minted one, readable by
+/// the daemon's group (make-kubeconfig writes mode 0600), as an administrator runs them.
+fn mint_hint(k: &KubernetesConfig) -> String {
+    let Some(path) = &k.kubeconfig else {
+        return "`oobfence make-kubeconfig --output FILE`, then set [kubernetes] kubeconfig to FILE"
+            .into();
+    };
+    let file = path.to_string_lossy();
+    let new = format!("{file}.new");
+    let quote = |s: &str| shlex::try_quote(s).map_or_else(|_| s.to_string(), |q| q.into_owned());
+    format!(
+        "`oobfence make-kubeconfig --output {0} && install -m 0640 -g {1} {0} {2} && rm {0}`, then reload the daemon's unit (a reload reads the kubeconfig again)",
+        quote(&new),
+        access::DAEMON_USER,
+        quote(&file)
+    )
 }
 
 fn unreadable(key: &str, what: &str, file: &str) -> Option<Finding> {

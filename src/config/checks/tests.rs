@@ -121,6 +121,15 @@ fn a_kubeconfig_is_checked_for_what_run_needs() {
             .any(|f| f.severity == Severity::Error && f.problem.contains("expired on")),
         "{f:?}"
     );
+    // What to run: the commands that mint one where the daemon reads it.
+    let hint = format!(
+        "`oobfence make-kubeconfig --output {0}.new && install -m 0640 -g oobfence {0}.new {0} && rm {0}.new`",
+        expired.display()
+    );
+    assert!(
+        f.iter().any(|f| f.problem.contains(&hint)),
+        "{hint} in {f:?}"
+    );
     assert!(
         f.iter().all(|f| !f.problem.contains("eyJ")),
         "never the token itself: {f:?}"
