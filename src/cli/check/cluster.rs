@@ -240,6 +240,7 @@ async fn kubernetes_version(say: &mut Say, client: &kube::Client, cfg: &crate::c
             "kubernetes",
             serde_json::json!({ "version": info.git_version, "warning": text }),
         );
+        say.warnings += 1;
         say.err(format!("kubernetes: warning: {text}"));
         return;
     };
@@ -268,6 +269,7 @@ async fn kubernetes_version(say: &mut Say, client: &kube::Client, cfg: &crate::c
         }),
     );
     if warn {
+        say.warnings += 1;
         say.err(format!("kubernetes: warning: {text}"));
     } else {
         say.out(format!("kubernetes: {text}"));
