@@ -91,7 +91,8 @@ pub enum Command {
         config: PathBuf,
     },
     /// Parse and validate a config file: every error, each as FILE:LINE: KEY: PROBLEM (exit 2),
-    /// and the warnings; with --probe, also read every mapped node's power once and name the
+    /// with those of the kubeconfig and of the files it names (checked as the daemon's user
+    /// `oobfence` when run as root), and the warnings (exit 1 with --strict); with --probe, also read every mapped node's power once and name the
     /// entries no Node matches.
     CheckConfig {
         /// The datacenter's config file, /etc/oobfence/DC.toml.
@@ -100,6 +101,14 @@ pub enum Command {
         /// Also list the cluster's nodes and read the power state of each mapped one.
         #[arg(long)]
         probe: bool,
+        /// The user the daemon runs as (the unit's User=). Run as root, check-config checks
+        /// that it can read every file the config names; "root" skips that.
+        #[arg(long, env = "OOBFENCE_DAEMON_USER", default_value = crate::config::checks::DAEMON_USER)]
+        daemon_user: String,
+        /// Exit 1 on any warning (a setting that works but weakens the proof, an entry an
+        /// earlier glob hides), as a CI gate or a deploy step does.
+        #[arg(long)]
+        strict: bool,
         /// Print one JSON document (errors with their lines, warnings, and with --probe the
         /// cluster's version, permissions and every node's read) instead of lines.
         #[arg(long)]
@@ -297,8 +306,13 @@ fn quit_quietly_on_a_closed_pipe() {
 
 /// An error line on stderr, at error priority in the journal.
 fn say_error(message: impl std::fmt::Display) {
+    eprintln!("{}", error_line(message));
+}
+
+/// `oobfence: MESSAGE`, at error priority when stderr is the journal.
+fn error_line(message: impl std::fmt::Display) -> String {
     let prefix = if stderr_is_journal() { "<3>" } else { "" };
-    eprintln!("{prefix}oobfence: {message}");
+    format!("{prefix}oobfence: {message}")
 }
 
 fn load(path: &Path) -> Result<Config, ExitCode> {
@@ -313,12 +327,27 @@ fn say_config_errors(e: crate::config::ConfigErrors) -> ExitCode {
     }
     if e.errors.len() > 1 {
         say_error(format!(
-            "{}: fix them and run `oobfence check-config {}` again",
+            "{}: fix them and run `{}` again",
             e.count_line(),
-            e.file.display()
+            check_config_command(&e.file)
         ));
     }
     ExitCode::from(2)
+}
+
+/// The `check-config` command line for `file`, as a shell takes it (pasted, it runs).
+fn check_config_command(file: &Path) -> String {
+    command_line(&[
+        "oobfence",
+        "check-config",
+        "--config",
+        &file.to_string_lossy(),
+    ])
+}
+
+/// Words as one shell command line, each quoted where the shell would split or expand it.
+fn command_line(words: &[&str]) -> String {
+    shlex::try_join(words.iter().copied()).unwrap_or_else(|_| words.join(" "))
 }
 
 async fn dispatch(command: Command) -> ExitCode {
@@ -327,8 +356,18 @@ async fn dispatch(command: Command) -> ExitCode {
         Command::CheckConfig {
             config,
             probe,
+            daemon_user,
+            strict,
             json,
-        } => check_config(&config, probe, json).await,
+        } => {
+            let options = check::Options {
+                probe,
+                strict,
+                json,
+                daemon_user,
+            };
+            check_config(&config, &options).await
+        }
         Command::Probe { config, node, json } => probe(&config, &node, json).await,
         Command::Why { config, node, json } => why(&config, &node, json).await,
         Command::Drill { config, node, json } => drill(&config, &node, json).await,

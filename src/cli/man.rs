@@ -45,13 +45,15 @@ const EXIT_STATUS: &[(&str, &str)] = &[
     (
         "0",
         "Success. check-config: the config is valid (with --probe, every mapped node was \
-         read); run: the daemon stopped on SIGTERM or SIGINT.",
+         read; with --strict, and there is no warning); run: the daemon stopped on SIGTERM or \
+         SIGINT.",
     ),
     (
         "1",
         "A failure at run time: the API server or a BMC could not be reached or read, no \
          daemon answered (why, nodes), a file could not be written, the token lacks a \
-         permission the daemon needs (make-kubeconfig, check-config --probe); drill: \
+         permission the daemon needs (make-kubeconfig, check-config --probe); check-config \
+         --strict: a warning; drill: \
          something stands in the way of a fence of the node (its FAIL lines); run: the daemon \
          stopped on an error, such as an API server unreachable at start. The unit restarts \
          it (Restart=on-failure).",
@@ -60,7 +62,8 @@ const EXIT_STATUS: &[(&str, &str)] = &[
         "2",
         "The config or the command line is wrong: the file does not parse or a key is \
          invalid, a password file, credential or the kubeconfig it names cannot be read, the \
-         kubeconfig's token has expired, an unknown option or value; run: a [server] listen \
+         kubeconfig's token has expired, a file it names that the daemon's user cannot read \
+         (check-config run as root), an unknown option or value; run: a [server] listen \
          address that cannot be bound. Restarting cannot mend \
          that: the unit says RestartPreventExitStatus=2, so oobfence@DC stays failed and \
          `journalctl -u oobfence@DC` shows the one line that says what is wrong.",
@@ -80,6 +83,11 @@ const ENVIRONMENT: &[(&str, &str)] = &[
     (
         "OOBFENCE_CONFIG",
         "The config file, for every command that takes --config.",
+    ),
+    (
+        "OOBFENCE_DAEMON_USER",
+        "check-config --daemon-user: the user the daemon runs as (default oobfence), whom \
+         check-config run as root checks every file the config names as; \"root\" skips it.",
     ),
     (
         "OOBFENCE_LOG",
@@ -220,6 +228,14 @@ fn examples(command: &str) -> &'static [(&'static str, &'static str)] {
             (
                 "Also list the nodes and read every mapped machine's power once:",
                 "oobfence check-config --probe --config /etc/oobfence/dc1.toml",
+            ),
+            (
+                "As a deploy gate: a warning fails too (exit 1):",
+                "oobfence check-config --strict --config /etc/oobfence/dc1.toml",
+            ),
+            (
+                "Run as root, check the files as the unit's user when a drop-in sets another:",
+                "oobfence check-config --daemon-user fencer --config /etc/oobfence/dc1.toml",
             ),
         ],
         "probe" => &[(
