@@ -50,8 +50,9 @@ pub mod whoami;
 /// at WARN and up only; two not at all, as oobfence logs those failures itself, once, saying
 /// what they mean: the Kubernetes client's ERROR line per failed request (a watch that fails is
 /// one line of oobfence's), and the TLS platform verifier's per refused BMC certificate (one
-/// classified read error, `tls: ...`).
-pub const DEFAULT_LOG_FILTER: &str = "info,kube=warn,hyper=warn,rustls=warn,kube_client::client::builder=off,rustls_platform_verifier=off";
+/// classified read error, `tls: ...`). The AWS SDK's INFO lines (credentials loaded, with the
+/// access key ID) stay out of the journal.
+pub const DEFAULT_LOG_FILTER: &str = "info,kube=warn,hyper=warn,rustls=warn,aws_config=warn,kube_client::client::builder=off,rustls_platform_verifier=off";
 
 /// `oobfence --version`: the version, the commit, the build date, target and profile.
 pub const VERSION_LONG: &str = concat!(
