@@ -179,7 +179,9 @@ const FILES: &[(&str, &str)] = &[
     ),
     (
         "/usr/share/doc/oobfence/",
-        "README.md, runbook.md, and examples/: example-dc.toml (every key), rbac.yaml, \
+        "README.md (the front door), runbook.md (what to do, alert by alert), install.md, \
+         power-sources.md, decisions.md (how it decides, with pictures/), configuration.md, \
+         benchmarks.md, and examples/: example-dc.toml (every key), rbac.yaml, \
          oobfence-rules.yaml (alert rules), alertmanager-example.yaml (routing, grouping, \
          inhibitions), oobfence-dashboard.json (Grafana).",
     ),
@@ -330,7 +332,8 @@ fn extra_sections(command: &str, subcommands: &[String]) -> String {
     see_also.extend(["oobfence.toml(5)", "systemctl(1)", "journalctl(1)"].map(String::from));
     out.push_str(&format!(
         ".SH \"SEE ALSO\"\n{}\n.PP\n/usr/share/doc/oobfence/README.md, \
-         /usr/share/doc/oobfence/runbook.md\n",
+         /usr/share/doc/oobfence/runbook.md, /usr/share/doc/oobfence/install.md, \
+         /usr/share/doc/oobfence/decisions.md, /usr/share/doc/oobfence/configuration.md\n",
         see_also.join(", ")
     ));
     out
