@@ -138,9 +138,8 @@ fn anchors(text: &str) -> BTreeSet<String> {
             && (underline.chars().all(|c| c == '=') || underline.chars().all(|c| c == '-'));
         if is_underline && k > 0 {
             let (prev_number, prev) = lines[k - 1];
-            let starts_block = |s: &str| {
-                s.starts_with(['|', '-', '*', '#', '>', '+']) || s.trim().is_empty()
-            };
+            let starts_block =
+                |s: &str| s.starts_with(['|', '-', '*', '#', '>', '+']) || s.trim().is_empty();
             if prev_number + 1 == number && !starts_block(prev.trim_start()) {
                 add(slug(prev), &mut found);
             }
@@ -230,7 +229,10 @@ fn code_references(text: &str) -> Vec<(usize, String)> {
             let Some(anchor_text) = after.strip_prefix('#') else {
                 continue;
             };
-            let anchor: String = anchor_text.chars().take_while(|&c| anchor_char(c)).collect();
+            let anchor: String = anchor_text
+                .chars()
+                .take_while(|&c| anchor_char(c))
+                .collect();
             if anchor.is_empty() || start == md_end - 3 {
                 continue;
             }
@@ -323,9 +325,9 @@ fn broken_links(root: &Path) -> Vec<String> {
                 Some(found) => found,
                 None => {
                     problems.push(format!(
-                        "{}:{number}: links to {target}: no file {path} (from {})",
-                        shown(file),
-                        shown(file.parent().unwrap_or(root))
+                        "{}:{number}: links to {target}: no file {path}, beside it or from \
+                         the repository's top",
+                        shown(file)
                     ));
                     return;
                 }
@@ -383,7 +385,8 @@ fn the_alerts_and_the_pages_are_read() {
     // A parser that finds nothing checks nothing: the alert rules name the runbook, and the
     // README links to the pages.
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let rules = std::fs::read_to_string(root.join("deploy/prometheus/oobfence-rules.yaml")).unwrap();
+    let rules =
+        std::fs::read_to_string(root.join("deploy/prometheus/oobfence-rules.yaml")).unwrap();
     let refs = code_references(&rules);
     assert!(
         refs.len() >= 20 && refs.iter().all(|(_, r)| r.contains("runbook.md#oobfence")),
@@ -391,7 +394,14 @@ fn the_alerts_and_the_pages_are_read() {
     );
     let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
     let links = markdown_links(&readme);
-    for page in ["install", "runbook", "power-sources", "decisions", "configuration", "developing"] {
+    for page in [
+        "install",
+        "runbook",
+        "power-sources",
+        "decisions",
+        "configuration",
+        "developing",
+    ] {
         let want = format!("docs/{page}.md");
         assert!(
             links.iter().any(|(_, t)| t.starts_with(&want)),
@@ -450,7 +460,7 @@ fn a_broken_file_or_anchor_is_named() {
     let problems = broken_links(root);
     let want = [
         "README.md:6: links to docs/page.md#gone: docs/page.md has no section with the anchor #gone",
-        "README.md:6: links to docs/missing.md: no file docs/missing.md (from )",
+        "README.md:6: links to docs/missing.md: no file docs/missing.md, beside it or from the repository's top",
         "README.md:6: links to #nowhere: README.md has no section with the anchor #nowhere",
         "deploy/rules.yaml:2: links to file:///usr/share/doc/oobfence/page.md#moved-away: docs/page.md has no section with the anchor #moved-away",
         "deploy/rules.yaml:3: links to docs/page.md#also-moved: docs/page.md has no section with the anchor #also-moved",

@@ -331,7 +331,10 @@ mod tests {
     fn the_power_sources_page_names_every_agent_of_the_table() {
         let page = include_str!("../../../docs/power-sources.md");
         for name in KNOWN.iter().flat_map(|k| k.names) {
-            assert!(page.contains(name), "docs/power-sources.md does not name {name}");
+            assert!(
+                page.contains(name),
+                "docs/power-sources.md does not name {name}"
+            );
         }
     }
 }
