@@ -467,3 +467,43 @@ fn a_broken_file_or_anchor_is_named() {
     ];
     assert_eq!(problems, want);
 }
+
+#[test]
+fn every_picture_is_drawn_from_its_source() {
+    // The SVGs are committed beside their Graphviz sources; one edited without the other
+    // shows a picture the text no longer describes. `scripts/docs-pictures` redraws them.
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/pictures");
+    let mut sources = Vec::new();
+    files_under(
+        &dir,
+        &|p| p.extension().is_some_and(|e| e == "dot"),
+        &mut sources,
+    );
+    assert!(
+        sources.len() >= 2,
+        "no Graphviz sources in {}",
+        dir.display()
+    );
+    for source in sources {
+        let svg_path = source.with_extension("svg");
+        let committed = std::fs::read_to_string(&svg_path)
+            .unwrap_or_else(|e| panic!("{}: {e}; run scripts/docs-pictures", svg_path.display()));
+        let drawn = std::process::Command::new("dot")
+            .arg("-Tsvg")
+            .arg(&source)
+            .output()
+            .expect("run dot (Debian package graphviz; scripts/install-deps installs it)");
+        assert!(
+            drawn.status.success(),
+            "dot -Tsvg {}: {}",
+            source.display(),
+            String::from_utf8_lossy(&drawn.stderr)
+        );
+        assert!(
+            String::from_utf8_lossy(&drawn.stdout) == committed,
+            "{} is not what {} draws: run scripts/docs-pictures and commit the result",
+            svg_path.display(),
+            source.display()
+        );
+    }
+}
