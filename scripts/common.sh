@@ -116,7 +116,13 @@ stage_tree() {
     install -m 0644 "$top/packaging/sysusers.conf" "$dest/usr/lib/sysusers.d/oobfence.conf"
     install -m 0644 "$top/packaging/tmpfiles.conf" "$dest/usr/lib/tmpfiles.d/oobfence.conf"
     install -m 0644 "$top/packaging/example.toml" "$dest/etc/oobfence/example.toml"
-    install -m 0644 "$top/README.md" "$top/docs/runbook.md" "$dest/usr/share/doc/oobfence/"
+    # The operators' pages, flat beside the README (the alerts link to .../runbook.md), and the
+    # pictures they show.
+    install -m 0644 "$top/README.md" "$top/docs/runbook.md" "$top/docs/install.md" \
+        "$top/docs/power-sources.md" "$top/docs/decisions.md" "$top/docs/configuration.md" \
+        "$top/docs/benchmarks.md" "$dest/usr/share/doc/oobfence/"
+    install -d -m 0755 "$dest/usr/share/doc/oobfence/pictures"
+    install -m 0644 "$top"/docs/pictures/*.svg "$dest/usr/share/doc/oobfence/pictures/"
     install -m 0644 "$top/config/example-dc.toml" "$top/deploy/rbac.yaml" \
         "$top/deploy/prometheus/oobfence-rules.yaml" "$top/deploy/prometheus/alertmanager-example.yaml" \
         "$top/deploy/grafana/oobfence-dashboard.json" "$dest/usr/share/doc/oobfence/examples/"

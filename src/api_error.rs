@@ -134,7 +134,11 @@ fn tls_words(e: &rustls::Error) -> String {
     match e {
         rustls::Error::InvalidCertificate(c) => match c {
             CertificateError::UnknownIssuer => "its certificate is not signed by the kubeconfig's \
-                 certificate-authority (a kubeconfig for another cluster, or a rotated cluster CA)"
+                 certificate-authority (a kubeconfig for another cluster, or a rotated cluster CA): \
+                 set the cluster's certificate-authority in the kubeconfig to this cluster's CA \
+                 (kubeadm: /etc/kubernetes/pki/ca.crt), or write the kubeconfig again with \
+                 `oobfence make-kubeconfig --kubeconfig ADMIN-KUBECONFIG --output FILE` from an \
+                 administrator's kubeconfig that reaches this cluster"
                 .to_string(),
             CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. } => {
                 "its certificate is not valid for the host name in the kubeconfig's `server` \
@@ -161,6 +165,16 @@ pub struct ApiError<'a>(pub &'a kube::Error);
 
 impl fmt::Display for ApiError<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", ApiErrorAt(self.0, "(the kubeconfig's server)"))
+    }
+}
+
+/// [`ApiError`] from a client that did not name its address in its errors (one made straight
+/// from a kubeconfig, as `make-kubeconfig` makes it): a failed connection names `server`.
+pub struct ApiErrorAt<'a>(pub &'a kube::Error, pub &'a str);
+
+impl fmt::Display for ApiErrorAt<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.0 {
             kube::Error::Api(s) => write!(f, "{}", StatusWords(s)),
             // The layer below already put the address and cause into the error.
@@ -171,7 +185,7 @@ impl fmt::Display for ApiError<'_> {
                         f,
                         "{}",
                         Unreachable {
-                            server: "(the kubeconfig's server)".to_string(),
+                            server: self.1.to_string(),
                             cause
                         }
                     ),

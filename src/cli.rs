@@ -1,7 +1,9 @@
 //! Command line: `run`, `check-config`, `probe`, `why`, `nodes`, `pause`, `resume`,
 //! `confirm-off`, `make-kubeconfig`, `completions`.
 //!
-//! Exit codes: 0 success, 1 a runtime failure (cluster, BMC, no daemon), 2 a bad config.
+//! Exit codes: 0 success, 1 a runtime failure (cluster, BMC, no daemon), 2 a bad config, 3 the
+//! daemon answering on `[server] listen` is not the daemon of the config given
+//! (`right_daemon`).
 //!
 //! This file holds the arguments and the dispatch, and `run`; beside it, `logging` sets up
 //! the daemon's log lines, `check` is `check-config` and `probe`, `daemon_commands` the
@@ -22,6 +24,7 @@ mod daemon_commands;
 mod drill;
 mod logging;
 mod man;
+mod right_daemon;
 mod setup;
 
 use check::{check_config, probe};
@@ -43,9 +46,11 @@ pub struct Cli {
     /// Log format for stderr: text for people, json for log shippers.
     #[arg(long, value_enum, global = true, default_value = "text")]
     pub log_format: LogFormat,
-    /// Log level for stderr. $OOBFENCE_LOG, a full filter ("info,kube=warn"), wins when set.
-    #[arg(long, value_enum, global = true, default_value = "info")]
-    pub log_level: LogLevel,
+    /// Log level of oobfence's own lines on stderr (default: info for `run`; warn for the
+    /// other commands, which print their own words and no library's). $OOBFENCE_LOG, a full
+    /// filter ("info,kube=warn"), wins when set.
+    #[arg(long, value_enum, global = true)]
+    pub log_level: Option<LogLevel>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -86,7 +91,8 @@ pub enum Command {
         config: PathBuf,
     },
     /// Parse and validate a config file: every error, each as FILE:LINE: KEY: PROBLEM (exit 2),
-    /// and the warnings; with --probe, also read every mapped node's power once and name the
+    /// with those of the kubeconfig and of the files it names (checked as the daemon's user
+    /// `oobfence` when run as root), and the warnings (exit 1 with --strict); with --probe, also read every mapped node's power once and name the
     /// entries no Node matches.
     CheckConfig {
         /// The datacenter's config file, /etc/oobfence/DC.toml.
@@ -95,6 +101,14 @@ pub enum Command {
         /// Also list the cluster's nodes and read the power state of each mapped one.
         #[arg(long)]
         probe: bool,
+        /// The user the daemon runs as (the unit's User=). Run as root, check-config checks
+        /// that it can read every file the config names; "root" skips that.
+        #[arg(long, env = "OOBFENCE_DAEMON_USER", default_value = crate::config::checks::DAEMON_USER)]
+        daemon_user: String,
+        /// Exit 1 on any warning (a setting that works but weakens the proof, an entry an
+        /// earlier glob hides), as a CI gate or a deploy step does.
+        #[arg(long)]
+        strict: bool,
         /// Print one JSON document (errors with their lines, warnings, and with --probe the
         /// cluster's version, permissions and every node's read) instead of lines.
         #[arg(long)]
@@ -125,7 +139,8 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Ask the running daemon what it thinks of a node, and why.
+    /// Ask the running daemon what it thinks of a node, and why: only the daemon of this config
+    /// (same datacenter, same file) is believed; another answering is refused, exit 3.
     Why {
         /// The datacenter's config file, /etc/oobfence/DC.toml.
         #[arg(long, short, env = "OOBFENCE_CONFIG")]
@@ -137,7 +152,8 @@ pub enum Command {
         json: bool,
     },
     /// Every node the running daemon watches, one line each (state, rule, power source, its
-    /// last answer, identity), like `kubectl get`.
+    /// last answer, identity), like `kubectl get`; only from the daemon of this config (exit 3
+    /// when another answers).
     Nodes {
         /// The datacenter's config file, /etc/oobfence/DC.toml.
         #[arg(long, short, env = "OOBFENCE_CONFIG")]
@@ -161,7 +177,9 @@ pub enum Command {
     /// Stop every write of this datacenter's daemon (fence, unfence, delete) without stopping
     /// it: writes the pause file named in the config; with `[ha]`, the datacenter's annotation
     /// on the pause ConfigMap, which every instance reads (so a failover does not lift it).
-    /// Decisions, reads, Events and metrics go on; `why` shows the pause.
+    /// Decisions, reads, Events and metrics go on; `why` shows the pause. Then says whether the
+    /// daemon of this config answers to honour it (none: it reads the file when it starts; exit
+    /// 3 when another daemon answers on its address).
     Pause {
         /// The datacenter's config file, /etc/oobfence/DC.toml.
         #[arg(long, short, env = "OOBFENCE_CONFIG")]
@@ -241,7 +259,11 @@ pub enum Command {
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.log_format, cli.log_level);
+    let daemon = matches!(cli.command, Command::Run { .. });
+    init_logging(cli.log_format, cli.log_level, daemon);
+    if spawns_nothing(&cli.command) {
+        quit_quietly_on_a_closed_pipe();
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -255,10 +277,42 @@ pub fn main() -> ExitCode {
     runtime.block_on(dispatch(cli.command))
 }
 
+/// The commands that start no process of their own (a fence agent, a power tool): only those
+/// may die of SIGPIPE, for an agent that exits before it reads its options must not kill the
+/// command that runs it.
+fn spawns_nothing(command: &Command) -> bool {
+    matches!(
+        command,
+        Command::Why { .. }
+            | Command::Nodes { .. }
+            | Command::Pause { .. }
+            | Command::Resume { .. }
+            | Command::Completions { .. }
+            | Command::Man { .. }
+            | Command::ConfirmOff { .. }
+            | Command::MakeKubeconfig { .. }
+    )
+}
+
+/// `oobfence why NODE | head -1`: once the reader is gone, the next line printed ends the
+/// process quietly, as it ends `cat` (the default action of SIGPIPE, which Rust programs
+/// ignore, so that printing fails and panics instead). Sockets are not concerned: they are
+/// written with MSG_NOSIGNAL.
+fn quit_quietly_on_a_closed_pipe() {
+    use nix::sys::signal::{SigHandler, Signal, signal};
+    // SAFETY: the default action installs no handler code; nothing else sets SIGPIPE.
+    let _ = unsafe { signal(Signal::SIGPIPE, SigHandler::SigDfl) };
+}
+
 /// An error line on stderr, at error priority in the journal.
 fn say_error(message: impl std::fmt::Display) {
+    eprintln!("{}", error_line(message));
+}
+
+/// `oobfence: MESSAGE`, at error priority when stderr is the journal.
+fn error_line(message: impl std::fmt::Display) -> String {
     let prefix = if stderr_is_journal() { "<3>" } else { "" };
-    eprintln!("{prefix}oobfence: {message}");
+    format!("{prefix}oobfence: {message}")
 }
 
 fn load(path: &Path) -> Result<Config, ExitCode> {
@@ -273,12 +327,27 @@ fn say_config_errors(e: crate::config::ConfigErrors) -> ExitCode {
     }
     if e.errors.len() > 1 {
         say_error(format!(
-            "{}: fix them and run `oobfence check-config {}` again",
+            "{}: fix them and run `{}` again",
             e.count_line(),
-            e.file.display()
+            check_config_command(&e.file)
         ));
     }
     ExitCode::from(2)
+}
+
+/// The `check-config` command line for `file`, as a shell takes it (pasted, it runs).
+fn check_config_command(file: &Path) -> String {
+    command_line(&[
+        "oobfence",
+        "check-config",
+        "--config",
+        &file.to_string_lossy(),
+    ])
+}
+
+/// Words as one shell command line, each quoted where the shell would split or expand it.
+fn command_line(words: &[&str]) -> String {
+    shlex::try_join(words.iter().copied()).unwrap_or_else(|_| words.join(" "))
 }
 
 async fn dispatch(command: Command) -> ExitCode {
@@ -287,8 +356,18 @@ async fn dispatch(command: Command) -> ExitCode {
         Command::CheckConfig {
             config,
             probe,
+            daemon_user,
+            strict,
             json,
-        } => check_config(&config, probe, json).await,
+        } => {
+            let options = check::Options {
+                probe,
+                strict,
+                json,
+                daemon_user,
+            };
+            check_config(&config, &options).await
+        }
         Command::Probe { config, node, json } => probe(&config, &node, json).await,
         Command::Why { config, node, json } => why(&config, &node, json).await,
         Command::Drill { config, node, json } => drill(&config, &node, json).await,
@@ -377,9 +456,14 @@ async fn run(path: &Path) -> Result<ExitCode, ExitCode> {
         .map_err(|e| match e {
             // Another process holds the address, or it is not this host's: a restart would
             // fail the same way, so exit 2, which the unit does not restart.
-            daemon::DaemonError::Listen { .. } => {
+            daemon::DaemonError::Listen { ref holder, .. } => {
+                let what_to_do = if holder.is_empty() {
+                    "; free the address or change [server] listen"
+                } else {
+                    ""
+                };
                 say_error(format!(
-                    "{}: {e}; free the address or change [server] listen (the unit is not restarted for this)",
+                    "{}: {e}{what_to_do} (the unit is not restarted for this)",
                     path.display()
                 ));
                 ExitCode::from(2)

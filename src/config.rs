@@ -265,7 +265,7 @@ impl Mapping<'_> {
     /// Why this mapping's machines may not be powered off or on (`None`: `actuate = true`).
     pub fn actuation_refused(&self) -> Option<String> {
         let (actuate, what) = match self {
-            Mapping::Bmc(b) => (b.actuate, format!("its [[bmc]] entry (bmc[{}])", b.index)),
+            Mapping::Bmc(b) => (b.actuate, format!("its entry {}", b.label())),
             Mapping::Aws(a) => (a.actuate, "[aws]".to_string()),
         };
         (!actuate).then(|| format!("{what} does not say actuate = true"))
@@ -327,6 +327,13 @@ impl Config {
     pub fn load_without_secrets(path: &Path) -> Result<Config, ConfigErrors> {
         let text = read_config(path)?;
         Config::parse_all(&text, path, Secrets::Skip)
+    }
+
+    /// The `[kubernetes]` section of a config file that may not load (see
+    /// [`raw::kubernetes_of`]); `None` when the file is unreadable, not TOML, or the section
+    /// is in error.
+    pub fn kubernetes_section(path: &Path) -> Option<KubernetesConfig> {
+        raw::kubernetes_of(&std::fs::read_to_string(path).ok()?, path)
     }
 
     /// Validates config text; `path` is used for messages and for the files it names relative
@@ -457,18 +464,47 @@ fn compile_globs(globs: &[String]) -> Result<Vec<glob::Pattern>, String> {
         .collect()
 }
 
-/// `serde(with = ...)` for human durations: "60s", "5m", "1h 30m".
+/// `serde(with = ...)` for human durations: "60s", "5m", "1h 30m". A bare number (`60`, which
+/// TOML reads as an integer) gets the very words its quoted form (`"60"`) gets: it needs a unit.
 mod humantime_serde {
+    use std::fmt;
     use std::time::Duration;
 
-    use serde::{Deserialize, Deserializer};
+    use serde::Deserializer;
+    use serde::de::{self, Visitor};
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        let s = String::deserialize(d)?;
-        humantime::parse_duration(&s).map_err(|e| {
-            serde::de::Error::custom(format!(
-                "{s:?} is not a duration ({e}); examples: \"500ms\", \"5s\", \"2m\""
-            ))
-        })
+        d.deserialize_any(DurationText)
+    }
+
+    /// The text of a duration as written, quoted or not.
+    struct DurationText;
+
+    impl Visitor<'_> for DurationText {
+        type Value = Duration;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a duration such as \"5s\"")
+        }
+
+        fn visit_str<E: de::Error>(self, s: &str) -> Result<Duration, E> {
+            humantime::parse_duration(s).map_err(|e| {
+                E::custom(format!(
+                    "{s:?} is not a duration ({e}); examples: \"500ms\", \"5s\", \"2m\""
+                ))
+            })
+        }
+
+        fn visit_i64<E: de::Error>(self, n: i64) -> Result<Duration, E> {
+            self.visit_str(&n.to_string())
+        }
+
+        fn visit_u64<E: de::Error>(self, n: u64) -> Result<Duration, E> {
+            self.visit_str(&n.to_string())
+        }
+
+        fn visit_f64<E: de::Error>(self, n: f64) -> Result<Duration, E> {
+            self.visit_str(&n.to_string())
+        }
     }
 }

@@ -1,5 +1,5 @@
 //! The daemon's HTTP endpoints: `/metrics`, `/healthz`, `/readyz`, `/nodes`, `/nodes/NAME`,
-//! `/guards`.
+//! `/guards`, `/whoami`.
 
 use std::sync::Arc;
 
@@ -20,6 +20,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/nodes", get(nodes))
         .route("/nodes/{name}", get(node))
         .route("/guards", get(guards))
+        .route(crate::whoami::PATH, get(whoami))
         .with_state(shared)
 }
 
@@ -177,4 +178,12 @@ async fn guards(State(s): State<Arc<Shared>>) -> Response {
         "fences_in_budget_window": calm.fences.iter().map(|(at, uid)| serde_json::json!({"at": at, "uid": uid})).collect::<Vec<_>>(),
     }))
     .into_response()
+}
+
+/// Who this daemon is: a command checks it before it believes anything else served here.
+async fn whoami(State(s): State<Arc<Shared>>) -> Response {
+    match s.whoami.read().ok().and_then(|w| w.clone()) {
+        Some(who) => axum::Json(who).into_response(),
+        None => (StatusCode::SERVICE_UNAVAILABLE, "starting\n").into_response(),
+    }
 }

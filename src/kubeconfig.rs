@@ -21,6 +21,7 @@ use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::api::{Api, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
+use crate::api_error::ApiErrorAt;
 use crate::cluster::{ApiError, NODE_LEASE_NAMESPACE};
 
 /// The shortest token lifetime the API server accepts.
@@ -181,9 +182,11 @@ pub enum MintError {
         "ServiceAccount {0} not found: apply deploy/rbac.yaml (or /usr/share/doc/oobfence/examples/rbac.yaml) first"
     )]
     NoServiceAccount(String),
-    #[error("TokenRequest for ServiceAccount {account} failed: {}", ApiError(.source))]
+    #[error("TokenRequest for ServiceAccount {account} failed: {}", ApiErrorAt(.source, .server))]
     TokenRequest {
         account: String,
+        /// The administrator's kubeconfig's API server URL, which failed connections name.
+        server: String,
         #[source]
         source: kube::Error,
     },
@@ -227,6 +230,7 @@ pub async fn make(req: &Request) -> Result<Minted, MintError> {
             kube::Error::Api(s) if s.code == 404 => MintError::NoServiceAccount(account.clone()),
             _ => MintError::TokenRequest {
                 account: account.clone(),
+                server: admin.cluster_url.to_string(),
                 source: e,
             },
         })?;

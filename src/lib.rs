@@ -19,6 +19,8 @@
 //!   writes.
 //! - [`metrics`], [`journal`], [`volumes`]: what oobfence reports about what it did and what
 //!   followed (Prometheus metrics, the decision journal, VolumeAttachment release).
+//! - [`whoami`]: who a daemon is (datacenter, config file, digest), so that a command talks
+//!   to the daemon of its config and to no other.
 
 pub mod api_error;
 pub mod cli;
@@ -42,13 +44,15 @@ pub mod report;
 pub mod secret;
 pub mod status;
 pub mod volumes;
+pub mod whoami;
 
 /// The log filter when `OOBFENCE_LOG` is not set (the unit sets the same). The libraries speak
 /// at WARN and up only; two not at all, as oobfence logs those failures itself, once, saying
 /// what they mean: the Kubernetes client's ERROR line per failed request (a watch that fails is
 /// one line of oobfence's), and the TLS platform verifier's per refused BMC certificate (one
-/// classified read error, `tls: ...`).
-pub const DEFAULT_LOG_FILTER: &str = "info,kube=warn,hyper=warn,rustls=warn,kube_client::client::builder=off,rustls_platform_verifier=off";
+/// classified read error, `tls: ...`). The AWS SDK's INFO lines (credentials loaded, with the
+/// access key ID) stay out of the journal.
+pub const DEFAULT_LOG_FILTER: &str = "info,kube=warn,hyper=warn,rustls=warn,aws_config=warn,kube_client::client::builder=off,rustls_platform_verifier=off";
 
 /// `oobfence --version`: the version, the commit, the build date, target and profile.
 pub const VERSION_LONG: &str = concat!(

@@ -54,6 +54,8 @@ pub struct Shared {
     pub calm: RwLock<Calm>,
     /// `[ha]`: this instance's standing, read live for `oobfence_leader` at every scrape.
     pub leadership: RwLock<Option<crate::leader::LeadershipHandle>>,
+    /// Who this daemon is, served on `/whoami`: set at start, its digest renewed by a reload.
+    pub whoami: RwLock<Option<crate::whoami::Whoami>>,
 }
 
 impl Shared {
@@ -72,7 +74,15 @@ impl Shared {
             holds: RwLock::new(HashMap::new()),
             calm: RwLock::new(Calm::default()),
             leadership: RwLock::new(None),
+            whoami: RwLock::new(None),
         })
+    }
+
+    /// Who this daemon is from now on: the config it runs, as loaded last.
+    pub fn set_whoami(&self, cfg: &crate::config::Config) {
+        if let Ok(mut w) = self.whoami.write() {
+            *w = Some(crate::whoami::Whoami::of(cfg));
+        }
     }
 
     pub fn ready(&self) -> bool {

@@ -120,6 +120,36 @@ fn an_api_server_certificate_from_another_ca_is_a_tls_failure_that_says_so() {
         stderr.contains("not signed by the kubeconfig's certificate-authority"),
         "{stderr}"
     );
+    // And what to do about it.
+    assert!(
+        stderr.contains("set the cluster's certificate-authority in the kubeconfig")
+            && stderr.contains("oobfence make-kubeconfig"),
+        "{stderr}"
+    );
+}
+
+/// `make-kubeconfig` against an administrator's kubeconfig whose API server does not answer
+/// names that server's URL and the cause.
+#[test]
+fn make_kubeconfig_names_the_api_server_it_could_not_reach() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = format!("https://127.0.0.1:{}", free_port());
+    config(dir.path(), &server, "insecure-skip-tls-verify: true", "t");
+    let o = Command::new(env!("CARGO_BIN_EXE_oobfence"))
+        .args(["make-kubeconfig", "--kubeconfig"])
+        .arg(dir.path().join("kubeconfig"))
+        .arg("--output")
+        .arg(dir.path().join("minted"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("cannot reach the API server at {server}")),
+        "{stderr}"
+    );
+    assert!(stderr.contains("connection refused"), "{stderr}");
+    assert!(!dir.path().join("minted").exists());
 }
 
 #[test]

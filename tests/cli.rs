@@ -63,7 +63,8 @@ fn check_config_accepts_a_good_file() {
     assert!(stdout(&o).contains("OK"), "{}", stdout(&o));
 }
 
-/// Each kind of bad config: exit code 2 and one line on stderr naming the file and the key.
+/// Each kind of bad config: exit code 2, one line on stderr naming the file and the key, and the
+/// closing count with the command to run again.
 #[test]
 fn bad_configs_exit_2_with_one_line_naming_file_and_key() {
     let dir = tempfile::tempdir().unwrap();
@@ -115,7 +116,9 @@ fn bad_configs_exit_2_with_one_line_naming_file_and_key() {
         let o = oobfence(&["check-config"], &path);
         let err = stderr(&o);
         assert_eq!(o.status.code(), Some(2), "{what}: {err}");
-        assert_eq!(err.trim_end().lines().count(), 1, "{what}: {err}");
+        // The error, then the count with the command to run again.
+        assert_eq!(err.trim_end().lines().count(), 2, "{what}: {err}");
+        assert!(err.contains("1 error in"), "{what}: {err}");
         assert!(err.contains(&path.display().to_string()), "{what}: {err}");
         assert!(err.contains(key), "{what}: expected {key} in {err}");
         assert!(!err.contains("sup3r-secret-pw"), "{what}: {err}");
@@ -456,6 +459,10 @@ fn the_config_may_come_from_oobfence_config() {
     std::fs::write(&path, good_config(dir.path())).unwrap();
     let o = std::process::Command::new(env!("CARGO_BIN_EXE_oobfence"))
         .args(["check-config", "--log-level", "debug"])
+        .env(
+            support::cli::DAEMON_USER_ENV.0,
+            support::cli::DAEMON_USER_ENV.1,
+        )
         .env("OOBFENCE_CONFIG", &path)
         .env_remove("OOBFENCE_LOG")
         .output()

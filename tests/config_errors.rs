@@ -5,7 +5,6 @@
 
 mod support;
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Output;
 
@@ -17,14 +16,7 @@ fn stderr(o: &Output) -> String {
 
 /// A password file and an offline kubeconfig in `dir`; the top of a config using them.
 fn head(dir: &Path) -> String {
-    let pw = dir.join("pw");
-    std::fs::write(&pw, "sup3r-secret-pw\n").unwrap();
-    std::fs::set_permissions(&pw, std::fs::Permissions::from_mode(0o600)).unwrap();
-    support::k8s::write_offline_kubeconfig(&dir.join("kubeconfig"));
-    format!(
-        "datacenter = \"dc1\"\n[kubernetes]\nkubeconfig = \"{}\"\n",
-        dir.join("kubeconfig").display()
-    )
+    support::cli::config_head(dir)
 }
 
 /// One `[[bmc]]` entry for `nodes`, its extra keys after it.
@@ -185,7 +177,7 @@ fn every_semantic_error_in_one_pass() {
 }
 
 /// A key set twice: the error names it and its second line; nothing further is checked, and
-/// the message says so.
+/// the message says so; the closing line counts it and names the command to run again.
 #[test]
 fn a_duplicate_key_is_named() {
     let dir = tempfile::tempdir().unwrap();
@@ -196,7 +188,14 @@ fn a_duplicate_key_is_named() {
     );
     let (o, err, file) = check(d, &text);
     assert_eq!(o.status.code(), Some(2), "{err}");
-    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert_eq!(err.trim_end().lines().count(), 2, "{err}");
+    assert!(
+        err.trim_end()
+            .lines()
+            .last()
+            .is_some_and(|l| l.starts_with(&format!("oobfence: 1 error in {file}"))),
+        "{err}"
+    );
     assert!(
         err.contains(&format!(
             "{file}:{}: invalid TOML: duplicate key `dry_run`",

@@ -111,6 +111,29 @@ async fn fence_ipmilan_reads_ipmi_sim_on_and_off_and_a_wrong_password_never_off(
     }
 }
 
+/// Debian's `fence_raritan` (over telnet) says "Unable to connect/login to fencing device" for
+/// a host name that does not resolve as for a wrong password: the read is `unreachable`, naming the
+/// host, never `auth` (which would send an operator to the credentials). `.invalid` never
+/// resolves (RFC 6761), so no machine is reached.
+#[tokio::test]
+async fn an_agent_that_cannot_resolve_its_host_is_unreachable_not_auth() {
+    let dir = tempfile::tempdir().unwrap();
+    let lines = "agent = \"fence_raritan\"\nusername = \"admin\"\nplug = \"1\"\ntimeout = \"60s\"\noptions = { ip = \"nonexistent.invalid\" }\n";
+    let e = entry(dir.path(), lines, Some("an-Agent-pw")).unwrap();
+    match source(&e).read().await {
+        PowerState::Error { kind, detail } => {
+            assert_eq!(kind, ReadErrorKind::Unreachable, "{detail}");
+            assert!(detail.contains("fence_raritan status failed"), "{detail}");
+            assert!(
+                detail.contains("\"nonexistent.invalid\" does not resolve"),
+                "{detail}"
+            );
+            assert!(!detail.contains("an-Agent-pw"), "{detail}");
+        }
+        other => panic!("an unresolvable host read {other:?}"),
+    }
+}
+
 #[tokio::test]
 async fn fence_redfish_reads_sushy_on_and_off() {
     let dir = tempfile::tempdir().unwrap();

@@ -72,7 +72,7 @@ fn the_main_page_has_exit_status_environment_files_and_examples() {
     write_pages(dir.path());
     let text = render(&dir.path().join("oobfence.1"));
     let exit = section(&text, "EXIT STATUS");
-    for code in ["0", "1", "2"] {
+    for code in ["0", "1", "2", "3"] {
         assert!(
             has_term(exit, code),
             "exit status {code} not described:\n{exit}"

@@ -46,7 +46,7 @@ if [ "$action" = uninstall ]; then
         esac
     done <"$r$manifest"
     rm -f "$r$manifest"
-    rmdir "$r/usr/share/doc/oobfence/examples" "$r/usr/share/doc/oobfence" 2>/dev/null || true
+    rmdir "$r/usr/share/doc/oobfence/examples" "$r/usr/share/doc/oobfence/pictures" "$r/usr/share/doc/oobfence" 2>/dev/null || true
     if systemd_here; then systemctl --system daemon-reload || true; fi
     echo "oobfence removed; kept: /etc/oobfence (configs, secrets), the decision journal in /var/lib/oobfence, the user oobfence"
     exit 0

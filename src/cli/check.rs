@@ -1,72 +1,122 @@
 //! `check-config` (the file, what it names, and with `--probe` a read of every mapped node's
 //! power source) and `probe` (one node's power source, read now).
+//!
+//! One pass: the config's errors, the kubeconfig's and those of the files it names (read as the
+//! daemon's user would) come together, each as `FILE[:LINE]: KEY: PROBLEM`, and the closing
+//! line names the command to run again.
 
 use std::path::Path;
 use std::process::ExitCode;
-use std::sync::Arc;
 
-use futures::StreamExt;
-use k8s_openapi::api::core::v1::Node;
-use kube::ResourceExt;
-use kube::api::{Api, ListParams};
+use crate::config::checks::{self, Finding, Severity};
+use crate::config::{Config, ConfigError, display_key};
 
-use super::{fail, load};
-use crate::cluster::{ApiError, NodeView};
-use crate::daemon;
-use crate::power::{MappedSource, PowerSources};
-use crate::report::short_state;
+mod cluster;
+mod probe;
 
-/// `check-config [--probe] [--json]`: the text lines, or with `json` one document on stdout
-/// holding the same (see [`Say`]); the exit code is the same either way.
-pub(super) async fn check_config(
-    path: &Path,
-    probe: bool,
-    json: bool,
-) -> Result<ExitCode, ExitCode> {
-    let mut say = Say::new(path, json);
-    let code = check_config_into(&mut say, path, probe).await;
-    let code = code.unwrap_or_else(|c| c);
+pub(super) use self::probe::probe;
+
+/// What `check-config` was asked for.
+pub(super) struct Options {
+    /// `--probe`: read every mapped node's power source too.
+    pub probe: bool,
+    /// `--strict`: a warning exits 1.
+    pub strict: bool,
+    /// `--json`: one document instead of lines.
+    pub json: bool,
+    /// `--daemon-user`: who the named files are checked as, when run as root.
+    pub daemon_user: String,
+}
+
+/// `check-config`: the text lines, or with `json` one document on stdout holding the same
+/// (see [`Say`]); the exit code is the same either way: 2 an error, 1 with `strict` a warning
+/// (or with `probe` a node that could not be read), else 0.
+pub(super) async fn check_config(path: &Path, options: &Options) -> Result<ExitCode, ExitCode> {
+    let mut say = Say::new(path, options.json);
+    let code = check_config_into(&mut say, path, options).await;
+    let mut code = code.unwrap_or_else(|c| c);
+    if options.strict && code == ExitCode::SUCCESS && say.warnings > 0 {
+        say.err(format!(
+            "oobfence: {} warning(s) and --strict: exit 1 (fix them, or run without --strict to accept them)",
+            say.warnings
+        ));
+        code = ExitCode::from(1);
+    }
     Ok(say.finish(code))
 }
 
-async fn check_config_into(say: &mut Say, path: &Path, probe: bool) -> Result<ExitCode, ExitCode> {
-    use crate::config::checks::{self, Severity};
-    let cfg = match crate::config::Config::load(path) {
-        Ok(cfg) => cfg,
-        Err(e) if say.json() => {
-            for one in &e.errors {
-                say.push(
-                    "errors",
-                    serde_json::json!({
-                        "file": one.file, "line": one.line, "key": one.key,
-                        "problem": one.problem, "text": one.to_string(),
-                    }),
-                );
-            }
-            return Err(ExitCode::from(2));
-        }
-        Err(e) => return Err(super::say_config_errors(e)),
+async fn check_config_into(
+    say: &mut Say,
+    path: &Path,
+    options: &Options,
+) -> Result<ExitCode, ExitCode> {
+    let (cfg, mut errors) = match Config::load(path) {
+        Ok(cfg) => (Some(cfg), Vec::new()),
+        Err(e) => (None, e.errors),
     };
-    let mut findings = checks::kubeconfig(&cfg.kubernetes, jiff::Timestamp::now());
-    findings.extend(checks::warnings(&cfg));
-    let errors = findings
-        .iter()
-        .filter(|f| f.severity == Severity::Error)
-        .count();
-    for f in &findings {
-        say.push("findings", finding_json(f));
-        match f.severity {
-            Severity::Note => say.out(format!("{}: {f}", path.display())),
-            _ => say.err(format!("{}: {f}", path.display())),
-        }
+    // The kubeconfig as the file names it, even where the rest of the file is broken.
+    let kubernetes = match &cfg {
+        Some(cfg) => Some(cfg.kubernetes.clone()),
+        None => Config::kubernetes_section(path),
+    };
+    let mut findings: Vec<Finding> = kubernetes
+        .map(|k| checks::kubeconfig(&k, jiff::Timestamp::now()))
+        .unwrap_or_default();
+    let access = checks::unreadable_by(
+        &checks::Reader::for_this_run(&options.daemon_user),
+        &checks::named_files(path),
+    );
+    // A file the load or the kubeconfig check could not read either is said once, with its fix.
+    let said_by_access = |key: &str, problem: &str| {
+        access.iter().any(|a| {
+            a.key == key
+                && a.problem
+                    .split(" cannot be read by ")
+                    .next()
+                    .is_some_and(|file| problem.contains(file))
+        })
+    };
+    errors.retain(|e| !said_by_access(&e.key, &e.problem));
+    findings.retain(|f| f.severity != Severity::Error || !said_by_access(&f.key, &f.problem));
+    findings.extend(access);
+    if let Some(cfg) = &cfg {
+        findings.extend(checks::warnings(cfg));
     }
-    if errors > 0 {
+    // Every error in one format and one list: the file's, then the files it names.
+    errors.extend(
+        findings
+            .iter()
+            .filter(|f| f.severity == Severity::Error)
+            .map(|f| ConfigError {
+                file: path.to_owned(),
+                line: None,
+                key: f.key.clone(),
+                problem: f.problem.clone(),
+            }),
+    );
+    for e in &errors {
+        say.push("errors", error_json(e));
+        say.err(super::error_line(e));
+    }
+    for f in findings.iter().filter(|f| f.severity != Severity::Error) {
+        say.finding(path, f);
+    }
+    if !errors.is_empty() {
         say.err(format!(
-            "{}: {errors} error(s): `oobfence run` would not work with this config",
-            path.display()
+            "oobfence: {} in {}: `oobfence run` would not work with this config; fix {} and run `{}` again",
+            match errors.len() {
+                1 => "1 error".to_string(),
+                n => format!("{n} errors"),
+            },
+            path.display(),
+            if errors.len() == 1 { "it" } else { "them" },
+            super::check_config_command(path)
         ));
         return Err(ExitCode::from(2));
     }
+    let Some(cfg) = cfg else {
+        return Err(ExitCode::from(2));
+    };
     let listed: usize = cfg
         .bmc
         .iter()
@@ -96,411 +146,10 @@ async fn check_config_into(say: &mut Say, path: &Path, probe: bool) -> Result<Ex
         cfg.policy.action,
         if cfg.policy.dry_run { ", dry run" } else { "" }
     ));
-    if !probe {
+    if !options.probe {
         return Ok(ExitCode::SUCCESS);
     }
-    let client = daemon::client_for(&cfg).await.map_err(fail)?;
-    kubernetes_version(say, &client, &cfg).await;
-    let lacking = permissions(say, &client, &cfg).await;
-    let nodes = Api::<Node>::all(client)
-        .list(&match &cfg.kubernetes.node_selector {
-            Some(sel) => ListParams::default().labels(sel),
-            None => ListParams::default(),
-        })
-        .await
-        .map_err(|e| fail(format!("cannot list nodes: {}", ApiError(&e))))?;
-    let names: Vec<&str> = nodes
-        .items
-        .iter()
-        .filter_map(|n| n.metadata.name.as_deref())
-        .collect();
-    for f in checks::unmatched(&cfg, &names) {
-        say.push("findings", finding_json(&f));
-        say.err(format!("{}: {f}", path.display()));
-    }
-    let cfg = Arc::new(cfg);
-    let sources = Arc::new(PowerSources::new(cfg.clone(), Default::default()).await);
-    let conflicts = daemon::mapping_conflicts(
-        &cfg,
-        nodes.items.iter().map(|n| {
-            (
-                n.metadata.name.as_deref().unwrap_or(""),
-                n.spec.as_ref().and_then(|s| s.provider_id.as_deref()),
-            )
-        }),
-    );
-    let conflicts = &conflicts;
-    let shared_uuids = crate::identity::shared_system_uuids(nodes.items.iter().map(|n| {
-        (
-            n.metadata.name.as_deref().unwrap_or(""),
-            n.status
-                .as_ref()
-                .and_then(|s| s.node_info.as_ref())
-                .map_or("", |i| i.system_uuid.as_str()),
-        )
-    }));
-    let shared_uuids = &shared_uuids;
-    let rows: Vec<Row> = futures::stream::iter(nodes.items.into_iter().map(|n| {
-        let sources = sources.clone();
-        let cfg = cfg.clone();
-        async move {
-            let name = n.name_any();
-            let provider_id = n.spec.as_ref().and_then(|s| s.provider_id.as_deref());
-            let mappings = cfg.mappings_for(&name);
-            if mappings.is_empty() {
-                return vec![Row {
-                    node: name,
-                    backend: "-".into(),
-                    address: "-".into(),
-                    state: "not mapped".into(),
-                    identity: "-".into(),
-                    ok: true,
-                    actions: None,
-                    level: None,
-                }];
-            }
-            // A node of several sources, or of a level above 1, shows each row's level.
-            let shown_levels = mappings.len() > 1 || mappings.iter().any(|m| m.level() > 1);
-            let mut rows = Vec::new();
-            for m in mappings {
-                let node = name.clone();
-                let Some(MappedSource { source, deadline }) =
-                    sources.for_mapping(m, &name, provider_id)
-                else {
-                    continue;
-                };
-                rows.push({
-                    let r = daemon::read_once(&source, deadline).await;
-                    let mut node_identity = crate::cluster::node_identity(&NodeView::from(&n));
-                    node_identity.uuid_shared_with =
-                        shared_uuids.get(&name).cloned().unwrap_or_default();
-                    let verdict = crate::identity::verify(&node_identity, &r.identity);
-                    let checked = m.identity() != crate::identity::IdentityCheck::Unchecked;
-                    let conflict = conflicts.get(&name);
-                    let identity_ok = conflict.is_none()
-                        && match &verdict {
-                            crate::identity::Verdict::Match(_) => true,
-                            crate::identity::Verdict::Mismatch(_) => false,
-                            // A gone instance reports no identity: that is for the daemon's
-                            // binding to judge, not a broken mapping.
-                            crate::identity::Verdict::Unverifiable(_) => {
-                                !checked || r.state.is_gone()
-                            }
-                        };
-                    let identity = match conflict {
-                        Some(c) => format!("UNTRUSTED {c}"),
-                        None if !checked => format!("{verdict} (identity unchecked)"),
-                        None => verdict.to_string(),
-                    };
-                    // How the read logged in, where the backend says (IPMI: suite and role;
-                    // Redfish: Basic or a session), and the TLS version the BMC picks.
-                    let backend = backend_column(source.as_ref(), &r.details).await;
-                    // Opt-in actuation: what the source says it can do, where both opt-ins
-                    // are given (it costs a read of its own).
-                    let acts = cfg.actuation.is_some() && m.actuation_refused().is_none();
-                    let actions = match acts {
-                        true => {
-                            let a = source.action_support().await;
-                            let say = |r: &Result<String, String>| match r {
-                                Ok(how) => format!("yes ({how})"),
-                                Err(why) => format!("NO: {why}"),
-                            };
-                            Some(format!(
-                                "power off: {}; power on: {}",
-                                say(&a.off),
-                                say(&a.on)
-                            ))
-                        }
-                        false => None,
-                    };
-                    Row {
-                        node,
-                        level: shown_levels.then_some(m.level()),
-                        backend,
-                        address: source.address(),
-                        state: format!(
-                            "{} ({:.3}s)",
-                            short_state(&r.state),
-                            r.latency.as_secs_f64()
-                        ),
-                        identity,
-                        ok: !matches!(r.state, crate::power::PowerState::Error { .. })
-                            && identity_ok,
-                        actions,
-                    }
-                });
-            }
-            rows
-        }
-    }))
-    .buffered(cfg.max_concurrent_reads)
-    .collect::<Vec<Vec<Row>>>()
-    .await
-    .into_iter()
-    .flatten()
-    .collect();
-    sources.close_sessions().await;
-    let w = |f: fn(&Row) -> usize, min: usize| rows.iter().map(f).max().unwrap_or(0).max(min);
-    let (w0, w1, w2, w3) = (
-        w(|r| shown(r).len(), 4),
-        w(|r| r.backend.len(), 7),
-        w(|r| r.address.len(), 7),
-        w(|r| r.state.len(), 5),
-    );
-    say.out(format!(
-        "{:w0$}  {:w1$}  {:w2$}  {:w3$}  IDENTITY",
-        "NODE", "BACKEND", "ADDRESS", "STATE"
-    ));
-    for r in &rows {
-        say.push(
-            "nodes",
-            serde_json::json!({
-                "node": r.node, "level": r.level, "backend": r.backend, "address": r.address,
-                "state": r.state, "identity": r.identity, "ok": r.ok, "actuation": r.actions,
-            }),
-        );
-        say.out(format!(
-            "{:w0$}  {:w1$}  {:w2$}  {:w3$}  {}",
-            shown(r),
-            r.backend,
-            r.address,
-            r.state,
-            r.identity
-        ));
-    }
-    for r in rows.iter().filter(|r| r.actions.is_some()) {
-        say.out(format!(
-            "actuation: {}: {}",
-            r.node,
-            r.actions.as_deref().unwrap_or_default()
-        ));
-    }
-    let failed = rows.iter().filter(|r| !r.ok).count();
-    if lacking {
-        return Ok(ExitCode::from(1));
-    }
-    if failed > 0 {
-        say.err(format!(
-            "oobfence: {failed} of {} nodes could not be read or not tied to their machine (see STATE and IDENTITY)",
-            rows.len()
-        ));
-        return Ok(ExitCode::from(1));
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-/// `check-config --probe`: whether the cluster acts on the out-of-service taint (1.26 or
-/// later). A warning, not a failure: a 1.24 or 1.25 cluster may have the gate on by hand, and
-/// `delete-node` does not need it.
-async fn kubernetes_version(say: &mut Say, client: &kube::Client, cfg: &crate::config::Config) {
-    use crate::cluster::version;
-    let info = match client.apiserver_version().await {
-        Ok(info) => info,
-        Err(e) => {
-            let text = format!("cannot read the version: {}", ApiError(&e));
-            say.set("kubernetes", serde_json::json!({ "error": text }));
-            say.err(format!("kubernetes: {text}"));
-            return;
-        }
-    };
-    let Some(v) = version::parse(&info.major, &info.minor) else {
-        let text = format!(
-            "version {:?}.{:?} is not numbers: cannot tell whether the out-of-service taint \
-             is acted on (it is from 1.26)",
-            info.major, info.minor
-        );
-        say.set(
-            "kubernetes",
-            serde_json::json!({ "version": info.git_version, "warning": text }),
-        );
-        say.err(format!("kubernetes: warning: {text}"));
-        return;
-    };
-    let (acted_on, text) = match (
-        version::out_of_service_words(&info.git_version, v),
-        cfg.policy.action,
-    ) {
-        (Ok(words), _) => (true, words),
-        (Err(words), crate::decision::FenceAction::Taint) => (false, words),
-        (Err(_), crate::decision::FenceAction::DeleteNode) => (
-            false,
-            format!(
-                "{}: action delete-node needs no out-of-service support",
-                info.git_version
-            ),
-        ),
-    };
-    let warn = !acted_on && cfg.policy.action == crate::decision::FenceAction::Taint;
-    say.set(
-        "kubernetes",
-        serde_json::json!({
-            "version": info.git_version,
-            "out_of_service_acted_on": acted_on,
-            "warning": warn,
-            "text": text,
-        }),
-    );
-    if warn {
-        say.err(format!("kubernetes: warning: {text}"));
-    } else {
-        say.out(format!("kubernetes: {text}"));
-    }
-}
-
-/// `check-config --probe`: whether the kubeconfig's identity may do everything the daemon
-/// does with this config, as the API server's authorizer says (SelfSubjectAccessReview).
-/// Prints the answer; `true` when something is lacking.
-async fn permissions(say: &mut Say, client: &kube::Client, cfg: &crate::config::Config) -> bool {
-    let needed = crate::kubeconfig::needed_by(cfg);
-    let answer = crate::kubeconfig::lacking(client, &needed).await;
-    say.set(
-        "permissions",
-        match &answer {
-            Ok(missing) => serde_json::json!({
-                "needed": needed.len(),
-                "missing": missing.iter().map(ToString::to_string).collect::<Vec<_>>(),
-            }),
-            Err(e) => serde_json::json!({ "needed": needed.len(), "error": e }),
-        },
-    );
-    match answer {
-        Ok(missing) if missing.is_empty() => {
-            say.out(format!(
-                "permissions: the kubeconfig may do all {} things the daemon does with this config",
-                needed.len()
-            ));
-            false
-        }
-        Ok(missing) => {
-            for p in &missing {
-                let why = match p.resource {
-                    "pods" => {
-                        " (release_at_attestation lists a fenced node's pods and force-deletes them; without it they wait for the pod garbage collector)"
-                    }
-                    _ => "",
-                };
-                say.err(format!("permissions: MISSING: {p}{why}"));
-            }
-            say.err(format!(
-                "oobfence: the kubeconfig lacks {} of the {} permissions the daemon uses: apply the shipped RBAC again (kubectl apply -f /usr/share/doc/oobfence/examples/rbac.yaml, or deploy/rbac.yaml from the source)",
-                missing.len(),
-                needed.len()
-            ));
-            true
-        }
-        Err(e) => {
-            say.err(format!("permissions: cannot be checked: {e}"));
-            false
-        }
-    }
-}
-
-/// `BACKEND` of `check-config --probe`: the backend, how the read logged in and what its
-/// connection negotiated, as far as the backend says.
-async fn backend_column(
-    source: &dyn crate::power::PowerSource,
-    details: &[crate::power::ReadDetail],
-) -> String {
-    let login = details
-        .iter()
-        .find(|d| d.name == "session")
-        .map(|d| d.value.clone());
-    let transport = source.transport().await;
-    let said: Vec<String> = login.into_iter().chain(transport).collect();
-    if said.is_empty() {
-        source.backend().to_string()
-    } else {
-        format!("{} ({})", source.backend(), said.join("; "))
-    }
-}
-
-/// One line of `check-config --probe`.
-/// How the table names a row's node: with its level, where the node has several or one
-/// above 1.
-fn shown(r: &Row) -> String {
-    match r.level {
-        Some(l) => format!("{} (level {l})", r.node),
-        None => r.node.clone(),
-    }
-}
-
-struct Row {
-    node: String,
-    backend: String,
-    address: String,
-    state: String,
-    identity: String,
-    ok: bool,
-    /// With opt-in actuation, whether its source says it can power the machine off and on.
-    actions: Option<String>,
-    /// The source's fencing level, where the node has several or one above 1.
-    level: Option<u32>,
-}
-
-pub(super) async fn probe(path: &Path, node: &str, json: bool) -> Result<ExitCode, ExitCode> {
-    let cfg = Arc::new(load(path)?);
-    let sources = PowerSources::new(cfg.clone(), Default::default()).await;
-    // Only an EC2-mapped node needs the cluster (its providerID); a BMC is in the config.
-    let provider_id = if sources.needs_node_data(node) {
-        let client = daemon::client_for(&cfg).await.map_err(fail)?;
-        let n = Api::<Node>::all(client).get(node).await.map_err(|e| {
-            fail(format!(
-                "cannot read node {node} for its providerID: {}",
-                ApiError(&e)
-            ))
-        })?;
-        n.spec.and_then(|s| s.provider_id)
-    } else {
-        None
-    };
-    let Some(MappedSource { source, deadline }) = sources.for_node(node, provider_id.as_deref())
-    else {
-        return Err(fail(format!(
-            "no [[bmc]] entry or [aws] nodes pattern in {} matches node {node:?}",
-            path.display()
-        )));
-    };
-    let r = daemon::read_once(&source, deadline).await;
-    // A Redfish session is logged out now, not left to the BMC's timeout (its slots are few).
-    sources.close_sessions().await;
-    let mut out = format!(
-        "{node}: {} ({} {}, {:.3}s)",
-        r.state,
-        source.backend(),
-        source.address(),
-        r.latency.as_secs_f64()
-    );
-    out.push_str(&format!("\n  identity: {}", r.identity));
-    let transport = source.transport().await;
-    if let Some(transport) = &transport {
-        out.push_str(&format!("\n  transport: {transport}"));
-    }
-    for d in &r.details {
-        out.push_str(&format!("\n  {d}"));
-    }
-    let failed = matches!(r.state, crate::power::PowerState::Error { .. });
-    if json {
-        // The reading as the journal records it (state, latency, identity, details), and
-        // where it was read; the exit code is the text form's.
-        let doc = serde_json::json!({
-            "node": node,
-            "backend": source.backend(),
-            "address": source.address(),
-            "transport": transport,
-            "reading": &r,
-        });
-        println!("{}", serde_json::to_string_pretty(&doc).map_err(fail)?);
-        return Ok(if failed {
-            ExitCode::from(1)
-        } else {
-            ExitCode::SUCCESS
-        });
-    }
-    if failed {
-        return Err(fail(out));
-    }
-    println!("{out}");
-    Ok(ExitCode::SUCCESS)
+    cluster::read_cluster(say, cfg, path).await
 }
 
 /// Where `check-config` says what it found: lines on stdout (all is well) and stderr (what is
@@ -509,6 +158,8 @@ pub(super) async fn probe(path: &Path, node: &str, json: bool) -> Result<ExitCod
 /// and with `--probe` `kubernetes`, `permissions` and `nodes`; `exit_code` last.
 struct Say {
     doc: Option<serde_json::Map<String, serde_json::Value>>,
+    /// The warnings said so far (for `--strict`).
+    warnings: usize,
 }
 
 impl Say {
@@ -519,11 +170,22 @@ impl Say {
                 doc.insert("file".into(), path.display().to_string().into());
                 doc
             }),
+            warnings: 0,
         }
     }
 
-    fn json(&self) -> bool {
-        self.doc.is_some()
+    /// A warning or a note about the config at `path`: a line (a note on stdout, a warning on
+    /// stderr) or an item of `findings`.
+    fn finding(&mut self, path: &Path, f: &Finding) {
+        self.push("findings", finding_json(f));
+        match f.severity {
+            Severity::Note => self.out(format!("{}: {f}", path.display())),
+            Severity::Warning => {
+                self.warnings += 1;
+                self.err(format!("{}: {f}", path.display()));
+            }
+            Severity::Error => self.err(format!("{}: {f}", path.display())),
+        }
     }
 
     fn out(&self, line: String) {
@@ -575,14 +237,31 @@ impl Say {
     }
 }
 
-fn finding_json(f: &crate::config::checks::Finding) -> serde_json::Value {
+/// A warning or note as JSON: its key as the text shows it (`[[bmc]] #1 protocol`), and the
+/// `[[bmc]]` entry's number where it is about one (1-based, as in the text).
+fn finding_json(f: &Finding) -> serde_json::Value {
     serde_json::json!({
         "severity": match f.severity {
-            crate::config::checks::Severity::Error => "error",
-            crate::config::checks::Severity::Warning => "warning",
-            crate::config::checks::Severity::Note => "note",
+            Severity::Error => "error",
+            Severity::Warning => "warning",
+            Severity::Note => "note",
         },
-        "key": f.key,
+        "key": display_key(&f.key),
+        "bmc_entry": bmc_entry(&f.key),
         "problem": f.problem,
     })
+}
+
+/// An error as JSON, numbered as [`finding_json`] numbers; `text` its line.
+fn error_json(e: &ConfigError) -> serde_json::Value {
+    serde_json::json!({
+        "file": e.file, "line": e.line, "key": display_key(&e.key),
+        "bmc_entry": bmc_entry(&e.key), "problem": e.problem, "text": e.to_string(),
+    })
+}
+
+/// The 1-based number of the `[[bmc]]` entry a key (`bmc[0].address`) is about.
+fn bmc_entry(key: &str) -> Option<usize> {
+    let n = key.strip_prefix("bmc[")?.split_once(']')?.0;
+    n.parse::<usize>().ok().map(|n| n + 1)
 }

@@ -11,15 +11,7 @@ use crate::report::NodeReport;
 
 /// Where to reach the daemon: its listen address, with a wildcard turned into loopback.
 pub(super) fn daemon_url(cfg: &Config) -> String {
-    let mut addr = cfg.server.listen;
-    if addr.ip().is_unspecified() {
-        addr.set_ip(if addr.is_ipv4() {
-            std::net::Ipv4Addr::LOCALHOST.into()
-        } else {
-            std::net::Ipv6Addr::LOCALHOST.into()
-        });
-    }
-    format!("http://{addr}")
+    crate::whoami::url_of(cfg.server.listen)
 }
 
 /// `pause` (with a reason) and `resume` (without): the pause file; with `[ha]`, the group's
@@ -42,12 +34,11 @@ pub(super) async fn pause(path: &Path, reason: Option<&str>) -> Result<ExitCode,
         Some(reason) => match crate::pause::write_file(file, reason, &by) {
             Ok(()) => {
                 println!(
-                    "paused: {} exists; the daemon of datacenter {} writes nothing within a second. Resume with: oobfence resume --config {}",
+                    "paused: {} exists. Resume with: oobfence resume --config {}",
                     file.display(),
-                    cfg.datacenter,
                     path.display()
                 );
-                Ok(ExitCode::SUCCESS)
+                who_honours(&cfg, path, Switch::PauseFile, true).await
             }
             Err(e) => {
                 say_error(format!(
@@ -72,7 +63,7 @@ pub(super) async fn pause(path: &Path, reason: Option<&str>) -> Result<ExitCode,
                         .map(ToString::to_string)
                         .unwrap_or_else(|| "none configured".into())
                 );
-                Ok(ExitCode::SUCCESS)
+                who_honours(&cfg, path, Switch::PauseFile, false).await
             }
             Err(e) => {
                 say_error(format!(
@@ -83,6 +74,82 @@ pub(super) async fn pause(path: &Path, reason: Option<&str>) -> Result<ExitCode,
             }
         },
     }
+}
+
+/// Where a pause was set: what the daemon reads it from.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Switch {
+    PauseFile,
+    /// `[ha]`: every instance reads the group's ConfigMap, this host's among them.
+    GroupConfigMap,
+}
+
+/// After a pause (`paused`) or resume: says whether the daemon of this config answers to
+/// honour it. None answering is no failure (the switch is read at start); another daemon
+/// answering is: the command cannot tell that this datacenter's daemon honours it.
+async fn who_honours(
+    cfg: &Config,
+    path: &Path,
+    switch: Switch,
+    paused: bool,
+) -> Result<ExitCode, ExitCode> {
+    use crate::whoami::Answer;
+    let url = daemon_url(cfg);
+    let answer = super::right_daemon::answer(cfg).await;
+    match (&answer, switch) {
+        (Answer::Ours { who, .. }, Switch::PauseFile) => println!(
+            "the daemon of datacenter {} answers at {url} (pid {}): {}",
+            cfg.datacenter,
+            who.pid,
+            if paused {
+                "it writes nothing within a second; `oobfence why NODE` shows the hold"
+            } else {
+                "its writes resume within a second, unless another switch still says paused"
+            }
+        ),
+        (Answer::Ours { who, .. }, Switch::GroupConfigMap) => println!(
+            "this host's instance of datacenter {} answers at {url} (pid {}{}); every other              instance reads the same ConfigMap",
+            cfg.datacenter,
+            who.pid,
+            who.ha_identity
+                .as_ref()
+                .map(|i| format!(", [ha] identity {i}"))
+                .unwrap_or_default()
+        ),
+        (Answer::Nobody(_), Switch::PauseFile) => println!(
+            "no daemon answers at {url} (server.listen in {}): {}",
+            path.display(),
+            if paused {
+                "the pause takes effect when it starts (it reads the pause file before any write)"
+                    .to_string()
+            } else {
+                format!(
+                    "nothing writes until it starts (systemctl start oobfence@{})",
+                    cfg.datacenter
+                )
+            }
+        ),
+        (Answer::Nobody(_), Switch::GroupConfigMap) => println!(
+            "no instance answers on this host at {url} (server.listen in {}); each instance of              datacenter {}, wherever it runs, reads the ConfigMap, at start too",
+            path.display(),
+            cfg.datacenter
+        ),
+        (other, _) => {
+            say_error(format!(
+                "{} is {}, but whether datacenter {}'s daemon honours it cannot be told: {}",
+                if paused { "the pause" } else { "the resume" },
+                if switch == Switch::PauseFile {
+                    "written"
+                } else {
+                    "in the ConfigMap"
+                },
+                cfg.datacenter,
+                super::right_daemon::not_ours(cfg, path, other).unwrap_or_default()
+            ));
+            return Err(ExitCode::from(super::right_daemon::EXIT_OTHER_DAEMON));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Who runs the command: the login name behind `sudo`, then the user.
@@ -121,14 +188,14 @@ async fn pause_group(
                 cfg.datacenter,
                 path.display()
             );
-            Ok(ExitCode::SUCCESS)
+            who_honours(cfg, path, Switch::GroupConfigMap, true).await
         }
         Ok(()) => {
             println!(
                 "removed {key} from ConfigMap {cm}: writes resume within 5 seconds unless it still carries {}",
                 crate::pause::ANNOTATION_PAUSED
             );
-            Ok(ExitCode::SUCCESS)
+            who_honours(cfg, path, Switch::GroupConfigMap, false).await
         }
         Err(e) => {
             say_error(e);
@@ -243,6 +310,8 @@ async fn daemon_get(
     config_path: &Path,
     path: &str,
 ) -> Result<(reqwest::StatusCode, String), ExitCode> {
+    // Believe nothing until the daemon answering says it is this config's.
+    super::right_daemon::the_daemon(cfg, config_path).await?;
     let base = daemon_url(cfg);
     let client = reqwest::Client::builder()
         .timeout(std::time::Duration::from_secs(10))
@@ -255,8 +324,8 @@ async fn daemon_get(
         .await
         .map_err(|e| {
             fail(format!(
-                "no oobfence daemon answers at {base} (server.listen in {}): {}. Is it running? \
-                 (systemctl status oobfence@{})",
+                "the daemon at {base} (server.listen in {}) stopped answering: {}. Is it \
+                 running? (systemctl status oobfence@{})",
                 config_path.display(),
                 root_cause(&e),
                 cfg.datacenter
@@ -303,9 +372,5 @@ async fn ask_daemon(
 }
 
 pub(super) fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut cur = e;
-    while let Some(next) = cur.source() {
-        cur = next;
-    }
-    cur.to_string()
+    crate::whoami::root_cause(e)
 }

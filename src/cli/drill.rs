@@ -418,6 +418,12 @@ async fn kubernetes_version(c: &mut Checks, cfg: &Config, client: &kube::Client)
 /// The daemon of this config, and what it decides of the node now.
 async fn running_daemon(c: &mut Checks, cfg: &Config, node: &str) {
     let base = super::daemon_commands::daemon_url(cfg);
+    // What another daemon says is about another datacenter (or another file's pause).
+    let who = super::right_daemon::answer(cfg).await;
+    if let Some(why) = super::right_daemon::not_ours(cfg, &cfg.source, &who) {
+        c.add("daemon", Outcome::Fail, why);
+        return;
+    }
     let answer = async {
         let client = reqwest::Client::builder()
             .timeout(Duration::from_secs(5))

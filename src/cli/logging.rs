@@ -1,17 +1,23 @@
 //! The daemon's log lines: JSON or text, and under systemd each line written whole with its
-//! journal priority.
+//! journal priority. The other commands print their own words: no library's log line (the
+//! AWS SDK's INFO about the credentials it loaded, say) mixes into what they print.
 
 use super::{LogFormat, LogLevel};
 
-pub(super) fn init_logging(format: LogFormat, level: LogLevel) {
+/// `daemon`: the command is `run`; `level`: `--log-level`, when given.
+pub(super) fn init_logging(format: LogFormat, level: Option<LogLevel>, daemon: bool) {
     use tracing_subscriber::EnvFilter;
-    // --log-level sets oobfence's own level; the libraries stay as quiet as by default.
     let filter = EnvFilter::try_from_env("OOBFENCE_LOG").unwrap_or_else(|_| {
-        EnvFilter::new(crate::DEFAULT_LOG_FILTER.replacen(
-            "info",
-            &format!("info,oobfence={}", level.as_str()),
-            1,
-        ))
+        EnvFilter::new(if daemon {
+            // --log-level sets oobfence's own level; the libraries stay as quiet as by default.
+            crate::DEFAULT_LOG_FILTER.replacen(
+                "info",
+                &format!("info,oobfence={}", level.unwrap_or(LogLevel::Info).as_str()),
+                1,
+            )
+        } else {
+            format!("off,oobfence={}", level.unwrap_or(LogLevel::Warn).as_str())
+        })
     });
     // Under systemd the journal adds its own timestamps, colours mean nothing, and each line
     // carries its priority so that `journalctl -p warning` and friends work.

@@ -45,13 +45,15 @@ const EXIT_STATUS: &[(&str, &str)] = &[
     (
         "0",
         "Success. check-config: the config is valid (with --probe, every mapped node was \
-         read); run: the daemon stopped on SIGTERM or SIGINT.",
+         read; with --strict, and there is no warning); run: the daemon stopped on SIGTERM or \
+         SIGINT.",
     ),
     (
         "1",
         "A failure at run time: the API server or a BMC could not be reached or read, no \
          daemon answered (why, nodes), a file could not be written, the token lacks a \
-         permission the daemon needs (make-kubeconfig, check-config --probe); drill: \
+         permission the daemon needs (make-kubeconfig, check-config --probe); check-config \
+         --strict: a warning; drill: \
          something stands in the way of a fence of the node (its FAIL lines); run: the daemon \
          stopped on an error, such as an API server unreachable at start. The unit restarts \
          it (Restart=on-failure).",
@@ -60,10 +62,20 @@ const EXIT_STATUS: &[(&str, &str)] = &[
         "2",
         "The config or the command line is wrong: the file does not parse or a key is \
          invalid, a password file, credential or the kubeconfig it names cannot be read, the \
-         kubeconfig's token has expired, an unknown option or value; run: a [server] listen \
+         kubeconfig's token has expired, a file it names that the daemon's user cannot read \
+         (check-config run as root), an unknown option or value; run: a [server] listen \
          address that cannot be bound. Restarting cannot mend \
          that: the unit says RestartPreventExitStatus=2, so oobfence@DC stays failed and \
          `journalctl -u oobfence@DC` shows the one line that says what is wrong.",
+    ),
+    (
+        "3",
+        "why, nodes, pause, resume, drill: the daemon answering on the config's [server] \
+         listen is not the daemon of that config (another datacenter's, or one started from \
+         another file), or does not say who it is (GET /whoami). The message names both and \
+         what to do: use the other daemon's config, or give this one a [server] listen of its \
+         own. pause and resume have set or removed the switch all the same. A config edited \
+         and not yet reloaded is still its daemon's (a note says so).",
     ),
 ];
 
@@ -71,6 +83,11 @@ const ENVIRONMENT: &[(&str, &str)] = &[
     (
         "OOBFENCE_CONFIG",
         "The config file, for every command that takes --config.",
+    ),
+    (
+        "OOBFENCE_DAEMON_USER",
+        "check-config --daemon-user: the user the daemon runs as (default oobfence), whom \
+         check-config run as root checks every file the config names as; \"root\" skips it.",
     ),
     (
         "OOBFENCE_LOG",
@@ -162,7 +179,9 @@ const FILES: &[(&str, &str)] = &[
     ),
     (
         "/usr/share/doc/oobfence/",
-        "README.md, runbook.md, and examples/: example-dc.toml (every key), rbac.yaml, \
+        "README.md (the front door), runbook.md (what to do, alert by alert), install.md, \
+         power-sources.md, decisions.md (how it decides, with pictures/), configuration.md, \
+         benchmarks.md, and examples/: example-dc.toml (every key), rbac.yaml, \
          oobfence-rules.yaml (alert rules), alertmanager-example.yaml (routing, grouping, \
          inhibitions), oobfence-dashboard.json (Grafana).",
     ),
@@ -211,6 +230,14 @@ fn examples(command: &str) -> &'static [(&'static str, &'static str)] {
             (
                 "Also list the nodes and read every mapped machine's power once:",
                 "oobfence check-config --probe --config /etc/oobfence/dc1.toml",
+            ),
+            (
+                "As a deploy gate: a warning fails too (exit 1):",
+                "oobfence check-config --strict --config /etc/oobfence/dc1.toml",
+            ),
+            (
+                "Run as root, check the files as the unit's user when a drop-in sets another:",
+                "oobfence check-config --daemon-user fencer --config /etc/oobfence/dc1.toml",
             ),
         ],
         "probe" => &[(
@@ -305,7 +332,8 @@ fn extra_sections(command: &str, subcommands: &[String]) -> String {
     see_also.extend(["oobfence.toml(5)", "systemctl(1)", "journalctl(1)"].map(String::from));
     out.push_str(&format!(
         ".SH \"SEE ALSO\"\n{}\n.PP\n/usr/share/doc/oobfence/README.md, \
-         /usr/share/doc/oobfence/runbook.md\n",
+         /usr/share/doc/oobfence/runbook.md, /usr/share/doc/oobfence/install.md, \
+         /usr/share/doc/oobfence/decisions.md, /usr/share/doc/oobfence/configuration.md\n",
         see_also.join(", ")
     ));
     out

@@ -13,7 +13,9 @@ use super::fence_agent::known;
 use super::{BmcTls, Config, KubernetesConfig};
 use crate::identity::IdentityCheck;
 
+mod access;
 mod entries;
+pub use access::{DAEMON_USER, Reader, named_files, unreadable_by};
 pub use entries::unmatched;
 
 /// A token expiring sooner than this is a warning.
@@ -64,6 +66,8 @@ fn finding(severity: Severity, key: impl Into<String>, problem: impl Into<String
 /// Settings that work but weaken the proof or expose a secret; no cluster needed.
 pub fn warnings(cfg: &Config) -> Vec<Finding> {
     let mut out = Vec::new();
+    // The entries Redfish's note is about: said once for all of them.
+    let mut redfish = Vec::new();
     for b in &cfg.bmc {
         let key = |k: &str| format!("bmc[{}].{k}", b.index);
         if b.tls == BmcTls::Insecure {
@@ -105,11 +109,7 @@ pub fn warnings(cfg: &Config) -> Vec<Finding> {
         if let Some(note) = entries::outlet(b) {
             out.push(note);
         } else if b.protocol == super::Protocol::Redfish {
-            out.push(finding(
-                Severity::Note,
-                key("protocol"),
-                "Redfish has no sleep state but Paused: a machine hibernated (ACPI S4), or a virtual machine saved to disk behind a Redfish service in front of a hypervisor (sushy-tools over libvirt: a managed save, as libvirt-guests does on a host shutdown), reads Off with its own UUID and resumes with the same bootID; for VMs set libvirt-guests ON_SHUTDOWN=shutdown, or corroborate = \"power-draw\" (a VM has no power draw to read, so its Off never counts)",
-            ));
+            redfish.push(b.index);
         }
         if let Some(file) = &b.password_file
             && let Some(problem) = readable_by_others(file)
@@ -118,6 +118,7 @@ pub fn warnings(cfg: &Config) -> Vec<Finding> {
         }
         out.extend(entries::password_lines(b));
     }
+    out.extend(redfish_note(&redfish));
     out.extend(entries::shadowed(cfg));
     out.extend(entries::listen(cfg));
     if let Some(a) = cfg
@@ -175,6 +176,32 @@ pub fn warnings(cfg: &Config) -> Vec<Finding> {
         ));
     }
     out
+}
+
+/// What Redfish cannot tell, once for the Redfish entries `indexes` (0-based) if any: keyed
+/// by the one entry's `protocol` where there is one, else by `bmc` with their numbers.
+fn redfish_note(indexes: &[usize]) -> Option<Finding> {
+    const NOTE: &str = "Redfish has no sleep state but Paused: a machine hibernated (ACPI S4), or a virtual machine saved to disk behind a Redfish service in front of a hypervisor (sushy-tools over libvirt: a managed save, as libvirt-guests does on a host shutdown), reads Off with its own UUID and resumes with the same bootID; for VMs set libvirt-guests ON_SHUTDOWN=shutdown, or corroborate = \"power-draw\" (a VM has no power draw to read, so its Off never counts)";
+    match indexes {
+        [] => None,
+        [one] => Some(finding(
+            Severity::Note,
+            format!("bmc[{one}].protocol"),
+            NOTE,
+        )),
+        many => {
+            let numbers: Vec<String> = many.iter().map(|i| format!("#{}", i + 1)).collect();
+            Some(finding(
+                Severity::Note,
+                "bmc",
+                format!(
+                    "the {} Redfish entries ({}): {NOTE}",
+                    many.len(),
+                    numbers.join(", ")
+                ),
+            ))
+        }
+    }
 }
 
 /// Host names that distributions and cloud images ship with, so that two hosts left with the
@@ -366,8 +393,9 @@ pub fn kubeconfig(k: &KubernetesConfig, now: Timestamp) -> Vec<Finding> {
                 Severity::Error,
                 context_key,
                 format!(
-                    "the token of user {:?} expired on {when}: mint a new one (oobfence make-kubeconfig)",
-                    context.user.as_deref().unwrap_or("")
+                    "the token of user {:?} expired on {when}: mint a new one: {}",
+                    context.user.as_deref().unwrap_or(""),
+                    mint_hint(k)
                 ),
             ));
         } else if left < TOKEN_EXPIRY_WARNING {
@@ -375,9 +403,10 @@ pub fn kubeconfig(k: &KubernetesConfig, now: Timestamp) -> Vec<Finding> {
                 Severity::Warning,
                 context_key,
                 format!(
-                    "the token of user {:?} expires on {when}, in {:.0} hours: mint a new one (oobfence make-kubeconfig)",
+                    "the token of user {:?} expires on {when}, in {:.0} hours: mint a new one: {}",
                     context.user.as_deref().unwrap_or(""),
-                    left.as_secs_f64() / 3600.0
+                    left.as_secs_f64() / 3600.0,
+                    mint_hint(k)
                 ),
             ));
         } else {
@@ -389,6 +418,24 @@ pub fn kubeconfig(k: &KubernetesConfig, now: Timestamp) -> Vec<Finding> {
         }
     }
     out
+}
+
+/// The commands that replace the kubeconfig `k` names with a freshly minted one, readable by
+/// the daemon's group (make-kubeconfig writes mode 0600), as an administrator runs them.
+fn mint_hint(k: &KubernetesConfig) -> String {
+    let Some(path) = &k.kubeconfig else {
+        return "`oobfence make-kubeconfig --output FILE`, then set [kubernetes] kubeconfig to FILE"
+            .into();
+    };
+    let file = path.to_string_lossy();
+    let new = format!("{file}.new");
+    let quote = |s: &str| shlex::try_quote(s).map_or_else(|_| s.to_string(), |q| q.into_owned());
+    format!(
+        "`oobfence make-kubeconfig --output {0} && install -m 0640 -g {1} {0} {2} && rm {0}`, then reload the daemon's unit (a reload reads the kubeconfig again)",
+        quote(&new),
+        access::DAEMON_USER,
+        quote(&file)
+    )
 }
 
 fn unreadable(key: &str, what: &str, file: &str) -> Option<Finding> {
@@ -461,140 +508,4 @@ pub fn configured_token_expiry(k: &KubernetesConfig) -> Option<Timestamp> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn jwt(claims: &str) -> String {
-        use base64::Engine as _;
-        let e = base64::engine::general_purpose::URL_SAFE_NO_PAD;
-        format!(
-            "{}.{}.{}",
-            e.encode(r#"{"alg":"RS256"}"#),
-            e.encode(claims),
-            e.encode("sig")
-        )
-    }
-
-    /// Redfish cannot tell a hibernated machine or a VM saved to disk from one that is off:
-    /// check-config says so for every Redfish entry, and for no IPMI one (Get ACPI Power State
-    /// tells, where the BMC has it; the read says when it does not).
-    #[test]
-    fn redfish_entries_get_the_saved_vm_note() {
-        let dir = tempfile::tempdir().unwrap();
-        let pw = dir.path().join("pw");
-        std::fs::write(&pw, "s3cret-value\n").unwrap();
-        let text = format!(
-            "datacenter = \"dc1\"\n\
-             [[bmc]]\nnodes = [\"rf-*\"]\nprotocol = \"redfish\"\naddress = \"https://{{node}}-bmc\"\nusername = \"u\"\npassword_file = \"{0}\"\n\
-             [[bmc]]\nnodes = [\"ipmi-*\"]\nprotocol = \"ipmi\"\naddress = \"{{node}}-bmc\"\nusername = \"u\"\npassword_file = \"{0}\"\n",
-            pw.display()
-        );
-        let cfg = Config::parse(&text, Path::new("dc1.toml")).unwrap();
-        let notes: Vec<_> = warnings(&cfg)
-            .into_iter()
-            .filter(|f| f.key.ends_with(".protocol"))
-            .collect();
-        assert_eq!(notes.len(), 1, "{notes:?}");
-        assert_eq!(notes[0].severity, Severity::Note);
-        assert_eq!(notes[0].key, "bmc[0].protocol");
-        assert!(notes[0].problem.contains("saved to disk"), "{}", notes[0]);
-        assert!(notes[0].problem.contains("reads Off"), "{}", notes[0]);
-    }
-
-    #[test]
-    fn a_tokens_expiry_is_its_exp_claim() {
-        assert_eq!(
-            token_expiry(&jwt(
-                r#"{"exp":1800000000,"sub":"system:serviceaccount:o:o"}"#
-            )),
-            Some(Timestamp::from_second(1_800_000_000).unwrap())
-        );
-        assert_eq!(token_expiry(&jwt(r#"{"sub":"x"}"#)), None, "no exp");
-        assert_eq!(token_expiry("not-a-jwt"), None);
-        assert_eq!(token_expiry("a.b.c.d"), None);
-        assert_eq!(token_expiry(&jwt("[1]")), None);
-    }
-
-    fn kubeconfig_file(dir: &Path, token: &str, extra_user: &str) -> PathBuf {
-        let path = dir.join("kubeconfig");
-        std::fs::write(
-            &path,
-            format!(
-                "apiVersion: v1\nkind: Config\ncurrent-context: c\nclusters:\n- name: k\n  cluster:\n    server: https://127.0.0.1:6443\n    certificate-authority: ca.crt\ncontexts:\n- name: c\n  context:\n    cluster: k\n    user: u\nusers:\n- name: u\n  user:\n    token: {token}\n{extra_user}"
-            ),
-        )
-        .unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-        path
-    }
-
-    fn config_for(path: &Path, context: Option<&str>) -> KubernetesConfig {
-        KubernetesConfig {
-            kubeconfig: Some(path.to_path_buf()),
-            context: context.map(String::from),
-            node_selector: None,
-        }
-    }
-
-    #[test]
-    fn a_kubeconfig_is_checked_for_what_run_needs() {
-        let dir = tempfile::tempdir().unwrap();
-        let now = Timestamp::from_second(1_800_000_000).unwrap();
-        let in_a_year = jwt(r#"{"exp":1831536000}"#);
-        let path = kubeconfig_file(dir.path(), &in_a_year, "");
-        // The CA file it names is missing (relative to the kubeconfig's directory).
-        let f = kubeconfig(&config_for(&path, None), now);
-        assert!(
-            f.iter().any(|f| f.severity == Severity::Error
-                && f.problem.contains("certificate-authority")
-                && f.problem.contains("ca.crt")),
-            "{f:?}"
-        );
-        std::fs::write(dir.path().join("ca.crt"), "pem").unwrap();
-        let f = kubeconfig(&config_for(&path, None), now);
-        assert!(f.iter().all(|f| f.severity == Severity::Note), "{f:?}");
-        assert!(f[0].problem.contains("2028-01-15 08:00 UTC"), "{f:?}");
-
-        let missing = config_for(&dir.path().join("nope"), None);
-        let f = kubeconfig(&missing, now);
-        assert_eq!(f.len(), 1, "{f:?}");
-        assert_eq!(f[0].severity, Severity::Error);
-        assert_eq!(f[0].key, "kubernetes.kubeconfig");
-        assert!(f[0].problem.contains("nope"), "{f:?}");
-
-        let f = kubeconfig(&config_for(&path, Some("other")), now);
-        assert_eq!(f[0].key, "kubernetes.context");
-        assert!(
-            f[0].problem.contains("\"other\" is not in") && f[0].problem.contains("has: c"),
-            "{f:?}"
-        );
-
-        let soon = kubeconfig_file(dir.path(), &jwt(r#"{"exp":1800086400}"#), "");
-        let f = kubeconfig(&config_for(&soon, None), now);
-        assert!(
-            f.iter()
-                .any(|f| f.severity == Severity::Warning && f.problem.contains("in 24 hours")),
-            "{f:?}"
-        );
-        let expired = kubeconfig_file(dir.path(), &jwt(r#"{"exp":1700000000}"#), "");
-        let f = kubeconfig(&config_for(&expired, None), now);
-        assert!(
-            f.iter()
-                .any(|f| f.severity == Severity::Error && f.problem.contains("expired on")),
-            "{f:?}"
-        );
-        assert!(
-            f.iter().all(|f| !f.problem.contains("eyJ")),
-            "never the token itself: {f:?}"
-        );
-
-        std::fs::set_permissions(&expired, std::fs::Permissions::from_mode(0o644)).unwrap();
-        let f = kubeconfig(&config_for(&expired, None), now);
-        assert!(
-            f.iter()
-                .any(|f| f.severity == Severity::Warning
-                    && f.problem.contains("readable by every user")),
-            "{f:?}"
-        );
-    }
-}
+mod tests;

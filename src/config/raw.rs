@@ -114,6 +114,21 @@ pub(super) fn parse_raw(
     Ok((raw, lines, errors))
 }
 
+/// The `[kubernetes]` section of config text as written, when the file is TOML and the
+/// section has no error of its own (the rest of the file may have any): so that `check-config`
+/// checks the kubeconfig in the same pass as a broken file's errors.
+pub(super) fn kubernetes_of(text: &str, path: &Path) -> Option<KubernetesConfig> {
+    let (raw, _, errors) = parse_raw(text, path).ok()?;
+    if errors.iter().any(|e| e.key.starts_with("kubernetes")) {
+        return None;
+    }
+    Some(KubernetesConfig {
+        kubeconfig: raw.kubernetes.kubeconfig,
+        context: raw.kubernetes.context,
+        node_selector: None,
+    })
+}
+
 /// The file as written; a section in error is at its default, an entry in error left out.
 #[derive(Default)]
 pub(super) struct RawConfig {

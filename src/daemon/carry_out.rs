@@ -346,7 +346,7 @@ fn jittered(interval: Duration) -> Duration {
 mod tests {
     use super::*;
 
-    /// What the README and runbook promise: `journalctl -p warning` shows refusals. A refusal
+    /// What docs/decisions.md and the runbook promise: `journalctl -p warning` shows refusals. A refusal
     /// is logged at WARN; waiting (grace, confirming) and healthy decisions are not.
     #[test]
     fn refusals_are_logged_at_warn_and_waiting_is_not() {

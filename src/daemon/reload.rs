@@ -158,6 +158,7 @@ impl Daemon {
         );
         self.journal.set_config_digest(&new.digest);
         self.shared.metrics.set_config_info(&new);
+        self.shared.set_whoami(&new);
         let replaced = std::mem::replace(&mut self.sources, sources);
         // The old sources' Redfish sessions are logged out now, not left to the BMC's timeout
         // (its session slots are few); a read still under way through one logs in anew.

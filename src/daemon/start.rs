@@ -38,11 +38,13 @@ const JOURNAL_FLUSH: Duration = Duration::from_secs(5);
 pub enum DaemonError {
     #[error(transparent)]
     Cluster(#[from] cluster::ClusterError),
-    #[error("cannot listen on {addr} ([server] listen): {source}")]
+    #[error("cannot listen on {addr} ([server] listen): {source}{holder}")]
     Listen {
         addr: std::net::SocketAddr,
         #[source]
         source: std::io::Error,
+        /// Who holds the address, when it is taken: "; it is held by ...".
+        holder: String,
     },
 }
 
@@ -82,6 +84,28 @@ impl Background {
     }
 }
 
+/// Who holds `[server] listen` when it is taken: another oobfence daemon says who it is
+/// (two units given one address: the second names the first); anything else is named as
+/// not oobfence.
+async fn address_holder(cfg: &Config) -> String {
+    use crate::whoami::{Answer, Whoami};
+    match Answer::of(cfg, Duration::from_secs(3)).await {
+        Answer::Ours { who, .. } => format!(
+            "; the daemon of this very config already runs there ({}): it needs no second one",
+            who.describe()
+        ),
+        Answer::Other(who) => format!(
+            "; it is held by {}: give {} a [server] listen of its own",
+            who.describe(),
+            Whoami::of(cfg).config.display()
+        ),
+        Answer::Unknown(why) => format!(
+            "; it is held by a program that is not an oobfence daemon ({why}): `ss -ltnp` names it"
+        ),
+        Answer::Nobody(_) => String::new(),
+    }
+}
+
 /// Starts everything the loop needs; the caches may not have synced yet.
 pub(super) async fn start(cfg: Config) -> Result<Started, DaemonError> {
     let cfg = Arc::new(cfg);
@@ -95,13 +119,23 @@ pub(super) async fn start(cfg: Config) -> Result<Started, DaemonError> {
         .and_then(|mut r| r.take())
         .expect("a new Shared holds its report requests' receiver");
     shared.metrics.set_config_info(&cfg);
+    shared.set_whoami(&cfg);
 
-    let listener = tokio::net::TcpListener::bind(cfg.server.listen)
-        .await
-        .map_err(|source| DaemonError::Listen {
-            addr: cfg.server.listen,
-            source,
-        })?;
+    let listener = match tokio::net::TcpListener::bind(cfg.server.listen).await {
+        Ok(l) => l,
+        Err(source) => {
+            let holder = if source.kind() == std::io::ErrorKind::AddrInUse {
+                address_holder(&cfg).await
+            } else {
+                String::new()
+            };
+            return Err(DaemonError::Listen {
+                addr: cfg.server.listen,
+                source,
+                holder,
+            });
+        }
+    };
     tracing::info!(listen = %cfg.server.listen, "serving /metrics, /healthz, /readyz, /nodes");
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     spawn_token_expiry_watch(

@@ -138,7 +138,7 @@ impl Default for Policy {
             pre_attest_after: Renewals::new(2.5),
             // The evidence is the pre-attested fence's (identity-matched Off reads, confirmed,
             // on a Lease the write re-reads unrenewed); NotReady only adds the controller's
-            // timer over that same Lease. README, "Release at attestation".
+            // timer over that same Lease. docs/decisions.md, "Release at attestation".
             release_at_attestation: true,
             actuation: None,
         }

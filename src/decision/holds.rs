@@ -12,7 +12,7 @@
 //! failure domain (the label's value: a rack, a zone). A hold in the datacenter scope covers
 //! every node; a domain's hold covers that domain's nodes only.
 //!
-//! Defaults, and why (README "Storms and partitions" says the same):
+//! Defaults, and why (docs/decisions.md "Storms and partitions" says the same):
 //! - `max_unhealthy = "50%"` of the datacenter: a rack losing power is the common real case and
 //!   is a minority of a datacenter; more than half NotReady at once is a datacenter-wide event
 //!   (the network between nodes and control plane, the control plane itself) that a person must

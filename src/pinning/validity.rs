@@ -201,10 +201,19 @@ pub fn tls_error_text(e: &Error) -> Option<String> {
         ),
         Error::PeerIncompatible(PeerIncompatible::ServerDoesNotSupportTls12Or13)
         | Error::AlertReceived(AlertDescription::ProtocolVersion) => Some(TLS_TOO_OLD.into()),
+        Error::InvalidCertificate(CertificateError::UnknownIssuer) => Some(UNKNOWN_ISSUER.into()),
         Error::General(text) => Some(text.clone()),
         _ => None,
     }
 }
+
+/// The error for a BMC certificate no trusted CA signed (most BMCs' are self-signed).
+pub const UNKNOWN_ISSUER: &str = "the BMC's certificate is not signed by a CA this entry \
+     trusts (this host's CAs, or ca_file's where set; most BMCs' certificates are self-signed): \
+     pin it with tls_fingerprint = \"sha256:...\" (the fingerprint `openssl s_client -connect \
+     HOST:443 </dev/null | openssl x509 -noout -fingerprint -sha256` prints, after checking it \
+     on the BMC's console), or set ca_file to the CA that signed it or to the BMC's own \
+     certificate";
 
 /// The error for a BMC that offers only TLS 1.0/1.1.
 pub const TLS_TOO_OLD: &str = "the BMC offers only TLS 1.0/1.1; oobfence requires TLS 1.2 or \
@@ -287,9 +296,11 @@ mod tests {
         ] {
             assert_eq!(tls_error_text(&old).as_deref(), Some(TLS_TOO_OLD));
         }
-        assert_eq!(
-            tls_error_text(&Error::InvalidCertificate(CertificateError::UnknownIssuer)),
-            None
+        let unknown = tls_error_text(&Error::InvalidCertificate(CertificateError::UnknownIssuer))
+            .unwrap_or_default();
+        assert!(
+            unknown.contains("tls_fingerprint") && unknown.contains("ca_file"),
+            "{unknown}"
         );
     }
 

@@ -104,17 +104,17 @@ pub fn agent_for(entry: &BmcEntry, node: &str) -> Result<Agent, String> {
 pub(super) async fn status_of(agent: &Agent, plug: Option<&str>) -> PowerState {
     match agent.run("status", plug).await {
         Err((kind, detail)) => PowerState::error(kind, detail),
-        Ok(run) => read_status(agent, &run),
+        Ok(run) => read_status(agent, &run).await,
     }
 }
 
 /// What a `status` run's exit status says.
-fn read_status(agent: &Agent, run: &process::Run) -> PowerState {
+async fn read_status(agent: &Agent, run: &process::Run) -> PowerState {
     match run.code {
         Some(STATUS_ON) => PowerState::On,
         Some(STATUS_OFF) => PowerState::Off,
         Some(1) | None => {
-            let (kind, detail) = agent.failure("status", run);
+            let (kind, detail) = agent.failure("status", run).await;
             PowerState::error(kind, detail)
         }
         Some(other) => PowerState::error(
@@ -139,7 +139,7 @@ pub(super) async fn plug_status(agent: &Agent, plug: Option<&str>) -> PowerState
         Err((kind, detail)) => return PowerState::error(kind, detail),
         Ok(run) => run,
     };
-    match read_status(agent, &run) {
+    match read_status(agent, &run).await {
         PowerState::Off => match outlets::confirm_off(agent, plug).await {
             PowerState::Off => match outlets::off_as_read(&run.stderr) {
                 Ok(()) => PowerState::Off,
@@ -232,7 +232,7 @@ impl PowerSource for FenceAgentSource {
                     answer: format!("{} {verb}: exit status 0", self.agent.name),
                 },
                 Ok(run) => {
-                    let (kind, detail) = self.agent.failure(verb, &run);
+                    let (kind, detail) = self.agent.failure(verb, &run).await;
                     ActionOutcome::Failed {
                         error: PowerState::error(kind, detail),
                     }

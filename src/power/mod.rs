@@ -323,7 +323,7 @@ impl PowerSources {
                 Err(e) => broken(
                     entry.protocol.as_str(),
                     entry.address_for(node),
-                    format!("bmc[{}]: {e}", entry.index),
+                    format!("{}: {e}", entry.label()),
                 ),
             }),
             Mapping::Aws(aws) => {

@@ -29,6 +29,10 @@ async fn a_hung_node_is_powered_off_fenced_powered_on_and_untainted() {
     let config = s.write_config(&support::k8s::kubeconfig_path(), "127.0.0.1:0");
     let probe = std::process::Command::new(env!("CARGO_BIN_EXE_oobfence"))
         .args(["check-config", "--probe", "--config"])
+        .env(
+            support::cli::DAEMON_USER_ENV.0,
+            support::cli::DAEMON_USER_ENV.1,
+        )
         .arg(&config)
         .output()
         .unwrap();

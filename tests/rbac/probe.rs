@@ -105,6 +105,10 @@ async fn probe_with(s: &Scenario, kubeconfig: &Path, policy: &str) -> Output {
     let config = s.write_config(kubeconfig, "127.0.0.1:0");
     tokio::process::Command::new(env!("CARGO_BIN_EXE_oobfence"))
         .args(["check-config", "--probe", "--config"])
+        .env(
+            support::cli::DAEMON_USER_ENV.0,
+            support::cli::DAEMON_USER_ENV.1,
+        )
         .arg(&config)
         .stdin(Stdio::null())
         .output()
@@ -189,6 +193,10 @@ async fn check_config_probe_says_whether_the_cluster_acts_on_the_taint() {
     let config = s.write_config(&admin_kubeconfig, "127.0.0.1:0");
     let o = tokio::process::Command::new(env!("CARGO_BIN_EXE_oobfence"))
         .args(["check-config", "--probe", "--json", "--config"])
+        .env(
+            support::cli::DAEMON_USER_ENV.0,
+            support::cli::DAEMON_USER_ENV.1,
+        )
         .arg(&config)
         .output()
         .await

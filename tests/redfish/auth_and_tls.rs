@@ -49,10 +49,17 @@ async fn certificate_verification() {
     let emu = SushyEmulator::start(1).await;
     let path = format!("system = \"{}\"", emu.system_path(0));
 
-    // System roots only: the self-signed certificate is refused.
+    // System roots only: the self-signed certificate is refused, with what to do.
     let entry = bmc(emu.dir(), &emu.base_url(), sushy::PASSWORD, &path);
     let state = source(&entry, "node000").read().await;
-    assert_eq!(error_of(&state).0, ReadErrorKind::Tls, "{state:?}");
+    let (kind, detail) = error_of(&state);
+    assert_eq!(kind, ReadErrorKind::Tls, "{state:?}");
+    assert!(
+        detail.contains("not signed by a CA this entry trusts")
+            && detail.contains("tls_fingerprint = \"sha256:")
+            && detail.contains("set ca_file"),
+        "{detail}"
+    );
 
     // Pinned to an unrelated certificate: refused.
     let other = tempfile::tempdir().unwrap();

@@ -1,6 +1,8 @@
 //! `oobfence run` as a process of its own, for what only a process can be given: SIGHUP (what
 //! `systemctl reload` sends) and an environment of its own (AWS credentials from a file).
 //! Stopped by its PID: SIGTERM, then SIGKILL if it does not exit in time.
+//! [`write_bare_config`] writes the config of a daemon with no power source, for what needs
+//! a daemon and no machine (who answers on an address, the CLI beside it).
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -73,6 +75,23 @@ impl DaemonProcess {
             child,
             listen: listen.to_string(),
             log,
+        }
+    }
+
+    /// The process's id, as the daemon names itself on `/whoami`.
+    pub fn pid(&self) -> u32 {
+        self.child.id().expect("the daemon has not been waited for")
+    }
+
+    /// Waits for the process to exit by itself (a start that must fail): its status and log;
+    /// panics with the log if it still runs after `limit`.
+    pub async fn wait_exit(mut self, limit: Duration) -> (std::process::ExitStatus, String) {
+        match tokio::time::timeout(limit, self.child.wait()).await {
+            Ok(status) => (status.expect("wait for oobfence run"), self.log_text()),
+            Err(_) => panic!(
+                "oobfence run still runs after {limit:?}; log:\n{}",
+                self.log_text()
+            ),
         }
     }
 
@@ -158,4 +177,24 @@ impl DaemonProcess {
             let _ = self.child.kill().await;
         }
     }
+}
+
+/// Writes `dir/DATACENTER.toml`: datacenter `datacenter`, serving HTTP on `listen`, watching
+/// the nodes labelled with `group` and mapping none of them; its journal and pause file in
+/// `dir` (`DATACENTER.paused`). Returns its path.
+pub fn write_bare_config(dir: &Path, datacenter: &str, listen: &str, group: &str) -> PathBuf {
+    let path = dir.join(format!("{datacenter}.toml"));
+    let text = format!(
+        "datacenter = \"{datacenter}\"\n\
+         [kubernetes]\nkubeconfig = \"{}\"\nnode_selector = \"{}={group}\"\n\
+         [server]\nlisten = \"{listen}\"\n\
+         [journal]\npath = \"{}\"\n\
+         [pause]\nfile = \"{}\"\n",
+        super::k8s::kubeconfig_path().display(),
+        super::k8s::TEST_LABEL,
+        dir.join(format!("{datacenter}.journal.jsonl")).display(),
+        dir.join(format!("{datacenter}.paused")).display(),
+    );
+    std::fs::write(&path, text).expect("write the config");
+    path
 }

@@ -32,7 +32,7 @@ pub struct KnownAgent {
 /// What to use instead of an agent whose Off is a fabric or storage cut, not power.
 const READ_THE_POWER: &str = "read the machine's own power instead: protocol = \"redfish\" or \"ipmi\" on its BMC, or an agent oobfence accepts (fence_ipmilan, fence_redfish, a PDU outlet agent)";
 
-/// The table. Kept in the order of the README's fence-agent table.
+/// The table. Kept in the order of the fence-agent table in docs/power-sources.md.
 pub const KNOWN: &[KnownAgent] = &[
     KnownAgent {
         names: &[
@@ -328,10 +328,13 @@ mod tests {
     }
 
     #[test]
-    fn the_readme_names_every_agent_of_the_table() {
-        let readme = include_str!("../../../README.md");
+    fn the_power_sources_page_names_every_agent_of_the_table() {
+        let page = include_str!("../../../docs/power-sources.md");
         for name in KNOWN.iter().flat_map(|k| k.names) {
-            assert!(readme.contains(name), "README.md does not name {name}");
+            assert!(
+                page.contains(name),
+                "docs/power-sources.md does not name {name}"
+            );
         }
     }
 }

@@ -4,7 +4,7 @@
 use super::*;
 
 /// The example's `[policy]` and `[guards]` are the built-in defaults, written out: what the
-/// README and the timeline test call "the example config's defaults" is one thing.
+/// docs/decisions.md and the timeline test call "the example config's defaults" is one thing.
 #[test]
 fn example_config_policy_and_guards_are_the_defaults() {
     let text = std::fs::read_to_string(

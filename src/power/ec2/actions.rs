@@ -1,6 +1,6 @@
 //! EC2 power actions: `StopInstances` with `Force` (a hung instance does not shut down
 //! gracefully) and `StartInstances`, for the one instance of the node, after the caller's check
-//! on a fresh `DescribeInstances` answer for it. The IAM policy the README gives allows both
+//! on a fresh `DescribeInstances` answer for it. The IAM policy docs/power-sources.md gives allows both
 //! only on instances tagged for oobfence.
 
 use super::errors::bounded;

@@ -126,7 +126,7 @@ impl Lister {
                     }
                 },
                 Ok(run) => {
-                    let (kind, detail) = self.agent.failure("list-status", &run);
+                    let (kind, detail) = self.agent.failure("list-status", &run).await;
                     Err(PowerState::error(kind, detail))
                 }
             };

@@ -111,7 +111,7 @@ pub(super) async fn confirm_off(agent: &Agent, plug: &str) -> PowerState {
             ),
         },
         Ok(run) => {
-            let (kind, detail) = agent.failure("list-status", &run);
+            let (kind, detail) = agent.failure("list-status", &run).await;
             PowerState::error(kind, format!("{detail} (asked to confirm an Off)"))
         }
     }

@@ -171,8 +171,43 @@ impl Agent {
         }
     }
 
+    /// Why a run failed (see [`Agent::failure_words`]). The agents say "Unable to
+    /// connect/login" for a host that does not resolve as for a wrong password (fencing.py's
+    /// one EC_LOGIN_DENIED, with the resolver's words only at debug level): a login failure
+    /// whose endpoint does not resolve here is `Unreachable`, not `Auth`.
+    pub(super) async fn failure(&self, action: &str, run: &Run) -> (ReadErrorKind, String) {
+        let (kind, detail) = self.failure_words(action, run);
+        if kind != ReadErrorKind::Auth {
+            return (kind, detail);
+        }
+        match self.unresolved_host().await {
+            Some(why) => (ReadErrorKind::Unreachable, format!("{detail}; {why}")),
+            None => (kind, detail),
+        }
+    }
+
+    /// Why the agent's endpoint (`ip`, `ipaddr`, `hostname`, `server`), a host name, does
+    /// not resolve here, if it does not (an answer in time that it does not).
+    async fn unresolved_host(&self) -> Option<String> {
+        let host = self
+            .options
+            .iter()
+            .find(|(k, _)| ["ip", "ipaddr", "hostname", "server"].contains(&k.as_str()))
+            .map(|(_, v)| v.as_str())?;
+        if host.parse::<std::net::IpAddr>().is_ok() {
+            return None;
+        }
+        let lookup = tokio::net::lookup_host((host, 0));
+        match tokio::time::timeout(Duration::from_secs(10), lookup).await {
+            Ok(Err(e)) => Some(format!(
+                "its host {host:?} does not resolve ({e}): check the entry's ip option and this host's DNS"
+            )),
+            Ok(Ok(_)) | Err(_) => None,
+        }
+    }
+
     /// Why a run failed, in the agent's words (the last lines of stderr, else stdout).
-    pub(super) fn failure(&self, action: &str, run: &Run) -> (ReadErrorKind, String) {
+    fn failure_words(&self, action: &str, run: &Run) -> (ReadErrorKind, String) {
         let said = last_lines(if run.stderr.trim().is_empty() {
             &run.stdout
         } else {
@@ -185,7 +220,17 @@ impl Agent {
         let lower = said.to_ascii_lowercase();
         // net-snmp's words for a wrong SNMPv3 key or user (a wrong v1/v2c community gets no
         // answer at all: a timeout).
-        let kind = if lower.contains("unable to connect/login")
+        // The resolver's words, as curl, ssh, net-snmp and Python's socket say them.
+        let unresolved = [
+            "could not resolve",
+            "name or service not known",
+            "unknown host",
+            "temporary failure in name resolution",
+            "address lookup",
+        ];
+        let kind = if unresolved.iter().any(|w| lower.contains(w)) {
+            ReadErrorKind::Unreachable
+        } else if lower.contains("unable to connect/login")
             || lower.contains("login")
             || lower.contains("authentication fail")
             || lower.contains("unknown user name")
