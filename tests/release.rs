@@ -2,10 +2,13 @@
 //! names it agreeing with it, the LICENSE every package ships, CHANGELOG.md with upgrade notes
 //! per release; the OCI image run once against the test control plane (`release/image.rs`);
 //! deploy/management-cluster built by kubectl's kustomize and accepted by the API server in a
-//! server-side dry run (`release/deploy.rs`).
+//! server-side dry run (`release/deploy.rs`); the Grafana dashboard through promtool
+//! (`release/dashboard.rs`).
 
 mod support;
 
+#[path = "release/dashboard.rs"]
+mod dashboard;
 #[path = "release/deploy.rs"]
 mod deploy;
 #[path = "release/image.rs"]
