@@ -208,11 +208,26 @@ fn the_license_is_the_whole_apache_2_text() {
     ] {
         assert!(license.contains(section), "LICENSE lacks {section:?}");
     }
-    // The .deb's copyright file (cargo-deb, Debian's machine-readable format) carries it.
+    // The .deb's copyright file (Debian's machine-readable format) names the common licence,
+    // as Debian asks, and that is LICENSE's text.
     let deb = &cargo["package"]["metadata"]["deb"];
     assert_eq!(
         deb["license-file"].as_array().and_then(|a| a[0].as_str()),
-        Some("LICENSE"),
-        "[package.metadata.deb] license-file is LICENSE"
+        Some("packaging/debian/copyright"),
+        "[package.metadata.deb] license-file"
     );
+    let copyright = read("packaging/debian/copyright");
+    assert!(
+        copyright.contains("License: Apache-2.0\n")
+            && copyright.contains("/usr/share/common-licenses/Apache-2.0"),
+        "packaging/debian/copyright names Apache-2.0 and Debian's copy of it"
+    );
+    let common = std::path::Path::new("/usr/share/common-licenses/Apache-2.0");
+    if common.exists() {
+        assert_eq!(
+            std::fs::read_to_string(common).unwrap().trim_end(),
+            license.trim_end(),
+            "LICENSE is the text Debian's copyright file refers to"
+        );
+    }
 }
