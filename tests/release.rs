@@ -231,3 +231,19 @@ fn the_license_is_the_whole_apache_2_text() {
         );
     }
 }
+
+#[test]
+fn the_man_page_names_the_changelog_and_its_upgrade_notes() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_oobfence"))
+        .args(["man", "--output"])
+        .arg(dir.path())
+        .output()
+        .expect("run oobfence man");
+    assert!(out.status.success(), "{out:?}");
+    let page = std::fs::read_to_string(dir.path().join("oobfence.1")).unwrap();
+    assert!(
+        page.contains("CHANGELOG.md (every release, with its upgrade notes)"),
+        "oobfence(1) FILES names /usr/share/doc/oobfence/CHANGELOG.md"
+    );
+}
