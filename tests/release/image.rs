@@ -125,6 +125,12 @@ async fn the_image_runs_the_example_config_against_the_cluster() {
     std::fs::write(creds.join("rack1"), "not-a-real-bmc-password\n").unwrap();
     open_to_all(&creds.join("rack1"), 0o644);
 
+    // The journal's directory, the daemon's own (as the Deployment's volume is, by fsGroup).
+    let journal = tmp.path().join("journal");
+    std::fs::create_dir(&journal).unwrap();
+    std::os::unix::fs::chown(&journal, Some(65532), Some(65532))
+        .expect("chown the journal's directory to 65532 (the tests run as root)");
+
     let client = client().await;
     let node = FakeNode::create(&client, &node_name, &group, "boot-1").await;
 
@@ -140,8 +146,15 @@ async fn the_image_runs_the_example_config_against_the_cluster() {
     if on_path("runc") {
         run.extend(["--runtime".into(), "runc".into()]);
     }
+    // As deploy/management-cluster runs it: a read-only root, no capabilities, no new
+    // privileges, the journal's directory the only one written.
     run.extend(
         [
+            "--read-only",
+            "--cap-drop",
+            "ALL",
+            "--security-opt",
+            "no-new-privileges",
             "--ulimit",
             "nofile=4096:4096",
             "--ulimit",
@@ -157,6 +170,8 @@ async fn the_image_runs_the_example_config_against_the_cluster() {
     run.push(mount(&kubeconfig, "/etc/oobfence/dc1.kubeconfig"));
     run.push("--volume".into());
     run.push(mount(&creds, "/etc/oobfence/credentials"));
+    run.push("--volume".into());
+    run.push(format!("{}:/var/lib/oobfence:rw", journal.display()));
     run.push(format!("oci-archive:{}", archive.display()));
     let run: Vec<&str> = run.iter().map(String::as_str).collect();
     must("podman run", podman(&run));
@@ -207,6 +222,19 @@ async fn the_image_runs_the_example_config_against_the_cluster() {
         !log.contains("not-a-real-bmc-password"),
         "the credential stays out of the log:\n{log}"
     );
+
+    // The daemon writes its journal there, through the read-only root: the file exists.
+    let journal_file = journal.join(format!("{group}.journal.jsonl"));
+    let deadline = std::time::Instant::now() + SERVER_START_BOUND;
+    while !journal_file.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no journal at {} within {SERVER_START_BOUND:?}; its log:\n{}",
+            journal_file.display(),
+            logs()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
 
     node.delete().await;
 }
