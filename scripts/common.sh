@@ -118,7 +118,7 @@ stage_tree() {
     install -m 0644 "$top/packaging/example.toml" "$dest/etc/oobfence/example.toml"
     # The operators' pages, flat beside the README (the alerts link to .../runbook.md), and the
     # pictures they show.
-    install -m 0644 "$top/README.md" "$top/docs/runbook.md" "$top/docs/install.md" \
+    install -m 0644 "$top/README.md" "$top/CHANGELOG.md" "$top/LICENSE" "$top/docs/runbook.md" "$top/docs/install.md" \
         "$top/docs/power-sources.md" "$top/docs/decisions.md" "$top/docs/configuration.md" \
         "$top/docs/benchmarks.md" "$dest/usr/share/doc/oobfence/"
     install -d -m 0755 "$dest/usr/share/doc/oobfence/pictures"

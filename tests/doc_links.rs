@@ -236,7 +236,14 @@ fn code_references(text: &str) -> Vec<(usize, String)> {
             if anchor.is_empty() || start == md_end - 3 {
                 continue;
             }
-            out.push((i + 1, format!("{}#{anchor}", &line[start..md_end])));
+            // The Grafana dashboard: `${runbook}/runbook.md#anchor`, its variable `runbook`
+            // being the installed pages' directory unless an operator serves them elsewhere.
+            let dir = if line[..start].ends_with("${runbook}") {
+                INSTALLED_DOCS.trim_end_matches('/')
+            } else {
+                ""
+            };
+            out.push((i + 1, format!("{dir}{}#{anchor}", &line[start..md_end])));
         }
     }
     out

@@ -179,7 +179,8 @@ const FILES: &[(&str, &str)] = &[
     ),
     (
         "/usr/share/doc/oobfence/",
-        "README.md (the front door), runbook.md (what to do, alert by alert), install.md, \
+        "README.md (the front door), CHANGELOG.md (every release, with its upgrade notes), \
+         runbook.md (what to do, alert by alert), install.md, \
          power-sources.md, decisions.md (how it decides, with pictures/), configuration.md, \
          benchmarks.md, and examples/: example-dc.toml (every key), rbac.yaml, \
          oobfence-rules.yaml (alert rules), alertmanager-example.yaml (routing, grouping, \
