@@ -26,12 +26,14 @@ use tokio::sync::mpsc;
 
 use crate::metrics::JournalLabels;
 
+mod change;
 mod reader;
 mod record;
 #[cfg(test)]
 mod tests;
 mod writer;
 
+pub use change::{Change, Topic, pause_switch};
 pub use reader::{Tail, recent_fences, render, tail};
 pub use record::{
     ConfirmationInput, FenceInput, IdentityInput, Inputs, ReadInput, Record, RecordKind, refusal,
@@ -135,6 +137,7 @@ impl Journal {
             message: String::new(),
             error: None,
             inputs,
+            change: None,
             lease_term: None,
             config_digest: self.config_digest.clone(),
             version: env!("CARGO_PKG_VERSION").to_string(),
@@ -164,7 +167,7 @@ impl Journal {
     /// For the decision loop.
     pub fn submit(&self, r: &Record) {
         let Some(line) = self.encode(r) else { return };
-        let sync = r.kind == RecordKind::Action;
+        let sync = r.kind.synced();
         if self.tx.try_send(Entry { line, sync }).is_err() {
             self.count("dropped");
             tracing::warn!(node = %r.node, rule = %r.rule, "decision journal queue full; record dropped");
@@ -175,7 +178,7 @@ impl Journal {
     /// matter most; the decision loop never calls this.
     pub async fn submit_wait(&self, r: &Record) {
         let Some(line) = self.encode(r) else { return };
-        let sync = r.kind == RecordKind::Action;
+        let sync = r.kind.synced();
         let sent =
             tokio::time::timeout(ACTION_QUEUE_WAIT, self.tx.send(Entry { line, sync })).await;
         if !matches!(sent, Ok(Ok(()))) {

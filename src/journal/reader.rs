@@ -91,6 +91,7 @@ pub fn render(records: &[Record]) -> String {
             RecordKind::Refusal => "refused".to_string(),
             RecordKind::DryRun => format!("dry run: would {}", r.action),
             RecordKind::Observation => r.result.clone(),
+            RecordKind::Daemon => format!("{} {}", r.rule, r.result),
         };
         let _ = writeln!(
             s,
