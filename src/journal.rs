@@ -9,12 +9,16 @@
 //! than waited for when the queue is full, action records wait for room.
 //!
 //! Rotating the file by renaming it is safe: the writer notices the path no longer names the
-//! file it holds and opens a new one. `oobfence why` reads the tail of the file named in the
-//! config, with or without a running daemon.
+//! file it holds and opens a new one. The packages ship a logrotate rule that does just that
+//! (`packaging/logrotate`: monthly or at 100 MiB, compressed from the second rotation on).
+//! `oobfence why` and `oobfence timeline` read the file named in the config and the rotated
+//! ones beside it (`.1`, `.2.gz`...), with or without a running daemon.
 //!
 //! This file holds the daemon's handle on the journal and its queue; beside it, `record` is
-//! the record format with the inputs it carries, `writer` the writer thread (fsync, rotation,
-//! torn lines), and `reader` the tail `why` reads and renders. They must agree on every field.
+//! the record format with the inputs it carries, `change` the daemon's own changes, `writer`
+//! the writer thread (fsync, rotation, torn lines), `files` the current and rotated files,
+//! `reader` the tail `why` reads and renders, and `timeline` the story `timeline` tells. They
+//! must agree on every field.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -27,14 +31,18 @@ use tokio::sync::mpsc;
 use crate::metrics::JournalLabels;
 
 mod change;
+mod files;
 mod reader;
 mod record;
 #[cfg(test)]
 mod tests;
+mod timeline;
 mod writer;
 
 pub use change::{Change, Topic, pause_switch};
+pub use files::{JournalFile, journal_files, read_records};
 pub use reader::{Tail, recent_fences, render, tail};
+pub use timeline::{Event, Filter, Timeline, events, render_line, since, timeline};
 pub use record::{
     ConfirmationInput, FenceInput, IdentityInput, Inputs, ReadInput, Record, RecordKind, refusal,
 };
