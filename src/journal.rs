@@ -42,10 +42,10 @@ mod writer;
 pub use change::{Change, Topic, pause_switch};
 pub use files::{JournalFile, journal_files, read_records};
 pub use reader::{Tail, recent_fences, render, tail};
-pub use timeline::{Event, Filter, Timeline, events, render_line, since, timeline};
 pub use record::{
     ConfirmationInput, FenceInput, IdentityInput, Inputs, ReadInput, Record, RecordKind, refusal,
 };
+pub use timeline::{Event, Filter, Timeline, events, render_line, since, timeline};
 pub use writer::open_append;
 use writer::write_loop;
 

@@ -221,7 +221,12 @@ impl Daemon {
             Topic::PowerBudget => {
                 let used = self.calm.power_budget_used(now);
                 let limit = self.cfg.actuation.as_ref().map_or(0, |a| a.max_per_hour);
-                (used, limit as usize, "power action", "[actuation] max_per_hour")
+                (
+                    used,
+                    limit as usize,
+                    "power action",
+                    "[actuation] max_per_hour",
+                )
             }
             _ => {
                 let (used, limit) = self.calm.fence_budget(&self.cfg.guards);

@@ -187,13 +187,9 @@ impl Daemon {
                 format!("config reload refused, the daemon runs on with the config it had: {why}"),
             ),
         };
-        let mut record = self.journal.daemon_record(
-            crate::journal::Topic::Reload,
-            "",
-            outcome,
-            message,
-            change,
-        );
+        let mut record =
+            self.journal
+                .daemon_record(crate::journal::Topic::Reload, "", outcome, message, change);
         if let Err(why) = result {
             record.error = Some(why.clone());
         }

@@ -111,7 +111,13 @@ impl Journal {
         message: String,
         change: Change,
     ) -> Record {
-        let mut r = self.record(node, "", RecordKind::Daemon, topic.name(), Default::default());
+        let mut r = self.record(
+            node,
+            "",
+            RecordKind::Daemon,
+            topic.name(),
+            Default::default(),
+        );
         r.result = result.to_string();
         r.message = message;
         r.change = Some(change);
