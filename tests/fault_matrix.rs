@@ -19,7 +19,8 @@
 //! `tests/fault_matrix/`:
 //! guards, daemon_life, bmc_faults, ec2, ha_handover and ha, leases, trust, agents, levels
 //! (fencing levels and a person's word when the BMC goes dark with its machine), hung (opt-in
-//! actuation: hung nodes, their power commands counted too).
+//! actuation: hung nodes, their power commands counted too), incident (a night told back by
+//! `oobfence timeline`).
 
 mod support;
 
@@ -41,6 +42,8 @@ mod ha_handover;
 mod hung;
 #[path = "fault_matrix/hung_never.rs"]
 mod hung_never;
+#[path = "fault_matrix/incident.rs"]
+mod incident;
 #[path = "fault_matrix/leases.rs"]
 mod leases;
 #[path = "fault_matrix/levels.rs"]
@@ -346,6 +349,7 @@ async fn fault_matrix() {
         scenario!(guards::most_bmcs_unreachable_freezes_then_thaws()),
         scenario!(guards::pause_file_on_and_off()),
         scenario!(guards::pause_configmap_on_and_off()),
+        scenario!(incident::an_incident_reconstructed_by_the_timeline()),
         scenario!(guards::api_unreachable_longer_than_the_staleness_limit()),
         scenario!(guards::flapping_node_is_held()),
         scenario!(daemon_life::config_broken_under_a_running_daemon()),
