@@ -9,14 +9,14 @@ use std::time::SystemTime;
 
 use super::Record;
 
-/// One journal file and when it was last written to.
+/// One journal file and when it was last changed (never before its last record was written).
 #[derive(Clone, Debug)]
 pub struct JournalFile {
     pub path: PathBuf,
     pub modified: SystemTime,
 }
 
-/// The journal at `path` and its rotated files, newest first (by when each was last written).
+/// The journal at `path` and its rotated files, newest first.
 /// A missing current file is no error while rotated ones exist (logrotate moved it and the
 /// daemon has written nothing since); none at all is `NotFound`.
 pub fn journal_files(path: &Path) -> io::Result<Vec<JournalFile>> {
@@ -61,14 +61,25 @@ pub fn journal_files(path: &Path) -> io::Result<Vec<JournalFile>> {
             format!("{} does not exist", path.display()),
         ));
     }
-    // Newest first; the current file first among equals (a rotation in the same second).
-    found.sort_by(|a, b| {
-        b.modified
-            .cmp(&a.modified)
-            .then_with(|| (b.path == path).cmp(&(a.path == path)))
-            .then_with(|| a.path.cmp(&b.path))
-    });
+    // Newest first by name, not by time: compressing a rotated file gives it a newer time
+    // than the one rotated after it.
+    found.sort_by_key(|f| age_rank(&f.path, base));
     Ok(found)
+}
+
+/// Where a file stands from the newest: the current file, then `.1`, `.2.gz`... (a smaller
+/// number is newer), or `-DATE` (a larger date is newer).
+fn age_rank(path: &Path, base: &str) -> (u8, u64) {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    let Some(rest) = name.strip_prefix(base).filter(|r| !r.is_empty()) else {
+        return (0, 0);
+    };
+    let rest = rest.strip_suffix(".gz").unwrap_or(rest);
+    let number = |d: &str| d.parse::<u64>().unwrap_or(u64::MAX);
+    match rest.strip_prefix('.') {
+        Some(n) => (1, number(n)),
+        None => (2, u64::MAX - number(rest.trim_start_matches('-'))),
+    }
 }
 
 /// What logrotate appends: `.N`, `.N.gz`, `-DATE`, `-DATE.gz` (digits, with `dateext`).
