@@ -304,6 +304,24 @@ async fn wait_taint(node: &FakeNode, limit: Duration) {
     .await;
 }
 
+/// Waits until the scenario's journal tells each of `story` (the datacenter's events, by
+/// their `what`: `storm began`), in that order.
+async fn wait_journal_tells(s: &Scenario, story: &[&str]) {
+    wait_for(
+        &format!("the journal to tell {story:?} in order"),
+        EVENT_BOUND,
+        || async {
+            let t = journal::timeline(&s.journal(), &journal::Filter::default()).ok()?;
+            let mut told = t.events.iter().filter(|e| e.node.is_none());
+            story
+                .iter()
+                .all(|what| told.any(|e| e.what == *what))
+                .then_some(())
+        },
+    )
+    .await;
+}
+
 /// Waits `for_at_least` more and checks that `node` carries no out-of-service taint then.
 async fn stays_unfenced(node: &FakeNode, for_at_least: Duration) {
     tokio::time::sleep(for_at_least).await;

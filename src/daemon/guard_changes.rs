@@ -12,7 +12,7 @@ use crate::leader::Leadership;
 
 impl Daemon {
     /// Logs and journals each guard that started or ended between `before` and now.
-    pub(super) fn tell_guard_changes(&self, before: &Calm, leadership: Option<&Leadership>) {
+    pub(super) fn tell_guard_changes(&self, before: &Calm) {
         self.tell_pause(before);
         if before.stale.is_none()
             && let Some(why) = &self.calm.stale
@@ -36,7 +36,6 @@ impl Daemon {
                 Change::default(),
             );
         }
-        self.tell_leadership(before, leadership);
         self.tell_lease_storm(before);
         self.tell_scopes(before);
     }
@@ -80,39 +79,42 @@ impl Daemon {
     }
 
     /// `[ha]`: a leader whose renewals do not come back in time stops by its own clock,
-    /// without any answer to say so: said here, where the loop sees its standing change.
-    fn tell_leadership(&self, before: &Calm, leadership: Option<&Leadership>) {
+    /// without any answer to say so: said here, where the loop sees its standing change. The
+    /// journal also says how the instance starts (the first pass), leader or standby.
+    pub(super) fn tell_leadership(&mut self, before: &Calm, leadership: Option<&Leadership>) {
         let Some(l) = leadership else { return };
+        match (&before.standby, &self.calm.standby) {
+            (None, Some(why)) => {
+                tracing::warn!(why = %why, "standby: this instance writes nothing")
+            }
+            (Some(_), None) => tracing::warn!("this instance writes again: it holds the Lease"),
+            _ => {}
+        }
+        let leader = self.calm.standby.is_none();
+        if self.told_leader == Some(leader) {
+            return;
+        }
+        self.told_leader = Some(leader);
         let change = Change {
             identity: Some(l.identity.clone()),
             holder: l.holder.clone(),
             term: Some(l.term),
             ..Default::default()
         };
-        match (&before.standby, &self.calm.standby) {
-            (None, Some(why)) => {
-                tracing::warn!(why = %why, "standby: this instance writes nothing");
-                self.journal_change(
-                    Topic::Leadership,
-                    "standby",
-                    format!("this instance ({}) writes nothing: {why}", l.identity),
-                    change,
-                );
-            }
-            (Some(_), None) => {
-                tracing::warn!("this instance writes again: it holds the Lease");
-                self.journal_change(
-                    Topic::Leadership,
-                    "leader",
-                    format!(
-                        "this instance ({}) holds the Lease (term {}) and writes",
-                        l.identity, l.term
-                    ),
-                    change,
-                );
-            }
-            _ => {}
-        }
+        let (result, message) = match &self.calm.standby {
+            Some(why) => (
+                "standby",
+                format!("this instance ({}) writes nothing: {why}", l.identity),
+            ),
+            None => (
+                "leader",
+                format!(
+                    "this instance ({}) holds the Lease (term {}) and writes",
+                    l.identity, l.term
+                ),
+            ),
+        };
+        self.journal_change(Topic::Leadership, result, message, change);
     }
 
     fn tell_lease_storm(&self, before: &Calm) {

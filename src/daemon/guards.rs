@@ -117,9 +117,10 @@ impl Daemon {
             .and_then(|l| l.read().ok().map(|l| l.clone()));
         self.calm.standby = leadership.as_ref().and_then(|l| l.standby_reason());
         self.keep_guard_record(now);
-        let g = &self.cfg.guards;
         self.shared.metrics.set_leadership(leadership.as_ref());
-        self.tell_guard_changes(&before, leadership.as_ref());
+        self.tell_guard_changes(&before);
+        self.tell_leadership(&before, leadership.as_ref());
+        let g = &self.cfg.guards;
         if guards_summary(&before, g) != guards_summary(&self.calm, g) {
             self.guards_epoch += 1;
         }

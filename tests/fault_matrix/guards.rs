@@ -271,6 +271,7 @@ pub(super) fn most_bmcs_unreachable_freezes_then_thaws() -> ScenarioFuture {
         wait_taint(&dead, EVENT_BOUND).await;
         let taint = Write::Taint(dead.name.clone());
         assert!(rec.seen(&taint).await > restored, "fenced before the thaw");
+        wait_journal_tells(&s, &["freeze began", "freeze ended"]).await;
         conclude(
             "60% of BMCs unreachable: freeze, then thaw",
             vec![taint],
@@ -404,6 +405,7 @@ pub(super) fn api_unreachable_longer_than_the_staleness_limit() -> ScenarioFutur
         wait_taint(&node, EVENT_BOUND).await;
         let taint = Write::Taint(node.name.clone());
         assert!(rec.seen(&taint).await > restored);
+        wait_journal_tells(&s, &["stale-view began", "stale-view ended"]).await;
         conclude(
             "API unreachable longer than max_view_age",
             vec![taint],
