@@ -366,6 +366,16 @@ pub(super) fn pause_configmap_on_and_off() -> ScenarioFuture {
         wait_taint(&node, EVENT_BOUND).await;
         let taint = Write::Taint(node.name.clone());
         assert!(rec.seen(&taint).await > resumed);
+        // On the record: the ConfigMap's words, then the resume.
+        wait_journal_tells(&s, &["pause began", "pause ended"]).await;
+        let t = journal::timeline(&s.journal(), &journal::Filter::default()).unwrap();
+        let began = t.events.iter().find(|e| e.what == "pause began").unwrap();
+        let change = began.change.as_ref().unwrap();
+        assert_eq!(change.switch.as_deref(), Some("configmap"), "{began:?}");
+        assert!(
+            change.by.iter().any(|b| b.contains("storm in dc2")),
+            "{began:?}"
+        );
         let outcome = conclude(
             "pause ConfigMap on and off",
             vec![taint],
