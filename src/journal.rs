@@ -45,7 +45,7 @@ pub use reader::{Tail, recent_fences, render, tail};
 pub use record::{
     ConfirmationInput, FenceInput, IdentityInput, Inputs, ReadInput, Record, RecordKind, refusal,
 };
-pub use timeline::{Event, Filter, Timeline, events, render_line, since, timeline};
+pub use timeline::{Event, Filter, Timeline, events, node_width, render_line, since, timeline};
 pub use writer::open_append;
 use writer::write_loop;
 

@@ -41,11 +41,12 @@ pub(super) fn timeline(
         }
     };
     let mut out = std::io::stdout().lock();
+    let width = journal::node_width(&t.events);
     for e in &t.events {
         let line = if json {
             serde_json::to_string(e).unwrap_or_default()
         } else {
-            journal::render_line(e)
+            journal::render_line(e, width)
         };
         let _ = writeln!(out, "{line}");
     }

@@ -147,15 +147,27 @@ fn event_of(r: &Record) -> Event {
     }
 }
 
-/// One line for a person: time, node (`-` for the datacenter), what, rule and why.
-pub fn render_line(e: &Event) -> String {
+/// The width of the node column for `events`: the longest name, within reason.
+pub fn node_width(events: &[Event]) -> usize {
+    events
+        .iter()
+        .filter_map(|e| e.node.as_deref())
+        .map(|n| n.chars().count())
+        .max()
+        .unwrap_or(1)
+        .clamp(8, 48)
+}
+
+/// One line for a person: time, node (`-` for the datacenter) in a column `width` wide, what,
+/// rule and why.
+pub fn render_line(e: &Event, width: usize) -> String {
     let rule = if e.rule.is_empty() || e.kind == "daemon" {
         String::new()
     } else {
         format!("[{}] ", e.rule)
     };
     format!(
-        "{}  {:<20} {:<24} {rule}{}",
+        "{}  {:<width$} {:<24} {rule}{}",
         e.ts.strftime("%Y-%m-%dT%H:%M:%SZ"),
         e.node.as_deref().unwrap_or("-"),
         e.what,

@@ -191,18 +191,25 @@ fn events_are_merged_in_time_order_with_each_read_once() {
     assert_eq!(late.len(), 3, "{late:?}");
     assert!(late.iter().all(|e| e.ts >= at("2026-11-28T03:01:30Z")));
 
-    let text = render_line(&all[6]);
+    // The node column as wide as the longest name, at least 8.
+    assert_eq!(node_width(&all), 8);
+    let text = render_line(&all[6], node_width(&all));
     assert!(
-        text.starts_with("2026-11-28T03:05:00Z  n1 ")
+        text.starts_with("2026-11-28T03:05:00Z  n1       taint success ")
             && text.contains("taint success")
             && text.contains("[confirmed-off] confirmed-off said"),
         "{text}"
     );
+    let datacenter = render_line(&all[1], 8);
     assert!(
-        render_line(&all[1]).contains("  -  "),
-        "{}",
-        render_line(&all[1])
+        datacenter.contains("Z  -        storm began "),
+        "{datacenter}"
     );
+    let mut long = all[6].clone();
+    long.node = Some("rack12-node-with-a-long-name-0042".into());
+    let wide = node_width(&[long.clone(), all[1].clone()]);
+    assert_eq!(wide, 33);
+    assert!(render_line(&long, wide).contains("0042 taint success"));
     let json: serde_json::Value = serde_json::to_value(&all[0]).unwrap();
     assert_eq!(json["kind"], "read");
     assert_eq!(json["node"], "n1");
