@@ -116,6 +116,8 @@ stage_tree() {
     install -m 0644 "$top/packaging/sysusers.conf" "$dest/usr/lib/sysusers.d/oobfence.conf"
     install -m 0644 "$top/packaging/tmpfiles.conf" "$dest/usr/lib/tmpfiles.d/oobfence.conf"
     install -m 0644 "$top/packaging/example.toml" "$dest/etc/oobfence/example.toml"
+    install -d -m 0755 "$dest/etc/logrotate.d"
+    install -m 0644 "$top/packaging/logrotate" "$dest/etc/logrotate.d/oobfence"
     # The operators' pages, flat beside the README (the alerts link to .../runbook.md), and the
     # pictures they show.
     install -m 0644 "$top/README.md" "$top/CHANGELOG.md" "$top/LICENSE" "$top/docs/runbook.md" "$top/docs/install.md" \

@@ -1,5 +1,5 @@
 //! Command line: `run`, `check-config`, `probe`, `why`, `nodes`, `pause`, `resume`,
-//! `confirm-off`, `make-kubeconfig`, `completions`.
+//! `confirm-off`, `timeline`, `make-kubeconfig`, `completions`.
 //!
 //! Exit codes: 0 success, 1 a runtime failure (cluster, BMC, no daemon), 2 a bad config, 3 the
 //! daemon answering on `[server] listen` is not the daemon of the config given
@@ -8,7 +8,9 @@
 //! This file holds the arguments and the dispatch, and `run`; beside it, `logging` sets up
 //! the daemon's log lines, `check` is `check-config` and `probe`, `daemon_commands` the
 //! commands an operator runs beside a running daemon (`why`, `nodes`, `pause`, `resume`),
-//! `confirm` a person's word that a node's machine is off (`confirm-off`), `setup` is `make-kubeconfig`, and `man` the man pages and shell completions.
+//! `confirm` a person's word that a node's machine is off (`confirm-off`), `timeline` the
+//! journal as one story, `setup` is `make-kubeconfig`, and `man` the man pages and shell
+//! completions.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -26,6 +28,7 @@ mod logging;
 mod man;
 mod right_daemon;
 mod setup;
+mod timeline;
 
 use check::{check_config, probe};
 use confirm::{ConfirmOff, confirm_off};
@@ -34,6 +37,7 @@ use drill::drill;
 use logging::{init_logging, stderr_is_journal};
 use man::{completions, man_pages};
 use setup::make_kubeconfig;
+use timeline::timeline;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -148,6 +152,29 @@ pub enum Command {
         /// The Node's name, as `kubectl get nodes` shows it.
         node: String,
         /// Print the daemon's JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        /// How many of the node's journal records to show, newest last (older ones are read
+        /// from the rotated files when the current one holds fewer).
+        #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..))]
+        records: u16,
+    },
+    /// The decision journal as one story, in time order: the power reads decisions rested on,
+    /// refusals, writes and releases, power actions, and the daemon's own changes (pause and
+    /// resume, reloads, leadership, storms and freezes, budgets spent). Reads the journal
+    /// files of the config (rotated ones too), with or without a running daemon.
+    Timeline {
+        /// The datacenter's config file, /etc/oobfence/DC.toml.
+        #[arg(long, short, env = "OOBFENCE_CONFIG")]
+        config: PathBuf,
+        /// Only events since then: a duration back from now (2h, 90m, 1d) or a time
+        /// (2026-11-28T03:00:00Z).
+        #[arg(long)]
+        since: Option<String>,
+        /// Only this node's events, with the datacenter's (pause, storm, reload...).
+        #[arg(long)]
+        node: Option<String>,
+        /// One JSON object per line instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -284,6 +311,7 @@ fn spawns_nothing(command: &Command) -> bool {
     matches!(
         command,
         Command::Why { .. }
+            | Command::Timeline { .. }
             | Command::Nodes { .. }
             | Command::Pause { .. }
             | Command::Resume { .. }
@@ -369,7 +397,18 @@ async fn dispatch(command: Command) -> ExitCode {
             check_config(&config, &options).await
         }
         Command::Probe { config, node, json } => probe(&config, &node, json).await,
-        Command::Why { config, node, json } => why(&config, &node, json).await,
+        Command::Why {
+            config,
+            node,
+            json,
+            records,
+        } => why(&config, &node, json, records.into()).await,
+        Command::Timeline {
+            config,
+            since,
+            node,
+            json,
+        } => timeline(&config, since.as_deref(), node, json),
         Command::Drill { config, node, json } => drill(&config, &node, json).await,
         Command::Nodes {
             config,

@@ -9,7 +9,8 @@
 //!
 //! - [`start`]: everything the loop needs, started by named steps; [`state`]: what it owns.
 //! - [`pass`]: the tick's pass over all nodes, skipping quiet ones; [`guards`]: the census
-//!   and the guards it feeds, counted before any node is decided.
+//!   and the guards it feeds, counted before any node is decided; [`guard_changes`]: a guard
+//!   starting or ending, logged and journalled.
 //! - [`evaluate`]: one node decided — [`facts`] gathered, the core asked, the decision
 //!   [`carry_out`] (reads sent through [`reads`], writes through [`writer`]).
 //! - [`outcomes`]: a read's answer, a write's outcome; [`observe`]: the journal, metrics and
@@ -22,6 +23,7 @@ mod cache;
 mod carry_out;
 mod evaluate;
 mod facts;
+mod guard_changes;
 mod guard_record;
 mod guards;
 mod leases;
@@ -148,7 +150,9 @@ pub async fn run(
                 });
             }
             Some(prepared) = reloads_rx.recv() => {
+                let digest_before = daemon.cfg.digest.clone();
                 let result = prepared.and_then(|p| daemon.apply_reload(p));
+                daemon.journal_reload(&digest_before, &result);
                 let m = &daemon.shared.metrics;
                 match result {
                     Ok(summary) => {

@@ -9,12 +9,16 @@
 //! than waited for when the queue is full, action records wait for room.
 //!
 //! Rotating the file by renaming it is safe: the writer notices the path no longer names the
-//! file it holds and opens a new one. `oobfence why` reads the tail of the file named in the
-//! config, with or without a running daemon.
+//! file it holds and opens a new one. The packages ship a logrotate rule that does just that
+//! (`packaging/logrotate`: monthly or at 100 MiB, compressed from the second rotation on).
+//! `oobfence why` and `oobfence timeline` read the file named in the config and the rotated
+//! ones beside it (`.1`, `.2.gz`...), with or without a running daemon.
 //!
 //! This file holds the daemon's handle on the journal and its queue; beside it, `record` is
-//! the record format with the inputs it carries, `writer` the writer thread (fsync, rotation,
-//! torn lines), and `reader` the tail `why` reads and renders. They must agree on every field.
+//! the record format with the inputs it carries, `change` the daemon's own changes, `writer`
+//! the writer thread (fsync, rotation, torn lines), `files` the current and rotated files,
+//! `reader` the tail `why` reads and renders, and `timeline` the story `timeline` tells. They
+//! must agree on every field.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -26,16 +30,22 @@ use tokio::sync::mpsc;
 
 use crate::metrics::JournalLabels;
 
+mod change;
+mod files;
 mod reader;
 mod record;
 #[cfg(test)]
 mod tests;
+mod timeline;
 mod writer;
 
+pub use change::{Change, Topic, pause_switch};
+pub use files::{JournalFile, journal_files, read_records};
 pub use reader::{Tail, recent_fences, render, tail};
 pub use record::{
     ConfirmationInput, FenceInput, IdentityInput, Inputs, ReadInput, Record, RecordKind, refusal,
 };
+pub use timeline::{Event, Filter, Timeline, events, node_width, render_line, since, timeline};
 pub use writer::open_append;
 use writer::write_loop;
 
@@ -135,6 +145,7 @@ impl Journal {
             message: String::new(),
             error: None,
             inputs,
+            change: None,
             lease_term: None,
             config_digest: self.config_digest.clone(),
             version: env!("CARGO_PKG_VERSION").to_string(),
@@ -164,7 +175,7 @@ impl Journal {
     /// For the decision loop.
     pub fn submit(&self, r: &Record) {
         let Some(line) = self.encode(r) else { return };
-        let sync = r.kind == RecordKind::Action;
+        let sync = r.kind.synced();
         if self.tx.try_send(Entry { line, sync }).is_err() {
             self.count("dropped");
             tracing::warn!(node = %r.node, rule = %r.rule, "decision journal queue full; record dropped");
@@ -175,7 +186,7 @@ impl Journal {
     /// matter most; the decision loop never calls this.
     pub async fn submit_wait(&self, r: &Record) {
         let Some(line) = self.encode(r) else { return };
-        let sync = r.kind == RecordKind::Action;
+        let sync = r.kind.synced();
         let sent =
             tokio::time::timeout(ACTION_QUEUE_WAIT, self.tx.send(Entry { line, sync })).await;
         if !matches!(sent, Ok(Ok(()))) {

@@ -19,7 +19,8 @@
 //! `tests/fault_matrix/`:
 //! guards, daemon_life, bmc_faults, ec2, ha_handover and ha, leases, trust, agents, levels
 //! (fencing levels and a person's word when the BMC goes dark with its machine), hung (opt-in
-//! actuation: hung nodes, their power commands counted too).
+//! actuation: hung nodes, their power commands counted too), incident (a night told back by
+//! `oobfence timeline`).
 
 mod support;
 
@@ -41,6 +42,8 @@ mod ha_handover;
 mod hung;
 #[path = "fault_matrix/hung_never.rs"]
 mod hung_never;
+#[path = "fault_matrix/incident.rs"]
+mod incident;
 #[path = "fault_matrix/leases.rs"]
 mod leases;
 #[path = "fault_matrix/levels.rs"]
@@ -301,6 +304,24 @@ async fn wait_taint(node: &FakeNode, limit: Duration) {
     .await;
 }
 
+/// Waits until the scenario's journal tells each of `story` (the datacenter's events, by
+/// their `what`: `storm began`), in that order.
+async fn wait_journal_tells(s: &Scenario, story: &[&str]) {
+    wait_for(
+        &format!("the journal to tell {story:?} in order"),
+        EVENT_BOUND,
+        || async {
+            let t = journal::timeline(&s.journal(), &journal::Filter::default()).ok()?;
+            let mut told = t.events.iter().filter(|e| e.node.is_none());
+            story
+                .iter()
+                .all(|what| told.any(|e| e.what == *what))
+                .then_some(())
+        },
+    )
+    .await;
+}
+
 /// Waits `for_at_least` more and checks that `node` carries no out-of-service taint then.
 async fn stays_unfenced(node: &FakeNode, for_at_least: Duration) {
     tokio::time::sleep(for_at_least).await;
@@ -346,6 +367,7 @@ async fn fault_matrix() {
         scenario!(guards::most_bmcs_unreachable_freezes_then_thaws()),
         scenario!(guards::pause_file_on_and_off()),
         scenario!(guards::pause_configmap_on_and_off()),
+        scenario!(incident::an_incident_reconstructed_by_the_timeline()),
         scenario!(guards::api_unreachable_longer_than_the_staleness_limit()),
         scenario!(guards::flapping_node_is_held()),
         scenario!(daemon_life::config_broken_under_a_running_daemon()),

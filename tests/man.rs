@@ -281,6 +281,7 @@ fn zsh_and_fish_completions_name_every_command() {
         "pause",
         "resume",
         "confirm-off",
+        "timeline",
         "make-kubeconfig",
     ] {
         assert!(zsh.contains(&format!("'{command}:")), "zsh: {command}");

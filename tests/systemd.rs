@@ -9,10 +9,13 @@
 //!
 //! This file is the rig (the notify socket, the daemon run under it); the tests live by family
 //! in `tests/systemd/`: notify (READY, STATUS, the watchdog), unit (the packaged unit's
-//! settings, its log), reload (SIGHUP), sessions (Redfish logins across reload and stop).
+//! settings, its log), reload (SIGHUP, journalled), sessions (Redfish logins across reload and
+//! stop), logrotate (the packaged rule and the journal files it leaves).
 
 mod support;
 
+#[path = "systemd/logrotate.rs"]
+mod logrotate;
 #[path = "systemd/notify.rs"]
 mod notify;
 #[path = "systemd/reload.rs"]

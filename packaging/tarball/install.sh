@@ -7,8 +7,8 @@
 # Usage: sudo ./install.sh [--root DIR]               install (DIR: another root, default /)
 #        sudo ./install.sh [--root DIR] --uninstall   remove what install.sh installed
 #
-# An edited /etc/oobfence/example.toml is kept (the new one is written next to it as
-# example.toml.new); your own configs, secrets and the decision journal in /var/lib/oobfence
+# An edited /etc/oobfence/example.toml or /etc/logrotate.d/oobfence is kept (the new one is
+# written next to it, FILE.new); your own configs, secrets and the decision journal in /var/lib/oobfence
 # are never touched. The list of installed files: /usr/share/doc/oobfence/installed-files.
 set -eu
 
@@ -39,7 +39,7 @@ if [ "$action" = uninstall ]; then
     done
     while IFS= read -r f; do
         case "$f" in
-        /etc/oobfence/example.toml)
+        /etc/oobfence/example.toml | /etc/logrotate.d/oobfence)
             # Only the example as shipped; an edited one is the operator's.
             if cmp -s "$here/files$f" "$r$f"; then rm -f "$r$f"; fi ;;
         *) rm -f "$r$f" ;;
@@ -66,7 +66,7 @@ echo "$list" | while IFS= read -r f; do
     src="$here/files$f"
     mode="$(stat -c %a "$src")"
     install -d -m 0755 "$r$(dirname "$f")"
-    if [ "$f" = /etc/oobfence/example.toml ] && [ -e "$r$f" ] && ! cmp -s "$src" "$r$f"; then
+    if case "$f" in /etc/*) true ;; *) false ;; esac && [ -e "$r$f" ] && ! cmp -s "$src" "$r$f"; then
         install -m "$mode" "$src" "$r$f.new"
         echo "install.sh: $f was edited: kept; the new one is $f.new"
         continue

@@ -204,20 +204,24 @@ async fn pause_group(
     }
 }
 
-pub(super) async fn why(path: &Path, node: &str, json: bool) -> Result<ExitCode, ExitCode> {
+pub(super) async fn why(
+    path: &Path,
+    node: &str,
+    json: bool,
+    records: usize,
+) -> Result<ExitCode, ExitCode> {
     // `why` needs the daemon's address and journal, never a password.
     let cfg = Config::load_without_secrets(path).map_err(super::say_config_errors)?;
     let live = ask_daemon(&cfg, path, node, json).await;
     if !json {
-        print_journal(&cfg, node, live.is_ok());
+        print_journal(&cfg, node, live.is_ok(), records);
     }
     live
 }
 
-/// The node's last decision journal records, read from the file named in the config: there
-/// even when the daemon is down.
-fn print_journal(cfg: &Config, node: &str, daemon_answered: bool) {
-    const SHOWN: usize = 5;
+/// The node's last `shown` decision journal records, read from the file named in the config
+/// (and the rotated ones): there even when the daemon is down.
+fn print_journal(cfg: &Config, node: &str, daemon_answered: bool, shown: usize) {
     let path = &cfg.journal.path;
     if !daemon_answered {
         println!(
@@ -225,7 +229,7 @@ fn print_journal(cfg: &Config, node: &str, daemon_answered: bool) {
             cfg.datacenter
         );
     }
-    match crate::journal::tail(path, node, SHOWN) {
+    match crate::journal::tail(path, node, shown) {
         Ok(t) if t.records.is_empty() => {
             println!(
                 "  journal:      no record about this node in {}",
@@ -235,6 +239,12 @@ fn print_journal(cfg: &Config, node: &str, daemon_answered: bool) {
         Ok(t) => {
             println!("  journal ({}, newest last):", path.display());
             print!("{}", crate::journal::render(&t.records));
+            if t.records.len() == shown {
+                println!(
+                    "    (the last {shown}; more with --records N, the whole story with: oobfence timeline --config {} --node {node})",
+                    cfg.source.display()
+                );
+            }
             if t.unreadable > 0 {
                 println!("    ({} unreadable line(s) skipped)", t.unreadable);
             }

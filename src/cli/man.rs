@@ -163,7 +163,14 @@ const FILES: &[(&str, &str)] = &[
     (
         "/var/lib/oobfence/DC.journal.jsonl",
         "The decision journal (the unit's StateDirectory=), one JSON line per action taken or \
-         refused; kept when the package is removed.",
+         refused and per change of the daemon's own (pause, reload, leadership, storm, freeze, \
+         budget spent); kept when the package is removed. Rotated beside it as DC.journal.jsonl.1, \
+         .2.gz...; timeline and why read them all.",
+    ),
+    (
+        "/etc/logrotate.d/oobfence",
+        "Rotates the decision journals monthly or at 100 MiB, keeps 24, compresses all but the \
+         newest rotated one; the daemon opens a new file by itself (no signal, no copytruncate).",
     ),
     (
         "/usr/lib/systemd/system/oobfence@.service",
@@ -206,6 +213,10 @@ fn examples(command: &str) -> &'static [(&'static str, &'static str)] {
                 "Stop every write during maintenance, then resume:",
                 "oobfence pause --config /etc/oobfence/dc1.toml --reason \"rack 7 rewiring\"\n\
                  oobfence resume --config /etc/oobfence/dc1.toml",
+            ),
+            (
+                "The incident, in order, from the journal (no daemon needed):",
+                "oobfence timeline --since 2h --config /etc/oobfence/dc1.toml",
             ),
             ("The daemon's log:", "journalctl -u oobfence@dc1"),
         ],
@@ -257,10 +268,33 @@ fn examples(command: &str) -> &'static [(&'static str, &'static str)] {
                  done",
             ),
         ],
-        "why" => &[(
-            "What the daemon thinks of a node, and its last journal records:",
-            "oobfence why --config /etc/oobfence/dc1.toml rack1-node3",
-        )],
+        "why" => &[
+            (
+                "What the daemon thinks of a node, and its last journal records:",
+                "oobfence why --config /etc/oobfence/dc1.toml rack1-node3",
+            ),
+            (
+                "Its last 30 records (older ones from the rotated journal files):",
+                "oobfence why --records 30 --config /etc/oobfence/dc1.toml rack1-node3",
+            ),
+        ],
+        "timeline" => &[
+            (
+                "The night, in order: every read, decision, write, pause, storm and reload of \
+                 the last 8 hours:",
+                "oobfence timeline --since 8h --config /etc/oobfence/dc1.toml",
+            ),
+            (
+                "One node's story, with the datacenter's events around it:",
+                "oobfence timeline --node rack1-node3 --since 2026-11-28T02:00:00Z \\\n\
+                 \x20   --config /etc/oobfence/dc1.toml",
+            ),
+            (
+                "As JSON, one object a line, for jq or a ticket:",
+                "oobfence timeline --json --since 2h --config /etc/oobfence/dc1.toml \\\n\
+                 \x20   | jq -c 'select(.kind == \"daemon\")'",
+            ),
+        ],
         "nodes" => &[(
             "Every fenced node:",
             "oobfence nodes --config /etc/oobfence/dc1.toml --state fenced",

@@ -17,6 +17,7 @@ use crate::cluster::NodeView;
 use crate::cluster::{EventType, reasons};
 use crate::decision::levels::{Basis, Outcome};
 use crate::decision::{Decision, NodeFacts, NodeState, Readiness, Rule, Step};
+use crate::journal::Topic;
 use crate::metrics::WouldActLabels;
 use crate::power::MappedSource;
 
@@ -241,6 +242,7 @@ impl Daemon {
             // its failure domain busy, and recorded on the cluster alongside the command.
             self.calm.record_power_action(&uid, now);
             self.keep_guard_record(now);
+            self.journal_budget_spent(Topic::PowerBudget, name, now);
             if decision.step == Step::PowerOff {
                 let domain = super::guards::failure_domain(
                     node,
@@ -268,6 +270,7 @@ impl Daemon {
                 // and recorded on the cluster alongside the write.
                 self.calm.record_fence(&uid, now);
                 self.keep_guard_record(now);
+                self.journal_budget_spent(Topic::FenceBudget, name, now);
             }
             let mut inputs = self.journal_inputs(name, facts, recorded, fencing);
             inputs.decided_at = Some(crate::clock::now());

@@ -1,7 +1,7 @@
 //! The guards as the loop keeps them: the datacenter counted before any node is decided (the
 //! census: unhealthy nodes, failing sources, stale Leases, per scope), what the counts hold
-//! back, a log line when a storm, a freeze, a stale view or standby starts or ends, and the
-//! guards' record restored at start and kept on the cluster.
+//! back, and the guards' record restored at start and kept on the cluster; `guard_changes`
+//! tells when a guard starts or ends.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -117,77 +117,16 @@ impl Daemon {
             .and_then(|l| l.read().ok().map(|l| l.clone()));
         self.calm.standby = leadership.as_ref().and_then(|l| l.standby_reason());
         self.keep_guard_record(now);
-        let g = &self.cfg.guards;
         self.shared.metrics.set_leadership(leadership.as_ref());
-        self.log_guard_changes(&before);
+        self.tell_guard_changes(&before);
+        self.tell_leadership(&before, leadership.as_ref());
+        let g = &self.cfg.guards;
         if guards_summary(&before, g) != guards_summary(&self.calm, g) {
             self.guards_epoch += 1;
         }
         self.shared.metrics.set_guards(&self.calm, g, now);
         if let Ok(mut c) = self.shared.calm.write() {
             *c = self.calm.clone();
-        }
-    }
-
-    /// One log line for each guard that starts or ends.
-    fn log_guard_changes(&self, before: &Calm) {
-        if before.stale.is_none()
-            && let Some(why) = &self.calm.stale
-        {
-            tracing::error!(why = %why, "view of the cluster is STALE: no writes until it is fresh again");
-        }
-        // [ha]: a leader whose renewals do not come back in time stops by its own clock,
-        // without any answer to say so: say it here.
-        match (&before.standby, &self.calm.standby) {
-            (None, Some(why)) if self.leadership.is_some() => {
-                tracing::warn!(why = %why, "standby: this instance writes nothing")
-            }
-            (Some(_), None) => tracing::warn!("this instance writes again: it holds the Lease"),
-            _ => {}
-        }
-        if before.stale.is_some() && self.calm.stale.is_none() {
-            tracing::warn!(
-                "view of the cluster is fresh again; reads from before now do not count"
-            );
-        }
-        match (before.lease_storm_since, self.calm.lease_storm_since) {
-            (None, Some(_)) => {
-                tracing::error!(
-                    leases = self.calm.leases.0,
-                    late = self.calm.leases_late,
-                    stale = self.calm.leases.1,
-                    "LEASE STORM: most Leases went unrenewed at once; that is the control plane (or oobfence's view of it) not hearing the kubelets, not the machines: no power is read ahead of NotReady until it passes"
-                )
-            }
-            (Some(_), None) => tracing::warn!(
-                stale = self.calm.leases.1,
-                "lease storm over: power is read ahead of NotReady again"
-            ),
-            _ => {}
-        }
-        for (scope, st) in &self.calm.scopes {
-            let old = before.scopes.get(scope);
-            let was_storm = old.is_some_and(|o| o.storm_since.is_some());
-            let was_frozen = old.is_some_and(|o| o.frozen_since.is_some());
-            let c = &st.count;
-            match (was_storm, st.storm_since.is_some()) {
-                (false, true) => {
-                    tracing::error!(scope = %scope, unhealthy = c.unhealthy, nodes = c.nodes, "STORM: too many NotReady nodes; no new fence in this scope")
-                }
-                (true, false) => {
-                    tracing::warn!(scope = %scope, unhealthy = c.unhealthy, nodes = c.nodes, "storm over; fences resume after the cooldown")
-                }
-                _ => {}
-            }
-            match (was_frozen, st.frozen_since.is_some()) {
-                (false, true) => {
-                    tracing::error!(scope = %scope, failing = c.sources_failing, read = c.sources_read, "FROZEN: too many power sources fail at once (oobfence is likely cut off); no new fence in this scope")
-                }
-                (true, false) => {
-                    tracing::warn!(scope = %scope, "freeze over; reads from before now do not count")
-                }
-                _ => {}
-            }
         }
     }
 }

@@ -170,3 +170,29 @@ impl Daemon {
         Ok(summary)
     }
 }
+
+impl Daemon {
+    /// The reload's journal record: the digest before and after (the same when refused), and
+    /// why a refused one was refused.
+    pub(super) fn journal_reload(&self, digest_before: &str, result: &Result<String, String>) {
+        let change = crate::journal::Change {
+            digest_before: Some(digest_before.to_string()),
+            digest_after: Some(self.cfg.digest.clone()),
+            ..Default::default()
+        };
+        let (outcome, message) = match result {
+            Ok(summary) => ("ok", summary.clone()),
+            Err(why) => (
+                "refused",
+                format!("config reload refused, the daemon runs on with the config it had: {why}"),
+            ),
+        };
+        let mut record =
+            self.journal
+                .daemon_record(crate::journal::Topic::Reload, "", outcome, message, change);
+        if let Err(why) = result {
+            record.error = Some(why.clone());
+        }
+        self.journal.submit(&record);
+    }
+}

@@ -236,6 +236,7 @@ pub(super) async fn start(cfg: Config) -> Result<Started, DaemonError> {
         guard_keeper: guard_record::Keeper::new(guard_store),
         leadership,
         guards_epoch: 0,
+        told_leader: None,
         census_current: false,
         mapping_check_due: true,
         changes_missed,

@@ -102,6 +102,9 @@ pub(super) struct Daemon {
     /// Counts the passes where what the guards hold changed (pause, view, standby, a storm,
     /// a freeze, the budget, a lease storm): every node is then decided again.
     pub(super) guards_epoch: u64,
+    /// `[ha]`: whether the journal last said this instance writes (`None`: said nothing yet,
+    /// so that the first pass tells how it starts, leader or standby).
+    pub(super) told_leader: Option<bool>,
     /// Within a pass: the guards were counted on the very nodes the pass decides. Outside
     /// one, the cache may have moved since the last count.
     pub(super) census_current: bool,

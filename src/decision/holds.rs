@@ -398,6 +398,11 @@ impl Calm {
         (used >= self.budget(policy).0).then_some(used)
     }
 
+    /// The fences of the budget window and the budget now: (used, allowed).
+    pub fn fence_budget(&self, policy: &GuardPolicy) -> (usize, usize) {
+        (self.fences.len(), self.budget(policy).0)
+    }
+
     /// The fence budget now, and the datacenter's node count it is a share of.
     fn budget(&self, policy: &GuardPolicy) -> (usize, usize) {
         let total = self

@@ -1,5 +1,5 @@
-//! Reading the journal back: the tail of the file for `why` (by node), the recent fences, and
-//! records rendered for a person.
+//! Reading the journal back: the tail of the file for `why` (by node; older records from the
+//! rotated files when asked for more), the recent fences, and records rendered for a person.
 
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
@@ -7,6 +7,7 @@ use std::path::Path;
 
 use jiff::Timestamp;
 
+use super::files::{journal_files, read_records};
 use super::{Record, RecordKind, TAIL_SCAN_BYTES};
 
 /// The newest records about one node, as `oobfence why` shows them.
@@ -22,12 +23,24 @@ pub struct Tail {
 
 /// The fences this journal records as written since `since` (taints and Node deletions), as
 /// (when, Node uid), oldest first: after a restart they still count against the fence budget.
-/// Reads the end of the journal only, as [`tail`] does.
+/// Reads the end of the current file, as [`tail`] does, and the rotated files written to
+/// since `since` (a rotation inside the budget window loses no fence).
 pub fn recent_fences(path: &Path, since: Timestamp) -> io::Result<Vec<(Timestamp, String)>> {
-    let (text, _) = tail_text(path)?;
-    Ok(text
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Record>(l).ok())
+    let newer = std::time::SystemTime::from(since);
+    let mut records = Vec::new();
+    for f in journal_files(path)?.iter().rev() {
+        if f.path == path {
+            let (text, _) = tail_text(path)?;
+            records.extend(
+                text.lines()
+                    .filter_map(|l| serde_json::from_str::<Record>(l).ok()),
+            );
+        } else if f.modified >= newer {
+            records.extend(read_records(&f.path)?.0);
+        }
+    }
+    let mut fences: Vec<(Timestamp, String)> = records
+        .into_iter()
         .filter(|r| {
             r.kind == RecordKind::Action
                 && r.result == "success"
@@ -35,7 +48,9 @@ pub fn recent_fences(path: &Path, since: Timestamp) -> io::Result<Vec<(Timestamp
                 && r.ts >= since
         })
         .map(|r| (r.ts, r.uid))
-        .collect())
+        .collect();
+    fences.sort();
+    Ok(fences)
 }
 
 /// The end of the journal (at most its last few MiB), without a first line cut in two; and
@@ -56,28 +71,46 @@ fn tail_text(path: &Path) -> io::Result<(String, bool)> {
     Ok((text, start > 0))
 }
 
-/// Reads the last `limit` records about `node` from the end of the journal (at most the last
-/// few MiB of it).
+/// Reads the last `limit` records about `node`: from the end of the current file (at most
+/// its last few MiB) and, when that holds fewer, from the rotated files, newest first.
 pub fn tail(path: &Path, node: &str, limit: usize) -> io::Result<Tail> {
-    let (text, truncated_scan) = tail_text(path)?;
-    let mut out = Tail {
-        truncated_scan,
-        ..Default::default()
-    };
-    let mut matching = std::collections::VecDeque::with_capacity(limit + 1);
-    for line in text.lines().filter(|l| !l.trim().is_empty()) {
-        match serde_json::from_str::<Record>(line) {
-            Ok(r) if r.node == node => {
-                matching.push_back(r);
-                if matching.len() > limit {
-                    matching.pop_front();
+    let mut out = Tail::default();
+    // Newest first while collecting.
+    let mut newest_first: Vec<Record> = Vec::new();
+    for f in journal_files(path)? {
+        if newest_first.len() >= limit {
+            break;
+        }
+        let records = if f.path == path {
+            let (text, truncated_scan) = tail_text(path)?;
+            out.truncated_scan = truncated_scan;
+            let mut records = Vec::new();
+            for line in text.lines().filter(|l| !l.trim().is_empty()) {
+                match serde_json::from_str::<Record>(line) {
+                    Ok(r) => records.push(r),
+                    Err(_) => out.unreadable += 1,
                 }
             }
-            Ok(_) => {}
-            Err(_) => out.unreadable += 1,
+            records
+        } else {
+            let (records, unreadable) = read_records(&f.path)?;
+            out.unreadable += unreadable;
+            records
+        };
+        newest_first.extend(
+            records
+                .into_iter()
+                .rev()
+                .filter(|r| r.node == node)
+                .take(limit - newest_first.len()),
+        );
+        if out.truncated_scan {
+            // What lies between the part read and the rotated files is not known: no gap.
+            break;
         }
     }
-    out.records = matching.into();
+    newest_first.reverse();
+    out.records = newest_first;
     Ok(out)
 }
 
@@ -91,6 +124,7 @@ pub fn render(records: &[Record]) -> String {
             RecordKind::Refusal => "refused".to_string(),
             RecordKind::DryRun => format!("dry run: would {}", r.action),
             RecordKind::Observation => r.result.clone(),
+            RecordKind::Daemon => format!("{} {}", r.rule, r.result),
         };
         let _ = writeln!(
             s,
@@ -168,7 +202,7 @@ pub fn render(records: &[Record]) -> String {
     s
 }
 
-fn one_line(s: &str, max: usize) -> String {
+pub(super) fn one_line(s: &str, max: usize) -> String {
     let flat: String = s
         .chars()
         .map(|c| if c.is_control() { ' ' } else { c })

@@ -19,6 +19,9 @@ pub enum RecordKind {
     DryRun,
     /// Something oobfence saw after acting: the fenced node's volumes were released.
     Observation,
+    /// A change in the daemon's own state, not a decision about a node: a pause, a reload, a
+    /// leadership change, a storm or freeze beginning or ending, a budget spent (`change`).
+    Daemon,
 }
 
 impl RecordKind {
@@ -28,7 +31,14 @@ impl RecordKind {
             RecordKind::Refusal => "refusal",
             RecordKind::DryRun => "dry_run",
             RecordKind::Observation => "observation",
+            RecordKind::Daemon => "daemon",
         }
+    }
+
+    /// Whether the writer calls `fsync` after it: actions, and the daemon's changes (few, one
+    /// per transition, and what the morning after reconstructs the night from).
+    pub fn synced(self) -> bool {
+        matches!(self, RecordKind::Action | RecordKind::Daemon)
     }
 }
 
@@ -58,7 +68,11 @@ pub struct Record {
     pub message: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    #[serde(default)]
     pub inputs: Inputs,
+    /// A daemon record's details (kind `daemon`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub change: Option<super::Change>,
     /// `[ha]`: the Lease term (leaseTransitions) this instance held when it wrote.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease_term: Option<i32>,

@@ -271,6 +271,7 @@ pub(super) fn most_bmcs_unreachable_freezes_then_thaws() -> ScenarioFuture {
         wait_taint(&dead, EVENT_BOUND).await;
         let taint = Write::Taint(dead.name.clone());
         assert!(rec.seen(&taint).await > restored, "fenced before the thaw");
+        wait_journal_tells(&s, &["freeze began", "freeze ended"]).await;
         conclude(
             "60% of BMCs unreachable: freeze, then thaw",
             vec![taint],
@@ -365,6 +366,16 @@ pub(super) fn pause_configmap_on_and_off() -> ScenarioFuture {
         wait_taint(&node, EVENT_BOUND).await;
         let taint = Write::Taint(node.name.clone());
         assert!(rec.seen(&taint).await > resumed);
+        // On the record: the ConfigMap's words, then the resume.
+        wait_journal_tells(&s, &["pause began", "pause ended"]).await;
+        let t = journal::timeline(&s.journal(), &journal::Filter::default()).unwrap();
+        let began = t.events.iter().find(|e| e.what == "pause began").unwrap();
+        let change = began.change.as_ref().unwrap();
+        assert_eq!(change.switch.as_deref(), Some("configmap"), "{began:?}");
+        assert!(
+            change.by.iter().any(|b| b.contains("storm in dc2")),
+            "{began:?}"
+        );
         let outcome = conclude(
             "pause ConfigMap on and off",
             vec![taint],
@@ -404,6 +415,7 @@ pub(super) fn api_unreachable_longer_than_the_staleness_limit() -> ScenarioFutur
         wait_taint(&node, EVENT_BOUND).await;
         let taint = Write::Taint(node.name.clone());
         assert!(rec.seen(&taint).await > restored);
+        wait_journal_tells(&s, &["stale-view began", "stale-view ended"]).await;
         conclude(
             "API unreachable longer than max_view_age",
             vec![taint],

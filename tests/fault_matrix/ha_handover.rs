@@ -294,6 +294,30 @@ pub(super) fn two_hosts_one_actor() -> ScenarioFuture {
         host_b.gate.restore();
         host_a.kill().await;
         host_b.kill().await;
+        // The journal (both hosts' here, one file) tells each change of hands, in order.
+        let t = journal::timeline(&s.journal(), &journal::Filter::default()).unwrap();
+        let hands: Vec<(String, String)> = t
+            .events
+            .iter()
+            .filter(|e| e.rule == "leadership")
+            .map(|e| {
+                let who = e.change.as_ref().and_then(|c| c.identity.clone());
+                (who.unwrap_or_default(), e.what.clone())
+            })
+            .collect();
+        let story = [
+            ("host-a", "leadership leader"),
+            ("host-b", "leadership leader"),
+            ("host-b", "leadership standby"),
+            ("host-a", "leadership leader"),
+        ];
+        let mut told = hands.iter();
+        for (who, what) in story {
+            assert!(
+                told.any(|(w, x)| w == who && x == what),
+                "{who} {what} missing or out of order in {hands:?}"
+            );
+        }
         drop(alive);
         let expected: Vec<Write> = [0, 1, 2, 3]
             .iter()

@@ -273,6 +273,20 @@ pub(super) fn hung_nodes_beyond_the_power_budget_wait() -> ScenarioFuture {
         for (i, n) in nodes.iter().enumerate().filter(|(i, _)| *i != fenced) {
             assert_eq!(s.redfish_emulator().power(i).await, "On", "{}", n.name);
         }
+        // The one power action, on the record with what it left: nothing.
+        let t = journal::timeline(&s.journal(), &journal::Filter::default()).unwrap();
+        let spent: Vec<_> = t
+            .events
+            .iter()
+            .filter(|e| e.what == "power-budget spent")
+            .collect();
+        assert_eq!(spent.len(), 1, "{spent:?}");
+        assert_eq!(spent[0].node.as_deref(), Some(nodes[fenced].name.as_str()));
+        let change = spent[0].change.as_ref().unwrap();
+        assert_eq!(
+            (change.used, change.limit, change.left()),
+            (Some(1), Some(1), Some(0))
+        );
         let expected = vec![Write::Taint(nodes[fenced].name.clone())];
         conclude(
             "hung: three hung nodes, max_per_hour = 1",

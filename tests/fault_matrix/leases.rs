@@ -439,6 +439,7 @@ pub(super) fn most_leases_stale_at_once_reads_nothing_ahead() -> ScenarioFuture 
             (sample(&daemon.metrics().await, "oobfence_lease_storm") == Some(0.0)).then_some(())
         })
         .await;
+        wait_journal_tells(&s, &["lease-storm began", "lease-storm ended"]).await;
         conclude(
             "most Leases stale at once: nothing read ahead",
             vec![],

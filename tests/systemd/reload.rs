@@ -157,5 +157,50 @@ async fn reload_applies_a_whole_config_and_refuses_a_broken_one() {
     }
     let exit = daemon.terminate(Duration::from_secs(15)).await;
     assert!(exit.success(), "exit after SIGTERM: {exit}");
+
+    // 4. The journal tells each reload, for `oobfence timeline`: the digests before and after,
+    // and why a refused one was refused.
+    let full = |cfg: &str| -> String {
+        use sha2::Digest as _;
+        let d = sha2::Sha256::digest(cfg.as_bytes());
+        d.iter().map(|b| format!("{b:02x}")).collect()
+    };
+    let out = support::cli::oobfence(&["timeline", "--json"], &cfg);
+    assert!(out.status.success(), "{out:?}");
+    let reloads: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|e| e["kind"] == "daemon" && e["rule"] == "reload")
+        .collect();
+    let results: Vec<&str> = reloads
+        .iter()
+        .map(|e| e["what"].as_str().unwrap_or_default())
+        .collect();
+    // The dry run, the new password, then each refusal followed by the good file again.
+    assert_eq!(
+        results,
+        [
+            "reload ok",
+            "reload ok",
+            "reload refused",
+            "reload ok",
+            "reload refused",
+            "reload ok"
+        ],
+        "{reloads:#?}"
+    );
+    assert_eq!(reloads[0]["change"]["digest_before"], full(&original));
+    assert_eq!(reloads[0]["change"]["digest_after"], full(&dry));
+    let refused = &reloads[4];
+    assert_eq!(
+        refused["change"]["digest_before"], refused["change"]["digest_after"],
+        "a refused reload changes nothing: {refused}"
+    );
+    assert!(
+        refused["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("server.listen changed")),
+        "{refused}"
+    );
     node.delete().await;
 }

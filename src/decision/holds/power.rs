@@ -28,6 +28,14 @@ impl Calm {
         }
     }
 
+    /// How many power actions the last hour holds, as of `now`.
+    pub fn power_budget_used(&self, now: Timestamp) -> usize {
+        self.power_actions
+            .iter()
+            .filter(|(t, _)| elapsed(*t, now) < POWER_WINDOW)
+            .count()
+    }
+
     /// Forgets the power actions older than the window.
     pub fn expire_power_actions(&mut self, now: Timestamp) {
         self.power_actions
